@@ -1,0 +1,1 @@
+"""The jobs of beam-pretokenize: one module each, plus the `pretokenize` console script."""

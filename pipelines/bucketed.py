@@ -1,0 +1,169 @@
+"""The bucketed job: documents to length-bucketed token shards in the FinePDFs-Edu layout.
+
+    pretokenize bucketed --input 'data/*.parquet' --output out/ [--runner FnApiRunner ...]
+
+Flags this job does not know go to Beam's PipelineOptions (--runner, --direct_num_workers, ...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import time
+import uuid
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from shards import layout, storage
+from shards.manifest import DatasetStats
+from transforms.filter import DROPPED, FilterLanguage, LidFilterConfig
+from transforms.publish import PublishOutput, StatsSettings
+from transforms.read import ReadConfig, ReadDocuments
+from transforms.tokenize import TokenizeDocuments, TokenizerConfig
+from transforms.write import ShardConfig, WriteShards
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class BucketedOptions:
+    input: str
+    output: str
+    language: str = "eng_Latn"
+    lid_threshold: float = 0.90
+    min_token_count: int = 1
+    tokenizer: str = "jet-nemotron"
+    eos_token: str | None = None
+    dtype: str = layout.DEFAULT_DTYPE
+    partitions: int = layout.DEFAULT_PARTITIONS
+    max_shard_bytes: int = layout.DEFAULT_MAX_SHARD_BYTES
+    seed: int = layout.DEFAULT_SEED
+    batch_docs: int = 64
+
+
+def _flag(parser: argparse.ArgumentParser, name: str, **kwargs) -> None:
+    # Both spellings: --lid-threshold on the command line, --lid_threshold from templates.
+    parser.add_argument(f"--{name}", f"--{name.replace('-', '_')}", dest=name.replace("-", "_"), **kwargs)
+
+
+def make_parser() -> argparse.ArgumentParser:
+    d = BucketedOptions("", "")
+    p = argparse.ArgumentParser(
+        prog="pretokenize bucketed",
+        description="Tokenize parquet/JSONL documents into length-bucketed uint32 shards (FinePDFs-Edu layout).",
+        epilog="Any other flag is passed to Beam's PipelineOptions, e.g. --runner=FnApiRunner "
+        "--direct_running_mode=multi_processing --direct_num_workers=2.",
+    )
+    _flag(p, "input", required=True, help="glob, file or directory of .parquet/.jsonl files; local or fsspec URL")
+    _flag(p, "output", required=True, help="output directory; local or fsspec URL (gs://, s3://)")
+    _flag(p, "language", default=d.language, help="keep documents whose language and page LID equal this")
+    _flag(p, "lid-threshold", type=float, default=d.lid_threshold, help="minimum page_average_lid_score")
+    _flag(p, "min-token-count", type=int, default=d.min_token_count, help="minimum source token_count")
+    _flag(p, "tokenizer", default=d.tokenizer, help="jet-nemotron | gpt2 | tiktoken:PATH | hf:NAME_OR_PATH")
+    _flag(p, "eos-token", default=None, help="for hf: tokenizers, the token appended as EOS (default: its eos)")
+    _flag(p, "dtype", default=d.dtype, choices=sorted(layout.DTYPES), help="token dtype on disk")
+    _flag(p, "partitions", type=int, default=d.partitions, help="partitions per bucket")
+    _flag(p, "max-shard-bytes", type=float, default=d.max_shard_bytes, help="roll to a new file before this size")
+    _flag(p, "seed", type=int, default=d.seed, help="seed of the order inside each partition")
+    _flag(p, "batch-docs", type=int, default=d.batch_docs, help="documents per tokenizer batch")
+    return p
+
+
+def parse_args(argv: list[str]) -> tuple[BucketedOptions, PipelineOptions]:
+    ours, beam_args = make_parser().parse_known_args(argv)
+    values = vars(ours)
+    values["max_shard_bytes"] = int(values["max_shard_bytes"])
+    return BucketedOptions(**values), PipelineOptions(beam_args)
+
+
+def build(pipeline: beam.Pipeline, options: BucketedOptions, run_id: str | None = None):
+    """Adds the job to ``pipeline``; returns the PCollection holding the published DatasetStats.
+
+    Everything checkable is checked here, before the pipeline runs: the tokenizer loads and fits
+    the dtype, and every input file exists and has the columns the job reads.
+    """
+    output = storage.normalize(options.output)
+    tokenizer = TokenizerConfig(
+        spec=options.tokenizer, dtype=options.dtype, eos_token=options.eos_token, batch_docs=options.batch_docs
+    )
+    encoder = tokenizer.load()
+    lid = LidFilterConfig(options.language, options.lid_threshold, options.min_token_count)
+    shards = ShardConfig(
+        output=output,
+        run_id=run_id or f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}",
+        partitions=options.partitions,
+        max_shard_bytes=options.max_shard_bytes,
+        seed=options.seed,
+        dtype=options.dtype,
+    )
+    settings = StatsSettings(
+        language=lid.language,
+        lid_threshold=lid.threshold,
+        min_token_count=lid.min_token_count,
+        tokenizer=options.tokenizer,
+        eos_id=encoder.eos_id,
+    )
+    read = ReadDocuments(ReadConfig(storage.normalize(options.input)))
+    _clear_interrupted_runs(shards)
+
+    docs = pipeline | "ReadDocuments" >> read
+    raw = docs | "CountDocuments" >> beam.combiners.Count.Globally()
+    filtered = docs | "FilterLanguage" >> FilterLanguage(lid)
+    groups = (
+        filtered.kept
+        | "TokenizeDocuments" >> TokenizeDocuments(tokenizer)
+        | "WriteShards" >> WriteShards(shards)
+    )
+    return groups | "PublishOutput" >> PublishOutput(shards, settings, raw, filtered[DROPPED])
+
+
+def _clear_interrupted_runs(config: ShardConfig) -> None:
+    """Remove what runs that died before publishing left in the output's temporary directory.
+
+    Two runs into one output at the same time are not supported; this is where they would collide.
+    """
+    fs, root = storage.filesystem(config.output)
+    temp_root = f"{root.rstrip('/')}/{layout.TEMP_DIR_NAME}"
+    if fs.isdir(temp_root):
+        for leftover in fs.ls(temp_root, detail=False):
+            log.warning("removing %s, left by an interrupted run", leftover)
+            fs.rm(leftover, recursive=True)
+
+
+def read_stats(output: str) -> DatasetStats:
+    fs, root = storage.filesystem(storage.normalize(output))
+    with fs.open(f"{root.rstrip('/')}/{layout.STATS_NAME}", "r", encoding="utf-8") as f:
+        return DatasetStats.from_text(f.read())
+
+
+def summary_table(stats: DatasetStats, output: str, seconds: float) -> str:
+    lines = [f"{'bucket':>8} {'documents':>12} {'tokens':>16} {'files':>6}"]
+    for name in layout.BUCKET_NAMES:
+        b = stats.buckets.get(name)
+        if b and b.documents:
+            lines.append(f"{name:>8} {b.documents:>12,} {b.tokens:>16,} {b.files:>6}")
+    lines.append(f"{'total':>8} {stats.kept_documents:>12,} {stats.total_tokens:>16,} {stats.total_files:>6}")
+    lines.append("")
+    lines.append(
+        f"documents read {stats.raw_documents:,}, kept {stats.kept_documents:,}, "
+        f"dropped {stats.dropped_documents:,}"
+    )
+    for reason, n in stats.drops.items():
+        lines.append(f"  dropped ({reason}): {n:,}")
+    rate = stats.total_tokens / seconds if seconds > 0 else 0.0
+    lines.append(f"wall time {seconds:.1f} s, {rate:,.0f} tokens/s")
+    lines.append(f"output: {output}")
+    return "\n".join(lines)
+
+
+def run(argv: list[str] | None = None) -> DatasetStats:
+    options, pipeline_options = parse_args(argv or [])
+    start = time.monotonic()
+    with beam.Pipeline(options=pipeline_options) as pipeline:
+        build(pipeline, options)
+    seconds = time.monotonic() - start
+    stats = read_stats(options.output)
+    print(summary_table(stats, storage.normalize(options.output), seconds), flush=True)
+    return stats

@@ -1,0 +1,68 @@
+"""The ``pretokenize`` console script: one subcommand per job.
+
+Bad input ends the run with exit status 2 and one line naming the file and the problem, instead
+of a runner's traceback; any other failure keeps its traceback and exits 1.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+
+from transforms.records import BadInputError
+
+JOBS = {
+    "bucketed": ("pipelines.bucketed", "documents to length-bucketed token shards (FinePDFs-Edu layout)"),
+}
+
+_BAD_INPUT = re.compile(re.escape(BadInputError.PREFIX) + r"(.+?)(?:\\n|\n|'|\"|$)")
+
+
+def _usage() -> str:
+    lines = ["usage: pretokenize JOB [flags]   (pretokenize JOB --help for a job's flags)", "", "jobs:"]
+    lines += [f"  {name:<10} {help_}" for name, (_, help_) in JOBS.items()]
+    return "\n".join(lines)
+
+
+def bad_input_message(error: BaseException) -> str | None:
+    """The bad-input message inside ``error``, even when a runner has wrapped it in its own error."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, BadInputError):
+            return str(error)
+        m = _BAD_INPUT.search(str(error))
+        if m:
+            return BadInputError.PREFIX + m.group(1)
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_usage())
+        return 0 if argv else 2
+    job, rest = argv[0], argv[1:]
+    if job not in JOBS:
+        print(f"pretokenize: unknown job {job!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    # Beam's own INFO chatter would bury the job's progress lines: only ours log at INFO.
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
+    for ours in ("pretokenize", "transforms", "pipelines"):
+        logging.getLogger(ours).setLevel(logging.INFO)
+    module = __import__(JOBS[job][0], fromlist=["run"])
+    try:
+        module.run(rest)
+    except Exception as e:  # noqa: BLE001 - reported below, never swallowed
+        message = bad_input_message(e)
+        if message is None:
+            raise
+        print(f"pretokenize {job}: {message}\nNothing was published.", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

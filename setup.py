@@ -1,0 +1,5 @@
+"""Lets Dataflow workers install this package from --setup_file; all metadata lives in pyproject.toml."""
+
+import setuptools
+
+setuptools.setup()

@@ -1,0 +1,181 @@
+"""The two text files that describe a bucketed output tree.
+
+``processed_spec.txt``: a header, then one row per stored document, ``rel_path | original_id |
+processed_token_count``. Rows of one file appear in that file's document order, so a document's
+offset in its file is the sum of the counts of the rows before it.
+
+``dataset_stats.txt``: how many documents came in, what was dropped and why, and documents, tokens
+and files per bucket. It is written last: its presence marks the tree as complete.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Iterator
+
+from shards.layout import BUCKET_NAMES
+
+MANIFEST_HEADER = "rel_path | original_id | processed_token_count"
+_SEP = " | "
+
+
+def id_problem(doc_id: str) -> str | None:
+    """Why ``doc_id`` cannot be written as a manifest row (None when it can).
+
+    The manifest is one row a line with ``|`` between fields, so an id holding a line break or a
+    ``|`` would be read back wrong, and surrounding spaces would be lost when the row is parsed.
+    """
+    if doc_id == "":
+        return "the id is empty"
+    if "|" in doc_id:
+        return "the id contains '|', the manifest's field separator"
+    if any(c in doc_id for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"):
+        return "the id contains a line break"
+    if doc_id != doc_id.strip():
+        return "the id has leading or trailing whitespace"
+    return None
+
+
+def format_row(rel_path: str, doc_id: str, token_count: int) -> str:
+    problem = id_problem(doc_id)
+    if problem:
+        raise ValueError(f"cannot write id {doc_id!r} to the manifest: {problem}")
+    return f"{rel_path}{_SEP}{doc_id}{_SEP}{token_count}\n"
+
+
+def parse_row(line: str) -> tuple[str, str, int]:
+    """(rel_path, original_id, processed_token_count) of one manifest line."""
+    parts = line.rstrip("\n").split(_SEP)
+    if len(parts) != 3:
+        raise ValueError(f"manifest row does not have 3 ' | '-separated fields: {line!r}")
+    rel_path, doc_id, count = parts
+    try:
+        n = int(count)
+    except ValueError:
+        raise ValueError(f"manifest row has a non-integer token count: {line!r}") from None
+    return rel_path, doc_id, n
+
+
+def read_rows(lines: Iterable[str]) -> Iterator[tuple[str, str, int]]:
+    """Rows of a manifest given its lines, header checked."""
+    it = iter(lines)
+    header = next(it, None)
+    if header is None or header.rstrip("\n") != MANIFEST_HEADER:
+        raise ValueError(f"manifest header is {header!r}, expected {MANIFEST_HEADER!r}")
+    for line in it:
+        if line.strip():
+            yield parse_row(line)
+
+
+@dataclasses.dataclass
+class BucketStats:
+    documents: int = 0
+    tokens: int = 0
+    files: int = 0
+
+
+@dataclasses.dataclass
+class DatasetStats:
+    """Everything ``dataset_stats.txt`` holds. ``drops`` maps a reason to its document count."""
+
+    raw_documents: int
+    language: str
+    lid_threshold: float
+    min_token_count: int
+    tokenizer: str
+    eos_id: int
+    dtype: str
+    partitions: int
+    seed: int
+    buckets: dict[str, BucketStats]
+    drops: dict[str, int]
+
+    @property
+    def kept_documents(self) -> int:
+        return sum(b.documents for b in self.buckets.values())
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(b.tokens for b in self.buckets.values())
+
+    @property
+    def total_files(self) -> int:
+        return sum(b.files for b in self.buckets.values())
+
+    @property
+    def dropped_documents(self) -> int:
+        return sum(self.drops.values())
+
+    def to_text(self) -> str:
+        lines = ["# beam-pretokenize dataset statistics"]
+        settings = [
+            ("raw_documents", self.raw_documents),
+            ("language", self.language),
+            ("lid_threshold", repr(float(self.lid_threshold))),
+            ("min_token_count", self.min_token_count),
+            ("tokenizer", self.tokenizer),
+            ("eos_id", self.eos_id),
+            ("dtype", self.dtype),
+            ("partitions", self.partitions),
+            ("seed", self.seed),
+            ("kept_documents", self.kept_documents),
+            ("dropped_documents", self.dropped_documents),
+            ("total_tokens", self.total_tokens),
+            ("total_files", self.total_files),
+        ]
+        lines += [f"{k}: {v}" for k, v in settings]
+        lines += ["", "bucket | documents | tokens | files"]
+        for name in BUCKET_NAMES:
+            b = self.buckets.get(name, BucketStats())
+            lines.append(f"{name} | {b.documents} | {b.tokens} | {b.files}")
+        lines += ["", "drop_reason | documents"]
+        for reason in sorted(self.drops):
+            lines.append(f"{reason} | {self.drops[reason]}")
+        return "\n".join(lines) + "\n"
+
+    @classmethod
+    def from_text(cls, text: str) -> DatasetStats:
+        settings: dict[str, str] = {}
+        buckets: dict[str, BucketStats] = {}
+        drops: dict[str, int] = {}
+        table = None
+        for line in text.splitlines():
+            if not line.strip() or line.startswith("#"):
+                continue
+            if line == "bucket | documents | tokens | files":
+                table = "buckets"
+            elif line == "drop_reason | documents":
+                table = "drops"
+            elif table is None:
+                key, _, value = line.partition(": ")
+                settings[key] = value
+            elif table == "buckets":
+                name, docs, tokens, files = line.split(_SEP)
+                buckets[name] = BucketStats(int(docs), int(tokens), int(files))
+            else:
+                reason, docs = line.split(_SEP)
+                drops[reason] = int(docs)
+        try:
+            stats = cls(
+                raw_documents=int(settings["raw_documents"]),
+                language=settings["language"],
+                lid_threshold=float(settings["lid_threshold"]),
+                min_token_count=int(settings["min_token_count"]),
+                tokenizer=settings["tokenizer"],
+                eos_id=int(settings["eos_id"]),
+                dtype=settings["dtype"],
+                partitions=int(settings["partitions"]),
+                seed=int(settings["seed"]),
+                buckets=buckets,
+                drops=drops,
+            )
+        except KeyError as e:
+            raise ValueError(f"dataset stats lack the setting {e.args[0]!r}") from None
+        for key, value in [
+            ("kept_documents", stats.kept_documents),
+            ("total_tokens", stats.total_tokens),
+            ("total_files", stats.total_files),
+        ]:
+            if key in settings and int(settings[key]) != value:
+                raise ValueError(f"dataset stats say {key} {settings[key]}, but the tables sum to {value}")
+        return stats

@@ -1,0 +1,50 @@
+"""Paths on any fsspec filesystem (local, gs://, s3://, memory://), as URLs with their protocol.
+
+Jobs pass URLs, not filesystem objects, between steps: a URL pickles to a remote worker, and each
+process opens its own filesystem from it.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+
+import fsspec
+
+
+def normalize(url: str) -> str:
+    """An absolute local path for a local path, the URL unchanged for any other protocol."""
+    if "://" in url:
+        return url.rstrip("/")
+    return os.path.abspath(os.path.expanduser(url))
+
+
+def filesystem(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
+    """The filesystem of ``url`` and the path inside it."""
+    return fsspec.core.url_to_fs(url)
+
+
+def join(url: str, *parts: str) -> str:
+    return posixpath.join(url, *parts) if "://" in url else os.path.join(url, *parts)
+
+
+def unstrip(fs: fsspec.AbstractFileSystem, path: str, like: str) -> str:
+    """Give a path that ``fs`` returned (from glob, find) the protocol that ``like`` had."""
+    if "://" not in like:
+        return path
+    protocol = like.split("://", 1)[0]
+    return f"{protocol}://{path.lstrip('/')}" if protocol != "memory" else f"memory://{path}"
+
+
+def write_atomic(url: str, data: bytes) -> None:
+    """Write ``data`` to ``url`` so a reader sees the old content or the new, never a part.
+
+    Local files are written beside the target and renamed over it. On object stores a single
+    upload is already all-or-nothing.
+    """
+    fs, path = filesystem(url)
+    fs.makedirs(posixpath.dirname(path), exist_ok=True)
+    tmp = f"{path}.partial-{os.getpid()}"
+    with fs.open(tmp, "wb") as f:
+        f.write(data)
+    fs.mv(tmp, path)

@@ -1,0 +1,182 @@
+"""PublishOutput: move a run's staged shards into place and write the manifest and stats last.
+
+Runs once, after every shard group is staged. The order is what makes the output safe to read:
+
+    1. the manifest is assembled in the staging area from the groups' rows, in bucket and
+       partition order, and the stats are computed; documents in must equal documents written
+       plus documents dropped, or the run fails here and publishes nothing
+    2. the old commit markers go first (dataset_stats.txt, then processed_spec.txt), so from this
+       moment the tree no longer looks complete
+    3. shard files of an earlier run that this run does not write are deleted
+    4. staged shards are moved to their final names (a rename on local disks)
+    5. processed_spec.txt, then dataset_stats.txt: the stats file is the commit point
+    6. the run's temporary directory (spill files, staging) is removed
+
+A reader that finds dataset_stats.txt may trust every file the manifest names. Every step can be
+repeated, so a retried publish finishes the job.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import posixpath
+
+import apache_beam as beam
+
+from shards import layout, storage
+from shards.manifest import MANIFEST_HEADER, BucketStats, DatasetStats
+from transforms.write import ShardConfig, ShardGroup
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class StatsSettings:
+    """The job settings dataset_stats.txt records beside the counts."""
+
+    language: str
+    lid_threshold: float
+    min_token_count: int
+    tokenizer: str
+    eos_id: int
+
+
+class UnaccountedDocumentsError(RuntimeError):
+    pass
+
+
+def compute_stats(
+    groups: list[ShardGroup], raw_documents: int, drops: dict[str, int], settings: StatsSettings, config: ShardConfig
+) -> DatasetStats:
+    buckets = {name: BucketStats() for name in layout.BUCKET_NAMES}
+    for group in groups:
+        b = buckets[group.bucket]
+        for f in group.files:
+            b.documents += f.documents
+            b.tokens += f.tokens
+            b.files += 1
+    stats = DatasetStats(
+        raw_documents=raw_documents,
+        language=settings.language,
+        lid_threshold=settings.lid_threshold,
+        min_token_count=settings.min_token_count,
+        tokenizer=settings.tokenizer,
+        eos_id=settings.eos_id,
+        dtype=config.dtype,
+        partitions=config.partitions,
+        seed=config.seed,
+        buckets=buckets,
+        drops=dict(sorted(drops.items())),
+    )
+    if stats.kept_documents + stats.dropped_documents != raw_documents:
+        raise UnaccountedDocumentsError(
+            f"{raw_documents} documents were read, but {stats.kept_documents} written + "
+            f"{stats.dropped_documents} dropped = {stats.kept_documents + stats.dropped_documents}; "
+            "refusing to publish an output that lost or duplicated documents"
+        )
+    return stats
+
+
+def _group_order(group: ShardGroup) -> tuple[int, int]:
+    return layout.BUCKET_NAMES.index(group.bucket), group.partition
+
+
+def publish(
+    groups: list[ShardGroup], raw_documents: int, drops: dict[str, int], settings: StatsSettings, config: ShardConfig
+) -> DatasetStats:
+    groups = sorted(groups, key=_group_order)
+    stats = compute_stats(groups, raw_documents, drops, settings, config)
+    fs, root = storage.filesystem(config.output)
+    _, staged = storage.filesystem(config.staged_url)
+    _, run_dir = storage.filesystem(config.run_url)
+
+    # 1. The manifest, streamed together from the groups' rows, in the staging area.
+    staged_manifest = posixpath.join(staged, layout.MANIFEST_NAME)
+    if not fs.exists(staged_manifest):
+        tmp = staged_manifest + ".partial"
+        with fs.open(tmp, "wb") as out:
+            out.write((MANIFEST_HEADER + "\n").encode())
+            for group in groups:
+                with fs.open(storage.filesystem(group.manifest_url)[1], "rb") as rows:
+                    while chunk := rows.read(1 << 20):
+                        out.write(chunk)
+        fs.mv(tmp, staged_manifest)
+
+    # 2. From here on the tree does not look complete.
+    final_stats = posixpath.join(root, layout.STATS_NAME)
+    final_manifest = posixpath.join(root, layout.MANIFEST_NAME)
+    for marker in (final_stats, final_manifest):
+        if fs.exists(marker):
+            fs.rm(marker)
+
+    # 3. Shards an earlier run left that this run does not write.
+    new_files = {f.rel_path for g in groups for f in g.files}
+    for bucket in layout.BUCKET_NAMES:
+        bucket_dir = posixpath.join(root, bucket)
+        if not fs.isdir(bucket_dir):
+            continue
+        for path in fs.glob(posixpath.join(bucket_dir, "p*" + layout.SHARD_SUFFIX)):
+            rel = posixpath.relpath(path, root) if path.startswith(root) else path
+            if rel not in new_files:
+                log.info("removing %s, left by an earlier run", rel)
+                fs.rm(path)
+
+    # 4. Staged shards to their final names.
+    for rel in sorted(new_files):
+        src, dst = posixpath.join(staged, rel), posixpath.join(root, rel)
+        if fs.exists(src):
+            fs.makedirs(posixpath.dirname(dst), exist_ok=True)
+            fs.mv(src, dst)
+        elif not fs.exists(dst):
+            raise FileNotFoundError(f"staged shard {src} is missing and was never published")
+
+    # 5. The manifest, then the stats: the commit point.
+    if fs.exists(staged_manifest):
+        fs.mv(staged_manifest, final_manifest)
+    storage.write_atomic(storage.join(config.output, layout.STATS_NAME), stats.to_text().encode())
+
+    # 6. Spill files and staging are no longer needed.
+    fs.rm(run_dir, recursive=True)
+    temp_root = posixpath.join(root, layout.TEMP_DIR_NAME)
+    if fs.isdir(temp_root) and not fs.ls(temp_root):
+        fs.rmdir(temp_root)
+    log.info("published %d files, %d documents to %s", stats.total_files, stats.kept_documents, config.output)
+    return stats
+
+
+class PublishFn(beam.DoFn):
+    def __init__(self, config: ShardConfig, settings: StatsSettings):
+        self._config = config
+        self._settings = settings
+
+    def process(self, groups: list[ShardGroup], raw_documents: int, drops: dict[str, int]):
+        yield publish(groups, raw_documents, drops, self._settings, self._config)
+
+
+class PublishOutput(beam.PTransform):
+    """ShardGroups in; publishes once all are staged and yields the DatasetStats.
+
+    ``raw_documents`` is a PCollection of one count, ``drop_reasons`` one reason string per dropped
+    document.
+    """
+
+    def __init__(self, config: ShardConfig, settings: StatsSettings, raw_documents, drop_reasons):
+        super().__init__()
+        self._config = config
+        self._settings = settings
+        self._raw = raw_documents
+        self._drops = drop_reasons
+
+    def expand(self, groups):
+        drop_counts = self._drops | "CountDropReasons" >> beam.combiners.Count.PerElement()
+        return (
+            groups
+            | "CollectShardGroups" >> beam.combiners.ToList()
+            | "PublishFiles"
+            >> beam.ParDo(
+                PublishFn(self._config, self._settings),
+                raw_documents=beam.pvalue.AsSingleton(self._raw),
+                drops=beam.pvalue.AsDict(drop_counts),
+            )
+        )

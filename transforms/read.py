@@ -1,0 +1,267 @@
+"""ReadDocuments: parquet and JSONL documents from a glob, local or on any fsspec filesystem.
+
+The input is planned when the pipeline is built: the glob is expanded, every parquet footer is
+read and its schema checked, and the work is cut into units (a parquet row group, or a whole
+JSONL file). So a missing column or a file that is not parquet fails the launch with a message
+naming the file, before any worker starts and before anything is written. Workers then stream
+their unit in small record batches and read only the columns the job needs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
+
+import apache_beam as beam
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from shards import storage
+from transforms.progress import Progress
+from transforms.records import BadInputError, Document
+
+log = logging.getLogger(__name__)
+
+PARQUET_SUFFIXES = (".parquet", ".pq")
+JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".jsonl.bz2", ".jsonl.xz", ".json", ".json.gz", ".ndjson")
+
+# Each field the jobs can read: (field name, the record attribute, the kind of value it must hold).
+LID_FIELDS: tuple[tuple[str, str], ...] = (
+    ("language", "string"),
+    ("page_average_lid", "string"),
+    ("page_average_lid_score", "number"),
+    ("token_count", "integer"),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadConfig:
+    """What to read. ``with_lid`` adds the language-ID fields the FinePDFs filter needs."""
+
+    pattern: str
+    id_field: str = "id"
+    text_field: str = "text"
+    with_lid: bool = True
+    batch_rows: int = 256
+
+    def fields(self) -> list[tuple[str, str]]:
+        out = [(self.id_field, "id"), (self.text_field, "string")]
+        return out + (list(LID_FIELDS) if self.with_lid else [])
+
+
+class InputUnit(NamedTuple):
+    """One piece of reading work: a row group of a parquet file, or a whole JSONL file."""
+
+    path: str
+    kind: str  # "parquet" or "jsonl"
+    row_group: int  # -1 for jsonl
+    first_row: int  # index in its file of the unit's first row
+
+
+def _file_kind(path: str) -> str | None:
+    lower = path.lower()
+    if lower.endswith(PARQUET_SUFFIXES):
+        return "parquet"
+    if lower.endswith(JSONL_SUFFIXES):
+        return "jsonl"
+    return None
+
+
+def expand_pattern(pattern: str) -> list[str]:
+    """The input files a glob, a file or a directory names, sorted; a BadInputError when none."""
+    url = storage.normalize(pattern)
+    fs, path = storage.filesystem(url)
+    if fs.isdir(path):
+        found = [p for p in fs.find(path) if _file_kind(p)]
+    elif any(c in path for c in "*?["):
+        found = [p for p in fs.glob(path) if not fs.isdir(p)]
+    else:
+        found = [path] if fs.exists(path) else []
+    if not found:
+        raise BadInputError(pattern, "matches no input files")
+    return sorted(storage.unstrip(fs, p, url) for p in found)
+
+
+def _arrow_kind_ok(arrow_type: pa.DataType, kind: str) -> bool:
+    if kind == "string":
+        return pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type)
+    if kind == "id":
+        return _arrow_kind_ok(arrow_type, "string") or pa.types.is_integer(arrow_type)
+    if kind == "number":
+        return pa.types.is_floating(arrow_type) or pa.types.is_integer(arrow_type)
+    if kind == "integer":
+        return pa.types.is_integer(arrow_type)
+    raise AssertionError(kind)
+
+
+def check_parquet_schema(path: str, schema: pa.Schema, fields: Sequence[tuple[str, str]]) -> None:
+    for name, kind in fields:
+        if name not in schema.names:
+            raise BadInputError(path, f"missing column {name!r} (the file has {', '.join(schema.names)})")
+        got = schema.field(name).type
+        if not _arrow_kind_ok(got, kind):
+            raise BadInputError(path, f"column {name!r} has type {got}, expected {kind}")
+
+
+def _plan_file(path: str, config: ReadConfig) -> list[InputUnit]:
+    kind = _file_kind(path)
+    if kind is None:
+        raise BadInputError(path, f"unknown file type; expected one of {PARQUET_SUFFIXES + JSONL_SUFFIXES}")
+    if kind == "jsonl":
+        return [InputUnit(path, "jsonl", -1, 0)]
+    fs, fs_path = storage.filesystem(path)
+    try:
+        with fs.open(fs_path, "rb") as f:
+            meta = pq.ParquetFile(f).metadata
+    except (pa.ArrowInvalid, OSError) as e:
+        raise BadInputError(path, f"not a readable parquet file ({e})") from None
+    check_parquet_schema(path, meta.schema.to_arrow_schema(), config.fields())
+    units, first = [], 0
+    for rg in range(meta.num_row_groups):
+        rows = meta.row_group(rg).num_rows
+        if rows:
+            units.append(InputUnit(path, "parquet", rg, first))
+        first += rows
+    return units
+
+
+def plan_input(config: ReadConfig, threads: int = 16) -> list[InputUnit]:
+    """Expand the glob and check every file; the units of work, in a deterministic order."""
+    paths = expand_pattern(config.pattern)
+    with ThreadPoolExecutor(max_workers=min(threads, len(paths))) as pool:
+        planned = list(pool.map(lambda p: _plan_file(p, config), paths))
+    return [u for units in planned for u in units]
+
+
+def _check_value(value, kind: str, where: str, field: str, nullable: bool):
+    """The value converted for the record, or a BadInputError for a wrong type or a forbidden null."""
+    if value is None:
+        if nullable:
+            return None
+        raise BadInputError(where, f"{field!r} is null")
+    if kind == "id":
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            raise BadInputError(where, f"{field!r} is {type(value).__name__}, expected a string or an integer")
+        return value if isinstance(value, str) else str(value)
+    if kind == "string" and isinstance(value, str):
+        return value
+    if kind == "number" and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if kind == "integer" and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise BadInputError(where, f"{field!r} is {type(value).__name__} {value!r:.40}, expected {kind}")
+
+
+def _make_document(values: dict, config: ReadConfig, path: str, row: int) -> Document:
+    where = f"{path} row {row}"
+    doc_id = _check_value(values.get(config.id_field), "id", where, config.id_field, nullable=False)
+    text = _check_value(values.get(config.text_field), "string", where, config.text_field, nullable=False)
+    lid = {}
+    if config.with_lid:
+        for name, kind in LID_FIELDS:
+            lid[name] = _check_value(values.get(name), kind, where, name, nullable=True)
+    return Document(id=doc_id, text=text, source=path, row=row, **lid)
+
+
+def read_parquet_unit(unit: InputUnit, config: ReadConfig) -> Iterator[Document]:
+    fs, fs_path = storage.filesystem(unit.path)
+    columns = [name for name, _ in config.fields()]
+    row = unit.first_row
+    try:
+        with fs.open(fs_path, "rb") as f:
+            pf = pq.ParquetFile(f)
+            check_parquet_schema(unit.path, pf.schema_arrow, config.fields())
+            for batch in pf.iter_batches(batch_size=config.batch_rows, row_groups=[unit.row_group], columns=columns):
+                cols = {name: batch.column(name).to_pylist() for name in columns}
+                for i in range(batch.num_rows):
+                    yield _make_document({name: cols[name][i] for name in columns}, config, unit.path, row)
+                    row += 1
+    except (pa.ArrowInvalid, pa.ArrowIOError) as e:
+        raise BadInputError(f"{unit.path} row group {unit.row_group}", f"cannot be read ({e})") from None
+
+
+def read_jsonl_unit(unit: InputUnit, config: ReadConfig) -> Iterator[Document]:
+    fields = [name for name, _ in config.fields()]
+    with fsspec_open_text(unit.path) as f:
+        line_no = 0
+        while True:
+            try:
+                line = f.readline()
+            except UnicodeDecodeError as e:
+                raise BadInputError(f"{unit.path} line {line_no + 1}", f"is not valid UTF-8 ({e.reason})") from None
+            if not line:
+                break
+            line_no += 1
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise BadInputError(f"{unit.path} line {line_no}", f"is not JSON ({e.msg})") from None
+            if not isinstance(obj, dict):
+                raise BadInputError(f"{unit.path} line {line_no}", f"is a JSON {type(obj).__name__}, not an object")
+            missing = [k for k in fields[:2] if k not in obj]
+            if config.with_lid:
+                missing += [k for k in fields[2:] if k not in obj]
+            if missing:
+                raise BadInputError(f"{unit.path} line {line_no}", f"missing field(s) {', '.join(missing)}")
+            # Rows are numbered from 0 like parquet rows; error messages give the 1-based line.
+            doc = _make_document(obj, config, unit.path, line_no - 1)
+            yield doc
+
+
+def fsspec_open_text(path: str):
+    import fsspec
+
+    return fsspec.open(path, "rt", encoding="utf-8", errors="strict", compression="infer", newline="\n")
+
+
+def read_unit(unit: InputUnit, config: ReadConfig) -> Iterator[Document]:
+    if unit.kind == "parquet":
+        return read_parquet_unit(unit, config)
+    return read_jsonl_unit(unit, config)
+
+
+class ReadUnitFn(beam.DoFn):
+    def __init__(self, config: ReadConfig):
+        self._config = config
+        self._docs = beam.metrics.Metrics.counter("pretokenize", "documents_read")
+        self._bytes = beam.metrics.Metrics.counter("pretokenize", "text_bytes_read")
+
+    def setup(self):
+        self._progress = Progress("read")
+
+    def process(self, unit: InputUnit) -> Iterator[Document]:
+        for doc in read_unit(unit, self._config):
+            self._docs.inc()
+            self._progress.add(documents=1, chars=len(doc.text))
+            yield doc
+
+
+class ReadDocuments(beam.PTransform):
+    """Documents from ``config.pattern``, in units planned (and checked) at construction time.
+
+    Example::
+
+        docs = pipeline | "ReadDocuments" >> ReadDocuments(ReadConfig("data/*.parquet"))
+    """
+
+    def __init__(self, config: ReadConfig):
+        super().__init__()
+        if config.batch_rows < 1:
+            raise ValueError("batch_rows must be at least 1")
+        self._config = config
+        self.units = plan_input(config)
+        log.info("input: %d units of work from %s", len(self.units), config.pattern)
+
+    def expand(self, pbegin):
+        return (
+            pbegin
+            | "ListInputUnits" >> beam.Create(self.units)
+            | "SpreadInputUnits" >> beam.Reshuffle()
+            | "ReadUnits" >> beam.ParDo(ReadUnitFn(self._config))
+        )

@@ -1,0 +1,59 @@
+"""The record types that flow through the jobs, and the error raised for bad input."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import apache_beam as beam
+import numpy as np
+
+
+class BadInputError(ValueError):
+    """Input the job cannot use. The message names the file (and row) and what is wrong with it."""
+
+    PREFIX = "bad input: "
+
+    def __init__(self, where: str, problem: str):
+        super().__init__(f"{self.PREFIX}{where}: {problem}")
+        self.where = where
+        self.problem = problem
+
+
+class Document(NamedTuple):
+    """One source document. ``source`` and ``row`` say where it was read, for errors and tie-breaks.
+
+    The language-ID fields are None when the job does not read them or the row has a null there.
+    """
+
+    id: str
+    text: str
+    source: str
+    row: int
+    language: str | None = None
+    page_average_lid: str | None = None
+    page_average_lid_score: float | None = None
+    token_count: int | None = None
+
+
+class TokenizedDocument(NamedTuple):
+    """A document's token ids, its EOS included, in the output dtype."""
+
+    id: str
+    tokens: np.ndarray
+    source: str
+    row: int
+
+
+class DocRef(NamedTuple):
+    """Where a spilled document's tokens are, and where it sorts. Small: this is what gets shuffled."""
+
+    sort_key: int
+    id: str
+    length: int
+    spill_path: str
+    offset: int
+    source: str
+    row: int
+
+
+beam.coders.registry.register_coder(DocRef, beam.coders.RowCoder)
