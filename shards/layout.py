@@ -109,5 +109,6 @@ def partition_of(doc_id: str, num_partitions: int) -> int:
 
 
 def shuffle_key(doc_id: str, seed: int) -> int:
-    """Where a document sorts inside its (bucket, partition): a seeded hash of its id."""
-    return _hash64(doc_id.encode("utf-8"), b"shuffle", key=seed.to_bytes(8, "little", signed=False))
+    """Where a document sorts inside its (bucket, partition): a seeded hash of its id, 63 bits."""
+    key = seed.to_bytes(8, "little", signed=False)
+    return _hash64(doc_id.encode("utf-8"), b"shuffle", key=key) & ((1 << 63) - 1)

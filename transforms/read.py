@@ -156,8 +156,7 @@ def _check_value(value, kind: str, where: str, field: str, nullable: bool):
     raise BadInputError(where, f"{field!r} is {type(value).__name__} {value!r:.40}, expected {kind}")
 
 
-def _make_document(values: dict, config: ReadConfig, path: str, row: int) -> Document:
-    where = f"{path} row {row}"
+def _make_document(values: dict, config: ReadConfig, path: str, row: int, where: str) -> Document:
     doc_id = _check_value(values.get(config.id_field), "id", where, config.id_field, nullable=False)
     text = _check_value(values.get(config.text_field), "string", where, config.text_field, nullable=False)
     lid = {}
@@ -178,46 +177,39 @@ def read_parquet_unit(unit: InputUnit, config: ReadConfig) -> Iterator[Document]
             for batch in pf.iter_batches(batch_size=config.batch_rows, row_groups=[unit.row_group], columns=columns):
                 cols = {name: batch.column(name).to_pylist() for name in columns}
                 for i in range(batch.num_rows):
-                    yield _make_document({name: cols[name][i] for name in columns}, config, unit.path, row)
+                    values = {name: cols[name][i] for name in columns}
+                    yield _make_document(values, config, unit.path, row, f"{unit.path} row {row}")
                     row += 1
     except (pa.ArrowInvalid, pa.ArrowIOError) as e:
         raise BadInputError(f"{unit.path} row group {unit.row_group}", f"cannot be read ({e})") from None
 
 
 def read_jsonl_unit(unit: InputUnit, config: ReadConfig) -> Iterator[Document]:
+    import fsspec
+
     fields = [name for name, _ in config.fields()]
-    with fsspec_open_text(unit.path) as f:
-        line_no = 0
-        while True:
+    required = fields if config.with_lid else fields[:2]
+    # Binary lines, decoded one at a time, so a bad byte is reported with its line number.
+    with fsspec.open(unit.path, "rb", compression="infer") as f:
+        for line_no, raw in enumerate(f, start=1):
+            where = f"{unit.path} line {line_no}"
             try:
-                line = f.readline()
+                line = raw.decode("utf-8")
             except UnicodeDecodeError as e:
-                raise BadInputError(f"{unit.path} line {line_no + 1}", f"is not valid UTF-8 ({e.reason})") from None
-            if not line:
-                break
-            line_no += 1
+                raise BadInputError(where, f"is not valid UTF-8 ({e.reason} at byte {e.start})") from None
             if not line.strip():
                 continue
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as e:
-                raise BadInputError(f"{unit.path} line {line_no}", f"is not JSON ({e.msg})") from None
+                raise BadInputError(where, f"is not JSON ({e.msg})") from None
             if not isinstance(obj, dict):
-                raise BadInputError(f"{unit.path} line {line_no}", f"is a JSON {type(obj).__name__}, not an object")
-            missing = [k for k in fields[:2] if k not in obj]
-            if config.with_lid:
-                missing += [k for k in fields[2:] if k not in obj]
+                raise BadInputError(where, f"is a JSON {type(obj).__name__}, not an object")
+            missing = [k for k in required if k not in obj]
             if missing:
-                raise BadInputError(f"{unit.path} line {line_no}", f"missing field(s) {', '.join(missing)}")
-            # Rows are numbered from 0 like parquet rows; error messages give the 1-based line.
-            doc = _make_document(obj, config, unit.path, line_no - 1)
-            yield doc
-
-
-def fsspec_open_text(path: str):
-    import fsspec
-
-    return fsspec.open(path, "rt", encoding="utf-8", errors="strict", compression="infer", newline="\n")
+                raise BadInputError(where, f"missing field(s) {', '.join(missing)}")
+            # Rows are numbered from 0 like parquet rows; the error messages above give 1-based lines.
+            yield _make_document(obj, config, unit.path, line_no - 1, where)
 
 
 def read_unit(unit: InputUnit, config: ReadConfig) -> Iterator[Document]:

@@ -1,0 +1,40 @@
+"""Shared test fixtures: paths to the bundled sample and the offline GPT-2 ranks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE_PARQUET = REPO / "tests" / "data" / "finepdfs_sample.parquet"
+# CI clones the repo beside a copy of shared/, as in the development checkout.
+GPT2_RANKS = REPO.parent / "shared" / "tokenizers" / "gpt2.tiktoken"
+
+
+@pytest.fixture(scope="session")
+def gpt2_spec() -> str:
+    if not GPT2_RANKS.is_file():
+        pytest.skip(f"offline GPT-2 ranks not found at {GPT2_RANKS}")
+    return f"tiktoken:{GPT2_RANKS}"
+
+
+def fnapi_pipeline():
+    """A TestPipeline on the in-process FnApiRunner (the default local runner would look for Prism)."""
+    from apache_beam.testing.test_pipeline import TestPipeline
+
+    return TestPipeline(runner="FnApiRunner")
+
+
+def finepdfs_row(doc_id: str, text: str, **overrides) -> dict:
+    """A confident-English row in the FinePDFs schema's filter columns; override any of them."""
+    row = {
+        "id": doc_id,
+        "text": text,
+        "language": "eng_Latn",
+        "page_average_lid": "eng_Latn",
+        "page_average_lid_score": 0.97,
+        "token_count": max(1, len(text.split())),
+    }
+    row.update(overrides)
+    return row
