@@ -250,7 +250,7 @@ class WriteShardFilesFn(beam.DoFn):
         self._tokens.inc(tokens)
         self._files.inc(len(group.files))
         self._progress.add(files=len(group.files), documents=docs, tokens=tokens)
-        log.info("staged %s/p%02d: %d files, %d docs, %d tokens", bucket, partition, len(group.files), docs, tokens)
+        log.debug("staged %s/p%02d: %d files, %d docs, %d tokens", bucket, partition, len(group.files), docs, tokens)
         yield group
 
 
