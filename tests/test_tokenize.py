@@ -35,10 +35,9 @@ def test_each_document_gets_exactly_one_eos(gpt2_spec):
 
 def encoder_decode(ids):
     import tiktoken
+    from conftest import GPT2_RANKS
     from tiktoken.load import load_tiktoken_bpe
     from tiktoken_ext.openai_public import r50k_pat_str
-
-    from conftest import GPT2_RANKS
 
     enc = tiktoken.Encoding("t", pat_str=r50k_pat_str, mergeable_ranks=load_tiktoken_bpe(str(GPT2_RANKS)),
                             special_tokens={})

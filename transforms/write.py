@@ -25,6 +25,7 @@ from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
 import apache_beam as beam
+from fsspec.implementations.local import LocalFileSystem
 
 from shards import layout, manifest, storage
 from transforms.progress import Progress
@@ -129,15 +130,21 @@ class SpillTokensFn(beam.DoFn):
 
 
 class _SpillReader:
-    """Reads documents back from spill files, keeping a few of them open."""
+    """Reads spilled documents back, in the order asked, a batch of up to ``batch_bytes`` at a time.
 
-    def __init__(self, fs, itemsize: int, max_open: int = 32):
+    Local spill files are read through a few open handles; on object stores a batch is one
+    ``cat_ranges`` call, which async filesystems (gcsfs, s3fs) serve with concurrent range requests.
+    """
+
+    def __init__(self, fs, itemsize: int, batch_bytes: int = 64 << 20, max_open: int = 32):
         self._fs = fs
         self._itemsize = itemsize
+        self._batch_bytes = batch_bytes
         self._max_open = max_open
         self._open: collections.OrderedDict = collections.OrderedDict()
+        self._local = isinstance(fs, LocalFileSystem)
 
-    def read(self, ref: DocRef) -> bytes:
+    def _read_local(self, ref: DocRef) -> bytes:
         f = self._open.pop(ref.spill_path, None)
         if f is None:
             if len(self._open) >= self._max_open:
@@ -146,14 +153,30 @@ class _SpillReader:
             f = self._fs.open(ref.spill_path, "rb")
         self._open[ref.spill_path] = f
         f.seek(ref.offset)
-        nbytes = ref.length * self._itemsize
-        data = f.read(nbytes)
-        if len(data) != nbytes:
-            raise OSError(
-                f"spill file {ref.spill_path} is short: document {ref.id!r} needs bytes "
-                f"{ref.offset}..{ref.offset + nbytes}, read {len(data)}"
-            )
-        return data
+        return f.read(ref.length * self._itemsize)
+
+    def _read_batch(self, refs: list[DocRef]) -> list[bytes]:
+        if self._local:
+            return [self._read_local(r) for r in refs]
+        starts = [r.offset for r in refs]
+        ends = [r.offset + r.length * self._itemsize for r in refs]
+        return self._fs.cat_ranges([r.spill_path for r in refs], starts, ends, on_error="raise")
+
+    def stream(self, refs: list[DocRef]) -> Iterator[tuple[DocRef, bytes]]:
+        i = 0
+        while i < len(refs):
+            batch, size = [], 0
+            while i < len(refs) and (not batch or size + refs[i].length * self._itemsize <= self._batch_bytes):
+                batch.append(refs[i])
+                size += refs[i].length * self._itemsize
+                i += 1
+            for ref, data in zip(batch, self._read_batch(batch), strict=True):
+                if len(data) != ref.length * self._itemsize:
+                    raise OSError(
+                        f"spill file {ref.spill_path} is short: document {ref.id!r} needs "
+                        f"{ref.length * self._itemsize} bytes at offset {ref.offset}, read {len(data)}"
+                    )
+                yield ref, data
 
     def close(self):
         for f in self._open.values():
@@ -161,73 +184,71 @@ class _SpillReader:
         self._open.clear()
 
 
-def _write_then_rename(fs, path: str):
-    """A file object that is written under a unique temporary name and renamed on success."""
-    return _AtomicWriter(fs, path)
+class _AtomicFile:
+    """A file written under a unique temporary name and renamed to ``path`` on commit."""
 
-
-class _AtomicWriter:
     def __init__(self, fs, path: str):
-        self._fs, self._path = fs, path
+        self._fs, self.path = fs, path
         self._tmp = f"{path}.partial-{uuid.uuid4().hex[:12]}"
-        self._file = None
+        fs.makedirs(posixpath.dirname(path), exist_ok=True)
+        self.file = fs.open(self._tmp, "wb")
 
-    def __enter__(self):
-        self._fs.makedirs(posixpath.dirname(self._path), exist_ok=True)
-        self._file = self._fs.open(self._tmp, "wb")
-        return self._file
+    def commit(self) -> None:
+        self.file.close()
+        self._fs.mv(self._tmp, self.path)
 
-    def __exit__(self, exc_type, exc, tb):
+    def abort(self) -> None:
         try:
-            self._file.close()
+            self.file.close()
         finally:
-            if exc_type is not None:
+            if self._fs.exists(self._tmp):
                 self._fs.rm(self._tmp)
-        if exc_type is None:
-            self._fs.mv(self._tmp, self._path)
-        return False
 
 
-def write_group(
-    bucket: str, partition: int, refs: Iterable[DocRef], config: ShardConfig, fs=None
-) -> ShardGroup:
-    """Write one (bucket, partition): rolling shard files and the group's manifest rows, in order."""
+def write_group(bucket: str, partition: int, refs: Iterable[DocRef], config: ShardConfig, fs=None) -> ShardGroup:
+    """Write one (bucket, partition): rolling shard files and the group's manifest rows, in order.
+
+    A file takes documents until the next would pass max_shard_bytes; a document larger than
+    that gets a file of its own, never a split.
+    """
     if fs is None:
         fs, _ = storage.filesystem(config.output)
     _, staged = storage.filesystem(config.staged_url)
-    itemsize = layout.DTYPES[config.dtype].itemsize
     ordered = sorted(refs, key=lambda r: (r.sort_key, r.id, r.source, r.row))
-    reader = _SpillReader(fs, itemsize)
+    reader = _SpillReader(fs, layout.DTYPES[config.dtype].itemsize)
     files: list[ShardFile] = []
     rows: list[str] = []
-    i = 0
+    current: _AtomicFile | None = None
+    rel_path = ""
+    nbytes = docs = tokens = 0
     try:
-        while i < len(ordered):
-            rel_path = layout.shard_rel_path(bucket, partition, len(files), config.partitions)
-            nbytes = docs = tokens = 0
-            with _write_then_rename(fs, posixpath.join(staged, rel_path)) as out:
-                # A file takes documents until the next would pass max_shard_bytes; a document
-                # larger than that gets a file of its own, never a split.
-                while i < len(ordered):
-                    ref = ordered[i]
-                    size = ref.length * itemsize
-                    if docs and nbytes + size > config.max_shard_bytes:
-                        break
-                    out.write(reader.read(ref))
-                    rows.append(manifest.format_row(rel_path, ref.id, ref.length))
-                    nbytes += size
-                    docs += 1
-                    tokens += ref.length
-                    i += 1
+        for ref, data in reader.stream(ordered):
+            if current is not None and nbytes + len(data) > config.max_shard_bytes:
+                current.commit()
+                files.append(ShardFile(rel_path, docs, tokens))
+                current = None
+            if current is None:
+                rel_path = layout.shard_rel_path(bucket, partition, len(files), config.partitions)
+                current = _AtomicFile(fs, posixpath.join(staged, rel_path))
+                nbytes = docs = tokens = 0
+            current.file.write(data)
+            rows.append(manifest.format_row(rel_path, ref.id, ref.length))
+            nbytes += len(data)
+            docs += 1
+            tokens += ref.length
+        if current is not None:
+            current.commit()
             files.append(ShardFile(rel_path, docs, tokens))
+            current = None
     finally:
         reader.close()
+        if current is not None:
+            current.abort()
     width = layout.partition_digits(config.partitions)
-    manifest_path = posixpath.join(staged, "manifest", bucket, f"p{partition:0{width}d}.txt")
-    with _write_then_rename(fs, manifest_path) as out:
-        out.write("".join(rows).encode("utf-8"))
-    manifest_url = storage.unstrip(fs, manifest_path, config.output)
-    return ShardGroup(bucket, partition, tuple(files), manifest_url)
+    manifest_file = _AtomicFile(fs, posixpath.join(staged, "manifest", bucket, f"p{partition:0{width}d}.txt"))
+    manifest_file.file.write("".join(rows).encode("utf-8"))
+    manifest_file.commit()
+    return ShardGroup(bucket, partition, tuple(files), storage.unstrip(fs, manifest_file.path, config.output))
 
 
 class WriteShardFilesFn(beam.DoFn):

@@ -19,13 +19,15 @@ Running it twice with the same pyarrow version gives byte-identical files.
 
 How the documents are made
 --------------------------
-* Jargon File 4.4.7 (whole, ~1.38 M characters): the one LONG English document,
-  meant to land in the largest length bucket (> 262,144 tokens with a BPE
-  tokenizer at ~4 characters per token).
+* Jargon File 4.4.7 (whole, ~1.38 M characters) followed by the last ~70 K
+  characters of The Devil's Dictionary: the one LONG English document
+  (~1.45 M characters, ~1.49 MB), meant to land in the largest length bucket
+  (> 262,144 tokens with a BPE tokenizer at ~4 characters per token).
 * SQLite documentation: one document per page (pages over ~100 KB are split at
   paragraph boundaries).
 * Python 3.11.7 pydoc topics: one document per topic.
-* The Devil's Dictionary: cut at entry boundaries into chunks of varied size.
+* The Devil's Dictionary (minus the tail used above): cut at entry boundaries
+  into chunks of varied size.
 * UDHR translations: each non-English translation is cut in two at a paragraph
   boundary; first halves become "English-labelled but non-English page LID"
   rows, some second halves become rows labelled with their real language.
@@ -403,7 +405,7 @@ def build_rows(docs: list[dict]) -> tuple[list[dict], Counter]:
 
         ends = page_ends_for(text)
         starts = [0] + ends[:-1]
-        per_page = [page_language(text[s:e], lid) for s, e in zip(starts, ends)]
+        per_page = [page_language(text[s:e], lid) for s, e in zip(starts, ends, strict=True)]
 
         dump = DUMPS[rng.randrange(len(DUMPS))]
         # a crawl date inside the dump's ISO week (CC-MAIN-YYYY-WW)
@@ -474,7 +476,7 @@ def check(rows: list[dict], mix: Counter) -> list[str]:
         need(any(re.search(rx, r["text"]) for r in conf), f"no confident English row with a {what}")
     for r in rows:
         pe = r["page_ends"]
-        if not (pe and pe[-1] == len(r["text"]) and all(a < b for a, b in zip([0] + pe, pe))
+        if not (pe and pe[-1] == len(r["text"]) and all(a < b for a, b in zip([0] + pe, pe, strict=False))
                 and len(r["per_page_languages"]) == len(pe)):
             errors.append(f"bad page_ends for {r['url']}")
     return errors
