@@ -100,3 +100,63 @@ def test_publish_refuses_when_documents_are_unaccounted_for():
 def test_bad_shard_settings_fail_when_configured(kwargs):
     with pytest.raises(ValueError):
         ShardConfig(output="/o", run_id="r", **kwargs)
+
+
+def _stage_by_hand(out: str, run_id: str, docs=DOCS) -> tuple[ShardConfig, list]:
+    """Spill and stage DOCS with the plain functions the DoFns call, without a pipeline."""
+    from transforms.records import DocRef
+    from transforms.write import shard_key, write_group
+
+    config = ShardConfig(output=out, run_id=run_id, partitions=2, max_shard_bytes=60)
+    os.makedirs(config.spill_url)
+    spill = os.path.join(config.spill_url, "by-hand.bin")
+    groups: dict[tuple[str, int], list[DocRef]] = {}
+    offset = 0
+    with open(spill, "wb") as f:
+        for d in docs:
+            f.write(d.tokens.tobytes())
+            ref = DocRef(layout.shuffle_key(d.id, 0), d.id, len(d.tokens), spill, offset, d.source, d.row)
+            groups.setdefault(shard_key(d, config), []).append(ref)
+            offset += d.tokens.nbytes
+    staged = [write_group(b, p, refs, config) for (b, p), refs in sorted(groups.items())]
+    return config, staged
+
+
+def _hashes(root: str) -> dict[str, bytes]:
+    out = {}
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            with open(os.path.join(dirpath, name), "rb") as f:
+                out[os.path.relpath(os.path.join(dirpath, name), root)] = f.read()
+    return out
+
+
+def test_a_publish_that_dies_midway_looks_unfinished_and_a_retry_completes_it(tmp_path, monkeypatch):
+    from fsspec.implementations.local import LocalFileSystem
+
+    from transforms.publish import publish
+
+    clean_config, clean_groups = _stage_by_hand(str(tmp_path / "clean"), "r")
+    publish(clean_groups, len(DOCS), {}, SETTINGS, clean_config)
+
+    out = str(tmp_path / "crash")
+    run_write(ShardConfig(output=out, run_id="old", partitions=3))  # an earlier, complete output
+    config, groups = _stage_by_hand(out, "new")
+    real_mv = LocalFileSystem.mv
+    calls = {"n": 0}
+
+    def dying_mv(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise OSError("simulated crash while moving shards into place")
+        return real_mv(self, *args, **kwargs)
+
+    monkeypatch.setattr(LocalFileSystem, "mv", dying_mv)
+    with pytest.raises(OSError, match="simulated crash"):
+        publish(groups, len(DOCS), {}, SETTINGS, config)
+    # No commit marker: nothing here may be taken for a finished output.
+    assert not os.path.exists(os.path.join(out, layout.STATS_NAME))
+    assert not os.path.exists(os.path.join(out, layout.MANIFEST_NAME))
+    monkeypatch.setattr(LocalFileSystem, "mv", real_mv)
+    publish(groups, len(DOCS), {}, SETTINGS, config)  # the retry finishes the job
+    assert _hashes(out) == _hashes(str(tmp_path / "clean"))
