@@ -18,9 +18,11 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from shards import layout, storage
 from shards.manifest import DatasetStats
+from shards.removal import read_removal_list
 from transforms.filter import DROPPED, FilterLanguage, LidFilterConfig
 from transforms.publish import PublishOutput, StatsSettings
 from transforms.read import ReadConfig, ReadDocuments
+from transforms.removal import MATCHED, DropRemoved
 from transforms.tokenize import TokenizeDocuments, TokenizerConfig
 from transforms.write import ShardConfig, WriteShards
 
@@ -41,6 +43,7 @@ class BucketedOptions:
     max_shard_bytes: int = layout.DEFAULT_MAX_SHARD_BYTES
     seed: int = layout.DEFAULT_SEED
     batch_docs: int = 64
+    removal_list: str | None = None
 
 
 def _flag(parser: argparse.ArgumentParser, name: str, **kwargs) -> None:
@@ -68,6 +71,7 @@ def make_parser() -> argparse.ArgumentParser:
     _flag(p, "max-shard-bytes", type=float, default=d.max_shard_bytes, help="roll to a new file before this size")
     _flag(p, "seed", type=int, default=d.seed, help="seed of the order inside each partition")
     _flag(p, "batch-docs", type=int, default=d.batch_docs, help="documents per tokenizer batch")
+    _flag(p, "removal-list", default=None, help="file of ids to leave out, one per line ('#' comments)")
     return p
 
 
@@ -98,25 +102,42 @@ def build(pipeline: beam.Pipeline, options: BucketedOptions, run_id: str | None 
         seed=options.seed,
         dtype=options.dtype,
     )
+    removal_ids = len(read_removal_list(options.removal_list)) if options.removal_list else None
     settings = StatsSettings(
         language=lid.language,
         lid_threshold=lid.threshold,
         min_token_count=lid.min_token_count,
         tokenizer=options.tokenizer,
         eos_id=encoder.eos_id,
+        vocab_size=encoder.max_token_id + 1,
+        removal_list_ids=removal_ids,
     )
     read = ReadDocuments(ReadConfig(storage.normalize(options.input)))
+    removal = DropRemoved(storage.normalize(options.removal_list)) if options.removal_list else None
     _clear_interrupted_runs(shards)
 
     docs = pipeline | "ReadDocuments" >> read
     raw = docs | "CountDocuments" >> beam.combiners.Count.Globally()
+    drops = []
+    removal_found = None
+    if removal is not None:
+        removed = docs | "DropRemoved" >> removal
+        docs = removed.kept
+        drops.append(removed[DROPPED])
+        removal_found = (
+            removed[MATCHED]
+            | "DistinctRemovedIds" >> beam.Distinct()
+            | "CountRemovedIds" >> beam.combiners.Count.Globally()
+        )
     filtered = docs | "FilterLanguage" >> FilterLanguage(lid)
+    drops.append(filtered[DROPPED])
     groups = (
         filtered.kept
         | "TokenizeDocuments" >> TokenizeDocuments(tokenizer)
         | "WriteShards" >> WriteShards(shards)
     )
-    return groups | "PublishOutput" >> PublishOutput(shards, settings, raw, filtered[DROPPED])
+    all_drops = drops | "CollectDropReasons" >> beam.Flatten()
+    return groups | "PublishOutput" >> PublishOutput(shards, settings, raw, all_drops, removal_found)
 
 
 def _clear_interrupted_runs(config: ShardConfig) -> None:
@@ -152,6 +173,10 @@ def summary_table(stats: DatasetStats, output: str, seconds: float) -> str:
     )
     for reason, n in stats.drops.items():
         lines.append(f"  dropped ({reason}): {n:,}")
+    if stats.removal_list_ids is not None:
+        lines.append(
+            f"removal list: {stats.removal_list_ids:,} ids, {stats.removal_ids_not_found:,} of them not in the input"
+        )
     rate = stats.total_tokens / seconds if seconds > 0 else 0.0
     lines.append(f"wall time {seconds:.1f} s, {rate:,.0f} tokens/s")
     lines.append(f"output: {output}")

@@ -14,6 +14,7 @@ from transforms.records import BadInputError
 
 JOBS = {
     "bucketed": ("pipelines.bucketed", "documents to length-bucketed token shards (FinePDFs-Edu layout)"),
+    "remove": ("pipelines.remove", "take flagged ids out of a bucketed output, rewriting only their shards"),
 }
 
 _BAD_INPUT = re.compile(re.escape(BadInputError.PREFIX) + r"(.+?)(?:\\n|\n|'|\"|$)")

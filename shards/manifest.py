@@ -84,11 +84,15 @@ class DatasetStats:
     min_token_count: int
     tokenizer: str
     eos_id: int
+    vocab_size: int
     dtype: str
     partitions: int
     seed: int
     buckets: dict[str, BucketStats]
     drops: dict[str, int]
+    # Set when the run had a removal list: how many ids it held, how many never appeared.
+    removal_list_ids: int | None = None
+    removal_ids_not_found: int | None = None
 
     @property
     def kept_documents(self) -> int:
@@ -115,6 +119,7 @@ class DatasetStats:
             ("min_token_count", self.min_token_count),
             ("tokenizer", self.tokenizer),
             ("eos_id", self.eos_id),
+            ("vocab_size", self.vocab_size),
             ("dtype", self.dtype),
             ("partitions", self.partitions),
             ("seed", self.seed),
@@ -123,6 +128,11 @@ class DatasetStats:
             ("total_tokens", self.total_tokens),
             ("total_files", self.total_files),
         ]
+        if self.removal_list_ids is not None:
+            settings += [
+                ("removal_list_ids", self.removal_list_ids),
+                ("removal_ids_not_found", self.removal_ids_not_found),
+            ]
         lines += [f"{k}: {v}" for k, v in settings]
         lines += ["", "bucket | documents | tokens | files"]
         for name in BUCKET_NAMES:
@@ -163,11 +173,14 @@ class DatasetStats:
                 min_token_count=int(settings["min_token_count"]),
                 tokenizer=settings["tokenizer"],
                 eos_id=int(settings["eos_id"]),
+                vocab_size=int(settings["vocab_size"]),
                 dtype=settings["dtype"],
                 partitions=int(settings["partitions"]),
                 seed=int(settings["seed"]),
                 buckets=buckets,
                 drops=drops,
+                removal_list_ids=_optional_int(settings, "removal_list_ids"),
+                removal_ids_not_found=_optional_int(settings, "removal_ids_not_found"),
             )
         except KeyError as e:
             raise ValueError(f"dataset stats lack the setting {e.args[0]!r}") from None
@@ -179,3 +192,7 @@ class DatasetStats:
             if key in settings and int(settings[key]) != value:
                 raise ValueError(f"dataset stats say {key} {settings[key]}, but the tables sum to {value}")
         return stats
+
+
+def _optional_int(settings: dict[str, str], key: str) -> int | None:
+    return int(settings[key]) if key in settings else None

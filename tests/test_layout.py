@@ -93,6 +93,7 @@ def test_stats_text_round_trips():
         min_token_count=1,
         tokenizer="jet-nemotron",
         eos_id=151643,
+        vocab_size=151936,
         dtype="uint32",
         partitions=32,
         seed=0,

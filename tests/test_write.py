@@ -16,7 +16,7 @@ from transforms.records import TokenizedDocument
 from transforms.write import ShardConfig, WriteShards
 
 EOS = 9
-SETTINGS = StatsSettings("eng_Latn", 0.9, 1, "test", EOS)
+SETTINGS = StatsSettings("eng_Latn", 0.9, 1, "test", EOS, vocab_size=100)
 
 
 def tokenized(doc_id: str, n: int) -> TokenizedDocument:

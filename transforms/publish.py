@@ -40,6 +40,8 @@ class StatsSettings:
     min_token_count: int
     tokenizer: str
     eos_id: int
+    vocab_size: int
+    removal_list_ids: int | None = None
 
 
 class UnaccountedDocumentsError(RuntimeError):
@@ -47,7 +49,12 @@ class UnaccountedDocumentsError(RuntimeError):
 
 
 def compute_stats(
-    groups: list[ShardGroup], raw_documents: int, drops: dict[str, int], settings: StatsSettings, config: ShardConfig
+    groups: list[ShardGroup],
+    raw_documents: int,
+    drops: dict[str, int],
+    settings: StatsSettings,
+    config: ShardConfig,
+    removal_found: int | None = None,
 ) -> DatasetStats:
     buckets = {name: BucketStats() for name in layout.BUCKET_NAMES}
     for group in groups:
@@ -63,11 +70,16 @@ def compute_stats(
         min_token_count=settings.min_token_count,
         tokenizer=settings.tokenizer,
         eos_id=settings.eos_id,
+        vocab_size=settings.vocab_size,
         dtype=config.dtype,
         partitions=config.partitions,
         seed=config.seed,
         buckets=buckets,
         drops=dict(sorted(drops.items())),
+        removal_list_ids=settings.removal_list_ids,
+        removal_ids_not_found=(
+            None if settings.removal_list_ids is None else settings.removal_list_ids - (removal_found or 0)
+        ),
     )
     if stats.kept_documents + stats.dropped_documents != raw_documents:
         raise UnaccountedDocumentsError(
@@ -83,10 +95,15 @@ def _group_order(group: ShardGroup) -> tuple[int, int]:
 
 
 def publish(
-    groups: list[ShardGroup], raw_documents: int, drops: dict[str, int], settings: StatsSettings, config: ShardConfig
+    groups: list[ShardGroup],
+    raw_documents: int,
+    drops: dict[str, int],
+    settings: StatsSettings,
+    config: ShardConfig,
+    removal_found: int | None = None,
 ) -> DatasetStats:
     groups = sorted(groups, key=_group_order)
-    stats = compute_stats(groups, raw_documents, drops, settings, config)
+    stats = compute_stats(groups, raw_documents, drops, settings, config, removal_found)
     fs, root = storage.filesystem(config.output)
     _, staged = storage.filesystem(config.staged_url)
     _, run_dir = storage.filesystem(config.run_url)
@@ -150,26 +167,30 @@ class PublishFn(beam.DoFn):
         self._config = config
         self._settings = settings
 
-    def process(self, groups: list[ShardGroup], raw_documents: int, drops: dict[str, int]):
-        yield publish(groups, raw_documents, drops, self._settings, self._config)
+    def process(self, groups: list[ShardGroup], raw_documents: int, drops: dict[str, int], removal_found=None):
+        yield publish(groups, raw_documents, drops, self._settings, self._config, removal_found)
 
 
 class PublishOutput(beam.PTransform):
     """ShardGroups in; publishes once all are staged and yields the DatasetStats.
 
     ``raw_documents`` is a PCollection of one count, ``drop_reasons`` one reason string per dropped
-    document.
+    document, ``removal_found`` (optional) one count of the removal-list ids seen in the input.
     """
 
-    def __init__(self, config: ShardConfig, settings: StatsSettings, raw_documents, drop_reasons):
+    def __init__(self, config: ShardConfig, settings: StatsSettings, raw_documents, drop_reasons, removal_found=None):
         super().__init__()
         self._config = config
         self._settings = settings
         self._raw = raw_documents
         self._drops = drop_reasons
+        self._removal_found = removal_found
 
     def expand(self, groups):
         drop_counts = self._drops | "CountDropReasons" >> beam.combiners.Count.PerElement()
+        side = {}
+        if self._removal_found is not None:
+            side["removal_found"] = beam.pvalue.AsSingleton(self._removal_found)
         return (
             groups
             | "CollectShardGroups" >> beam.combiners.ToList()
@@ -178,5 +199,6 @@ class PublishOutput(beam.PTransform):
                 PublishFn(self._config, self._settings),
                 raw_documents=beam.pvalue.AsSingleton(self._raw),
                 drops=beam.pvalue.AsDict(drop_counts),
+                **side,
             )
         )

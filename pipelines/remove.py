@@ -1,0 +1,107 @@
+"""The surgical removal job: drop flagged ids from a finished bucketed output, touching only the
+shards that hold them.
+
+    pretokenize remove --output out/ --removal-list flagged.txt [--runner FnApiRunner ...]
+
+See transforms/surgery.py for the order of the steps and why a crash at any point is finished by
+running the same command again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import logging
+import uuid
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from shards import layout, storage
+from shards.manifest import DatasetStats
+from shards.removal import read_removal_list
+from transforms.surgery import RemovalPlan, RemoveDocuments, load_journal, make_plan, write_journal
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class RemoveOptions:
+    output: str
+    removal_list: str
+
+
+def parse_args(argv: list[str]) -> tuple[RemoveOptions, PipelineOptions]:
+    p = argparse.ArgumentParser(
+        prog="pretokenize remove",
+        description="Remove the documents a list of original ids names from a bucketed output, in place.",
+        epilog="Other flags go to Beam's PipelineOptions (--runner, ...).",
+    )
+    p.add_argument("--output", required=True, help="the output tree of pretokenize bucketed")
+    p.add_argument("--removal-list", "--removal_list", dest="removal_list", required=True,
+                   help="ids to remove, one per line ('#' comments); local or fsspec URL")
+    ours, beam_args = p.parse_known_args(argv)
+    return RemoveOptions(storage.normalize(ours.output), storage.normalize(ours.removal_list)), PipelineOptions(
+        beam_args
+    )
+
+
+def prepare(options: RemoveOptions) -> RemovalPlan | None:
+    """The plan to carry out: an interrupted one first, else a new one; None when nothing is flagged.
+
+    A new plan is journalled and dataset_stats.txt removed before any shard changes.
+    """
+    plan = load_journal(options.output)
+    if plan is not None:
+        print(
+            f"resuming the interrupted removal {plan.run} (started {plan.utc_time}); once it is finished, "
+            f"run this command again if {options.removal_list} is a different list",
+            flush=True,
+        )
+    else:
+        ids = read_removal_list(options.removal_list)
+        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        plan = make_plan(options.output, ids, run=uuid.uuid4().hex[:12], utc_time=now)
+        _report_not_found(plan, len(ids))
+        if not plan.files:
+            return None
+        write_journal(options.output, plan)
+    fs, root = storage.filesystem(options.output)
+    stats_path = f"{root.rstrip('/')}/{layout.STATS_NAME}"
+    if fs.exists(stats_path):
+        fs.rm(stats_path)
+    return plan
+
+
+def _report_not_found(plan: RemovalPlan, listed: int) -> None:
+    found = listed - len(plan.not_found)
+    print(f"removal list: {listed} ids, {found} found in the manifest, {len(plan.not_found)} not found", flush=True)
+    for doc_id in plan.not_found[:20]:
+        print(f"  not found: {doc_id}", flush=True)
+    if len(plan.not_found) > 20:
+        print(f"  ... and {len(plan.not_found) - 20} more", flush=True)
+
+
+def build(pipeline: beam.Pipeline, options: RemoveOptions, plan: RemovalPlan):
+    itemsize = layout.DTYPES[DatasetStats.from_text(plan.stats_before).dtype].itemsize
+    return pipeline | "RemoveDocuments" >> RemoveDocuments(options.output, plan, itemsize)
+
+
+def run(argv: list[str] | None = None) -> RemovalPlan | None:
+    options, pipeline_options = parse_args(argv or [])
+    plan = prepare(options)
+    if plan is None:
+        print("nothing to remove: no listed id is in the output; nothing was changed", flush=True)
+        return None
+    with beam.Pipeline(options=pipeline_options) as pipeline:
+        build(pipeline, options, plan)
+    rows = plan.removed_rows
+    deleted = sum(1 for f in plan.files if f.tokens_after == 0)
+    print(
+        f"removed {len(rows)} documents ({sum(n for _, _, n in rows):,} tokens) from {len(plan.files)} files "
+        f"({deleted} deleted, now empty); every other file is unchanged; audit lines in removals.txt "
+        f"under run {plan.run}",
+        flush=True,
+    )
+    return plan

@@ -1,0 +1,271 @@
+"""Surgical removal: take flagged documents out of the shards that hold them, and nothing else.
+
+The manifest says which files hold a flagged id; only those files are rewritten, streaming, with
+the flagged documents left out; every other file keeps its bytes. A removal is journalled so that
+a crash at any point can be finished by running the same command again:
+
+    plan      the launcher reads the manifest and writes OUTPUT/.pretokenize-tmp/removal/plan.json:
+              the run id, the stats before, and for each affected file its rows, which to drop,
+              and its token count before and after; then it deletes dataset_stats.txt, so the
+              tree reads as unfinished until the removal is done
+    rewrite   each affected file is rewritten beside itself and renamed over the old one (or
+              deleted when nothing is left); a file whose size already equals its "after" count
+              was done by an earlier attempt and is skipped
+    finish    the manifest without the removed rows replaces the old one; removals.txt gets one
+              line per removed document (once per run id); dataset_stats.txt is written, the
+              commit point; the journal is deleted
+
+A run that finds a journal resumes it before anything else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import posixpath
+import uuid
+from collections.abc import Iterable, Iterator
+
+import apache_beam as beam
+
+from shards import layout, manifest, storage
+from shards.manifest import DatasetStats
+from shards.removal import REMOVALS_HEADER, REMOVALS_NAME, format_removal_line, parse_removal_line
+
+log = logging.getLogger(__name__)
+
+JOURNAL_DIR = "removal"
+PLAN_NAME = "plan.json"
+COPY_CHUNK = 16 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class FilePlan:
+    """One affected file: its rows in file order and which of them go."""
+
+    rel_path: str
+    rows: tuple[tuple[str, int, bool], ...]  # (original_id, token_count, removed)
+
+    @property
+    def tokens_before(self) -> int:
+        return sum(n for _, n, _ in self.rows)
+
+    @property
+    def tokens_after(self) -> int:
+        return sum(n for _, n, removed in self.rows if not removed)
+
+
+@dataclasses.dataclass(frozen=True)
+class RemovalPlan:
+    run: str
+    utc_time: str
+    stats_before: str
+    files: tuple[FilePlan, ...]
+    not_found: tuple[str, ...]
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "run": self.run,
+                "utc_time": self.utc_time,
+                "stats_before": self.stats_before,
+                "files": [{"rel_path": f.rel_path, "rows": [list(r) for r in f.rows]} for f in self.files],
+                "not_found": list(self.not_found),
+            }
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> RemovalPlan:
+        d = json.loads(text)
+        files = tuple(FilePlan(f["rel_path"], tuple((i, int(n), bool(r)) for i, n, r in f["rows"])) for f in d["files"])
+        return cls(d["run"], d["utc_time"], d["stats_before"], files, tuple(d["not_found"]))
+
+    @property
+    def removed_rows(self) -> list[tuple[str, str, int]]:
+        """(rel_path, original_id, tokens) of every document this removal takes out."""
+        return [(f.rel_path, i, n) for f in self.files for i, n, removed in f.rows if removed]
+
+
+def journal_url(output: str) -> str:
+    return storage.join(output, layout.TEMP_DIR_NAME, JOURNAL_DIR)
+
+
+def load_journal(output: str) -> RemovalPlan | None:
+    fs, path = storage.filesystem(storage.join(journal_url(output), PLAN_NAME))
+    if not fs.exists(path):
+        return None
+    with fs.open(path, "r", encoding="utf-8") as f:
+        return RemovalPlan.from_json(f.read())
+
+
+def _manifest_files(lines: Iterable[str]) -> Iterator[tuple[str, list[tuple[str, int]]]]:
+    """(rel_path, [(id, count), ...]) per file, checking that a file's rows are contiguous."""
+    seen: set[str] = set()
+    current, rows = None, []
+    for rel, doc_id, n in manifest.read_rows(lines):
+        if rel != current:
+            if current is not None:
+                yield current, rows
+            if rel in seen:
+                raise ValueError(f"manifest rows of {rel} are not contiguous; run pretokenize verify")
+            seen.add(rel)
+            current, rows = rel, []
+        rows.append((doc_id, n))
+    if current is not None:
+        yield current, rows
+
+
+def make_plan(output: str, removal_ids: Iterable[str], run: str, utc_time: str) -> RemovalPlan:
+    """Find the files that hold a flagged id, streaming the manifest once."""
+    fs, root = storage.filesystem(output)
+    stats_path = posixpath.join(root, layout.STATS_NAME)
+    if not fs.exists(stats_path):
+        raise FileNotFoundError(
+            f"{output} has no {layout.STATS_NAME}: it is not a finished output tree (a job may have died "
+            "while publishing); re-run the job that writes it first"
+        )
+    with fs.open(stats_path, "r", encoding="utf-8") as f:
+        stats_text = f.read()
+    wanted = set(removal_ids)
+    found: set[str] = set()
+    files = []
+    with fs.open(posixpath.join(root, layout.MANIFEST_NAME), "r", encoding="utf-8") as f:
+        for rel, rows in _manifest_files(f):
+            hits = [doc_id in wanted for doc_id, _ in rows]
+            if any(hits):
+                files.append(FilePlan(rel, tuple((d, n, h) for (d, n), h in zip(rows, hits, strict=True))))
+                found.update(d for (d, _), h in zip(rows, hits, strict=True) if h)
+    not_found = tuple(i for i in removal_ids if i not in found)
+    return RemovalPlan(run, utc_time, stats_text, tuple(files), not_found)
+
+
+def write_journal(output: str, plan: RemovalPlan) -> None:
+    storage.write_atomic(storage.join(journal_url(output), PLAN_NAME), plan.to_json().encode("utf-8"))
+
+
+def rewrite_file(output: str, plan: FilePlan, itemsize: int) -> str:
+    """Rewrite one affected file without its removed documents; what was done, for the log."""
+    fs, root = storage.filesystem(output)
+    path = posixpath.join(root, plan.rel_path)
+    before, after = plan.tokens_before * itemsize, plan.tokens_after * itemsize
+    if not fs.exists(path):
+        if after == 0:
+            return "deleted earlier"
+        raise FileNotFoundError(f"{plan.rel_path} is missing, but {plan.tokens_after} of its tokens must stay")
+    size = fs.size(path)
+    if size == after and after != before:
+        return "rewritten earlier"
+    if size != before:
+        raise ValueError(
+            f"{plan.rel_path} holds {size} bytes; the manifest says {before} before removal and {after} after; "
+            "the file does not match its manifest rows (run pretokenize verify)"
+        )
+    if after == 0:
+        fs.rm(path)
+        return "deleted"
+    tmp = f"{path}.partial-{uuid.uuid4().hex[:12]}"
+    try:
+        with fs.open(path, "rb") as src, fs.open(tmp, "wb") as dst:
+            for _, n, removed in plan.rows:
+                remaining = n * itemsize
+                if removed:
+                    src.seek(remaining, 1)
+                    continue
+                while remaining:
+                    chunk = src.read(min(remaining, COPY_CHUNK))
+                    if not chunk:
+                        raise OSError(f"{plan.rel_path} ended early while copying")
+                    dst.write(chunk)
+                    remaining -= len(chunk)
+        fs.mv(tmp, path)
+    except BaseException:
+        if fs.exists(tmp):
+            fs.rm(tmp)
+        raise
+    return "rewritten"
+
+
+def finish_removal(output: str, plan: RemovalPlan) -> DatasetStats:
+    """Manifest, audit log, stats, in that order; then the journal goes. Safe to repeat."""
+    fs, root = storage.filesystem(output)
+    removed = {(rel, doc_id) for rel, doc_id, _ in plan.removed_rows}
+
+    manifest_path = posixpath.join(root, layout.MANIFEST_NAME)
+    tmp = f"{manifest_path}.partial-{uuid.uuid4().hex[:12]}"
+    with fs.open(manifest_path, "r", encoding="utf-8") as src, fs.open(tmp, "w", encoding="utf-8") as dst:
+        dst.write(manifest.MANIFEST_HEADER + "\n")
+        for rel, doc_id, n in manifest.read_rows(src):
+            if (rel, doc_id) not in removed:
+                dst.write(manifest.format_row(rel, doc_id, n))
+    fs.mv(tmp, manifest_path)
+
+    log_path = posixpath.join(root, REMOVALS_NAME)
+    existing = fs.cat_file(log_path).decode("utf-8") if fs.exists(log_path) else REMOVALS_HEADER + "\n"
+    if not any(parse_removal_line(line)[1] == plan.run for line in existing.splitlines()[1:] if line.strip()):
+        lines = [format_removal_line(plan.utc_time, plan.run, d, rel, n) for rel, d, n in plan.removed_rows]
+        storage.write_atomic(storage.join(output, REMOVALS_NAME), (existing + "".join(lines)).encode("utf-8"))
+
+    stats = DatasetStats.from_text(plan.stats_before)
+    for rel, _, n in plan.removed_rows:
+        bucket = stats.buckets[layout.parse_shard_rel_path(rel).bucket]
+        bucket.documents -= 1
+        bucket.tokens -= n
+    for f in plan.files:
+        if f.tokens_after == 0:
+            stats.buckets[layout.parse_shard_rel_path(f.rel_path).bucket].files -= 1
+    stats.drops["removed"] = stats.drops.get("removed", 0) + len(plan.removed_rows)
+    stats.drops = dict(sorted(stats.drops.items()))
+    storage.write_atomic(storage.join(output, layout.STATS_NAME), stats.to_text().encode("utf-8"))
+
+    fs.rm(storage.filesystem(journal_url(output))[1], recursive=True)
+    temp_root = posixpath.join(root, layout.TEMP_DIR_NAME)
+    if fs.isdir(temp_root) and not fs.ls(temp_root):
+        fs.rmdir(temp_root)
+    return stats
+
+
+class RewriteFileFn(beam.DoFn):
+    def __init__(self, output: str, itemsize: int):
+        self._output = output
+        self._itemsize = itemsize
+        self._rewritten = beam.metrics.Metrics.counter("pretokenize", "files_rewritten")
+
+    def process(self, plan: FilePlan):
+        outcome = rewrite_file(self._output, plan, self._itemsize)
+        self._rewritten.inc()
+        log.info("%s: %s", plan.rel_path, outcome)
+        yield plan.rel_path, outcome
+
+
+class FinishRemovalFn(beam.DoFn):
+    def __init__(self, output: str, plan: RemovalPlan):
+        self._output = output
+        self._plan = plan
+
+    def process(self, outcomes: list[tuple[str, str]]):
+        yield finish_removal(self._output, self._plan)
+
+
+class RemoveDocuments(beam.PTransform):
+    """Rewrites the plan's files in parallel, then finishes the removal once all are done.
+
+    Example::
+
+        plan = make_plan("out/", ids, run="r1", utc_time="2026-01-01T00:00:00Z")
+        pipeline | "RemoveDocuments" >> RemoveDocuments("out/", plan, itemsize=4)
+    """
+
+    def __init__(self, output: str, plan: RemovalPlan, itemsize: int):
+        super().__init__()
+        self._output, self._plan, self._itemsize = output, plan, itemsize
+
+    def expand(self, pbegin):
+        return (
+            pbegin
+            | "ListAffectedFiles" >> beam.Create(list(self._plan.files))
+            | "SpreadFiles" >> beam.Reshuffle()
+            | "RewriteFiles" >> beam.ParDo(RewriteFileFn(self._output, self._itemsize))
+            | "CollectOutcomes" >> beam.combiners.ToList()
+            | "FinishRemoval" >> beam.ParDo(FinishRemovalFn(self._output, self._plan))
+        )
