@@ -15,6 +15,7 @@ from transforms.records import BadInputError
 JOBS = {
     "bucketed": ("pipelines.bucketed", "documents to length-bucketed token shards (FinePDFs-Edu layout)"),
     "remove": ("pipelines.remove", "take flagged ids out of a bucketed output, rewriting only their shards"),
+    "verify": ("pipelines.verify", "check an output tree against its format (and its source with --input)"),
 }
 
 _BAD_INPUT = re.compile(re.escape(BadInputError.PREFIX) + r"(.+?)(?:\\n|\n|'|\"|$)")
@@ -55,14 +56,14 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(ours).setLevel(logging.INFO)
     module = __import__(JOBS[job][0], fromlist=["run"])
     try:
-        module.run(rest)
+        result = module.run(rest)
     except Exception as e:  # noqa: BLE001 - reported below, never swallowed
         message = bad_input_message(e)
         if message is None:
             raise
         print(f"pretokenize {job}: {message}\nNothing was published.", file=sys.stderr)
         return 2
-    return 0
+    return result if isinstance(result, int) else 0
 
 
 if __name__ == "__main__":

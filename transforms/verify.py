@@ -1,0 +1,331 @@
+"""VerifyOutput: check a bucketed output tree against its format, file by file, in parallel.
+
+The launcher scans the manifest once (streaming: it keeps only where each file's rows are) and
+lists the bucket directories; each file is then one unit of work:
+
+    names       bucket directory, pPP_NNNNN.npy, partition below the stats' partition count
+    size        a multiple of the dtype; equal to the sum of the file's manifest counts
+    documents   each one's length inside its bucket's bounds, ending with exactly one EOS and
+                holding no other, every id below the vocabulary size
+    pairing     no file without manifest rows, no manifest row without its file
+    stats       documents, tokens and files per bucket equal to the manifest's; read = kept + dropped
+
+With ``--input``, the source documents are read again, filtered with the settings the stats
+record, tokenized with the tokenizer they name, and compared id for id with what is stored (all
+of them, or a stable ``--sample`` fraction of ids).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import posixpath
+from collections.abc import Iterator
+from typing import NamedTuple
+
+import apache_beam as beam
+import numpy as np
+
+from shards import layout, manifest, storage
+from shards.manifest import DatasetStats
+from transforms.filter import LidFilterConfig, drop_reason
+from transforms.read import ReadConfig, ReadDocuments
+from transforms.tokenize import TokenizeDocuments, TokenizerConfig
+
+MAX_REPORTED = 1000
+
+
+class FileUnit(NamedTuple):
+    rel_path: str
+    manifest_start: int  # byte range of the file's rows in the manifest; -1 when it has none
+    manifest_end: int
+    on_disk: bool
+
+
+class FileSummary(NamedTuple):
+    bucket: str
+    documents: int
+    tokens: int
+
+
+@dataclasses.dataclass(frozen=True)
+class VerifyConfig:
+    output: str
+    dtype: str
+    eos_id: int
+    vocab_size: int
+    partitions: int
+    sample: float = 1.0
+
+    def sampled(self, doc_id: str) -> bool:
+        """A stable choice of ids for --sample, independent of the layout's hashes."""
+        if self.sample >= 1.0:
+            return True
+        h = int.from_bytes(hashlib.blake2b(doc_id.encode(), digest_size=8, person=b"verify").digest(), "little")
+        return h < self.sample * 2**64
+
+
+@dataclasses.dataclass
+class ManifestScan:
+    units: dict[str, tuple[int, int]]
+    problems: list[str]
+    rows: int
+
+
+def scan_manifest(output: str) -> ManifestScan:
+    """Where each file's rows are in the manifest, and the problems of its structure."""
+    fs, root = storage.filesystem(output)
+    path = posixpath.join(root, layout.MANIFEST_NAME)
+    units: dict[str, tuple[int, int]] = {}
+    problems: list[str] = []
+    if not fs.exists(path):
+        return ManifestScan(units, [f"{layout.MANIFEST_NAME}: missing"], 0)
+    rows = 0
+    with fs.open(path, "rb") as f:
+        header = f.readline()
+        if header.decode("utf-8", "replace").rstrip("\n") != manifest.MANIFEST_HEADER:
+            problems.append(f"{layout.MANIFEST_NAME}: header is {header[:80]!r}")
+        pos = len(header)
+        current, start = None, pos
+        line_no = 1
+        for raw in f:
+            line_no += 1
+            try:
+                rel, _, _ = manifest.parse_row(raw.decode("utf-8"))
+            except (ValueError, UnicodeDecodeError) as e:
+                problems.append(f"{layout.MANIFEST_NAME} line {line_no}: {e}")
+                pos += len(raw)
+                continue
+            rows += 1
+            if rel != current:
+                if current is not None:
+                    units[current] = (start, pos)
+                if rel in units:
+                    problems.append(f"{layout.MANIFEST_NAME} line {line_no}: rows of {rel} are not contiguous")
+                current, start = rel, pos
+            pos += len(raw)
+        if current is not None:
+            units[current] = (start, pos)
+    return ManifestScan(units, problems, rows)
+
+
+def list_shard_files(output: str) -> set[str]:
+    """Relative paths of every file in the bucket directories (names are checked per file)."""
+    fs, root = storage.filesystem(output)
+    found = set()
+    for bucket in layout.BUCKET_NAMES:
+        bucket_dir = posixpath.join(root, bucket)
+        if not fs.isdir(bucket_dir):
+            continue
+        for path in fs.find(bucket_dir):
+            rel = posixpath.relpath(path, root)
+            found.add(rel)
+    return found
+
+
+def plan_units(output: str) -> tuple[list[FileUnit], list[str], int]:
+    scan = scan_manifest(output)
+    on_disk = list_shard_files(output)
+    names = sorted(set(scan.units) | on_disk)
+    units = [
+        FileUnit(rel, *scan.units.get(rel, (-1, -1)), rel in on_disk)
+        for rel in names
+    ]
+    return units, scan.problems, scan.rows
+
+
+def check_file(unit: FileUnit, config: VerifyConfig) -> Iterator[tuple[str, object]]:
+    """("problem", text), ("summary", FileSummary) and, for sampled ids, ("tokens", (id, list))."""
+    rel = unit.rel_path
+    try:
+        name = layout.parse_shard_rel_path(rel)
+    except ValueError:
+        yield "problem", f"{rel}: not a shard file name of this layout (bucket/pPP_NNNNN.npy)"
+        return
+    if name.partition >= config.partitions:
+        yield "problem", f"{rel}: partition {name.partition} is outside 0..{config.partitions - 1}"
+    if not unit.on_disk:
+        yield "problem", f"{rel}: listed in the manifest but missing"
+        return
+    if unit.manifest_start < 0:
+        yield "problem", f"{rel}: file without manifest rows"
+        return
+    fs, root = storage.filesystem(config.output)
+    with fs.open(posixpath.join(root, layout.MANIFEST_NAME), "rb") as f:
+        f.seek(unit.manifest_start)
+        text = f.read(unit.manifest_end - unit.manifest_start).decode("utf-8")
+    rows = [manifest.parse_row(line) for line in text.splitlines() if line.strip()]
+    dtype = layout.DTYPES[config.dtype]
+    size = fs.size(posixpath.join(root, rel))
+    if size % dtype.itemsize:
+        yield "problem", f"{rel}: size {size} is not a multiple of {dtype.itemsize} ({config.dtype})"
+    expected = sum(n for _, _, n in rows)
+    if size // dtype.itemsize != expected:
+        yield "problem", f"{rel}: holds {size // dtype.itemsize} tokens, its manifest rows count {expected}"
+    low, high = layout.bucket_range(name.bucket)
+    tokens_seen = 0
+    with fs.open(posixpath.join(root, rel), "rb") as f:
+        for k, (_, doc_id, n) in enumerate(rows):
+            where = f"{rel} document {k} ({doc_id})"
+            if n < low or (high is not None and n > high):
+                yield "problem", f"{where}: {n} tokens do not belong in bucket {name.bucket} ({low}..{high or 'inf'})"
+            data = f.read(n * dtype.itemsize)
+            doc = np.frombuffer(data[: len(data) - len(data) % dtype.itemsize], dtype=dtype)
+            if len(doc) < n:
+                yield "problem", f"{where}: the file ends after {len(doc)} of its {n} tokens"
+                break
+            tokens_seen += n
+            eos = np.flatnonzero(doc == config.eos_id)
+            if len(eos) == 0 or eos[-1] != n - 1:
+                yield "problem", f"{where}: does not end with EOS {config.eos_id}"
+            if len(eos) > 1 or (len(eos) == 1 and eos[0] != n - 1):
+                inner = [int(i) for i in eos if i != n - 1]
+                yield "problem", f"{where}: EOS inside the document at token {inner[0]}"
+            if n and int(doc.max()) >= config.vocab_size:
+                yield "problem", f"{where}: token id {int(doc.max())} is not below the vocabulary {config.vocab_size}"
+            if config.sample > 0 and config.sampled(doc_id):
+                yield "tokens", (doc_id, doc.tolist())
+    yield "summary", FileSummary(name.bucket, len(rows), tokens_seen)
+
+
+class CheckFileFn(beam.DoFn):
+    def __init__(self, config: VerifyConfig, compare: bool):
+        self._config = config
+        self._compare = compare
+        self._checked = beam.metrics.Metrics.counter("pretokenize", "files_verified")
+
+    def process(self, unit: FileUnit):
+        for kind, value in check_file(unit, self._config):
+            if kind == "problem":
+                yield beam.pvalue.TaggedOutput("problems", value)
+            elif kind == "summary":
+                yield beam.pvalue.TaggedOutput("summaries", value)
+            elif self._compare:
+                yield value
+        self._checked.inc()
+
+
+def stats_problems(stats: DatasetStats, summaries: list[FileSummary]) -> list[str]:
+    problems = []
+    sums: dict[str, list[int]] = {}
+    for s in summaries:
+        b = sums.setdefault(s.bucket, [0, 0, 0])
+        b[0] += s.documents
+        b[1] += s.tokens
+        b[2] += 1
+    for name in layout.BUCKET_NAMES:
+        want = stats.buckets.get(name)
+        want_t = (want.documents, want.tokens, want.files) if want else (0, 0, 0)
+        got = tuple(sums.get(name, [0, 0, 0]))
+        if want_t != got:
+            problems.append(
+                f"{layout.STATS_NAME}: bucket {name} says documents/tokens/files {want_t}, the files hold {got}"
+            )
+    if stats.kept_documents + stats.dropped_documents != stats.raw_documents:
+        problems.append(
+            f"{layout.STATS_NAME}: {stats.raw_documents} read but {stats.kept_documents} kept + "
+            f"{stats.dropped_documents} dropped"
+        )
+    return problems
+
+
+def compare_with_source(element, removed_ids: frozenset[str]):
+    """Problems of one id after the stored and the re-tokenized sides are joined."""
+    doc_id, sides = element
+    stored, expected = list(sides["stored"]), list(sides["expected"])
+    if len(stored) > 1:
+        yield f"id {doc_id}: stored {len(stored)} times"
+    if len(expected) > 1:
+        yield f"id {doc_id}: appears {len(expected)} times in the input"
+    if stored and not expected:
+        yield f"id {doc_id}: stored, but the input has no such document kept by the filter"
+    elif expected and not stored:
+        if doc_id not in removed_ids:
+            yield f"id {doc_id}: kept by the filter but missing from the output"
+    elif stored and expected and stored[0] != expected[0]:
+        a, b = stored[0], expected[0]
+        first = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+        yield f"id {doc_id}: stored tokens differ from the re-tokenized input at token {first} " \
+              f"(stored {len(a)} tokens, expected {len(b)})"
+
+
+class VerifyOutput(beam.PTransform):
+    """Checks the tree; yields one report dict (problems counted, a sorted sample of them, totals)."""
+
+    def __init__(self, config: VerifyConfig, units: list[FileUnit], launch_problems: list[str],
+                 stats: DatasetStats, input_pattern: str | None = None, removed_ids: frozenset[str] = frozenset()):
+        super().__init__()
+        self._config, self._units, self._launch = config, units, launch_problems
+        self._stats, self._input, self._removed = stats, input_pattern, removed_ids
+        if input_pattern:
+            self._read = ReadDocuments(ReadConfig(input_pattern))
+            self._tokenizer = TokenizerConfig(spec=stats.tokenizer, dtype=stats.dtype)
+            self._tokenizer.load()
+
+    def expand(self, pbegin):
+        checked = (
+            pbegin
+            | "ListFiles" >> beam.Create(self._units)
+            | "SpreadFiles" >> beam.Reshuffle()
+            | "CheckFiles" >> beam.ParDo(CheckFileFn(self._config, bool(self._input))).with_outputs(
+                "problems", "summaries", main="tokens"
+            )
+        )
+        stats = self._stats
+        stats_check = (
+            checked.summaries
+            | "CollectSummaries" >> beam.combiners.ToList()
+            | "CheckStats" >> beam.FlatMap(lambda s: stats_problems(stats, s))
+        )
+        problem_sets = [
+            pbegin | "LaunchProblems" >> beam.Create(self._launch),
+            checked.problems,
+            stats_check,
+        ]
+        if self._input:
+            lid = LidFilterConfig(stats.language, stats.lid_threshold, stats.min_token_count)
+            config = self._config
+            expected = (
+                pbegin
+                | "ReadInput" >> self._read
+                | "SelectSample" >> beam.Filter(lambda d: config.sampled(d.id) and drop_reason(d, lid) is None)
+                | "Retokenize" >> TokenizeDocuments(self._tokenizer)
+                | "KeyById" >> beam.Map(lambda t: (t.id, t.tokens.tolist()))
+            )
+            removed = self._removed
+            problem_sets.append(
+                {"stored": checked.tokens, "expected": expected}
+                | "JoinById" >> beam.CoGroupByKey()
+                | "CompareTokens" >> beam.FlatMap(compare_with_source, removed)
+            )
+        problems = problem_sets | "AllProblems" >> beam.Flatten()
+        count = problems | "CountProblems" >> beam.combiners.Count.Globally()
+        sample = problems | "SampleProblems" >> beam.combiners.Top.Smallest(MAX_REPORTED)
+        totals = (
+            checked.summaries
+            | "TotalTokens" >> beam.Map(lambda s: (1, s.documents, s.tokens))
+            | "SumTotals" >> beam.CombineGlobally(_sum_totals)
+        )
+        return (
+            pbegin
+            | "Start" >> beam.Create([None])
+            | "MakeReport"
+            >> beam.Map(
+                lambda _, n, s, t: {"problems": n, "sample": s, "files": t[0], "documents": t[1], "tokens": t[2]},
+                beam.pvalue.AsSingleton(count),
+                beam.pvalue.AsSingleton(sample),
+                beam.pvalue.AsSingleton(totals),
+            )
+        )
+
+
+def _sum_totals(rows) -> tuple[int, int, int]:
+    files = documents = tokens = 0
+    for f, d, t in rows:
+        files, documents, tokens = files + f, documents + d, tokens + t
+    return files, documents, tokens
+
+
+def write_report(report: dict, url: str) -> None:
+    storage.write_atomic(url, json.dumps(report).encode("utf-8"))
