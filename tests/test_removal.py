@@ -1,0 +1,151 @@
+"""Removal both ways: re-running the job with a removal list, and the surgical `remove` job."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+
+import pytest
+from conftest import finepdfs_row
+
+from pipelines import bucketed, remove, verify
+from shards import layout, manifest
+from shards.manifest import DatasetStats
+from shards.removal import REMOVALS_NAME, parse_removal_line, read_removal_list
+from transforms.surgery import rewrite_file
+
+RUNNER = ["--runner=FnApiRunner"]
+# 40 short documents, and one long enough to sit alone in the 2048 bucket.
+ROWS = [finepdfs_row(f"doc-{i:02d}", f"Line {i} of a short document. " * (3 + i % 9)) for i in range(40)]
+ROWS.append(finepdfs_row("long-one", "A long document about removal requests. " * 200))
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    path = tmp_path_factory.mktemp("src") / "docs.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in ROWS), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def original(source, tmp_path_factory):
+    out = tmp_path_factory.mktemp("orig") / "out"
+    bucketed.run(["--input", str(source), "--output", str(out), "--partitions", "4", *RUNNER])
+    return out
+
+
+def flagged_ids(out) -> list[str]:
+    """Ids to remove: two documents sharing a file, one from another file, and the long one alone in its file."""
+    rows = list(manifest.read_rows(open(os.path.join(out, layout.MANIFEST_NAME), encoding="utf-8")))
+    by_file: dict[str, list[str]] = {}
+    for rel, doc_id, _ in rows:
+        by_file.setdefault(rel, []).append(doc_id)
+    shared = next(ids for ids in by_file.values() if len(ids) >= 3)
+    other = next(ids for rel, ids in by_file.items() if shared[0] not in ids and len(ids) >= 2)
+    assert by_file[next(rel for rel in by_file if rel.startswith("2048/"))] == ["long-one"]
+    return [shared[0], shared[2], other[1], "long-one"]
+
+
+def hashes(root) -> dict[str, str]:
+    out = {}
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            with open(os.path.join(dirpath, name), "rb") as f:
+                out[os.path.relpath(os.path.join(dirpath, name), root)] = hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+def stored_ids(out) -> set[str]:
+    with open(os.path.join(out, layout.MANIFEST_NAME), encoding="utf-8") as f:
+        return {doc_id for _, doc_id, _ in manifest.read_rows(f)}
+
+
+def write_list(path, ids) -> str:
+    path.write_text("# removal requests\n\n" + "\n".join(ids) + "\nnever-stored-id\n", encoding="utf-8")
+    return str(path)
+
+
+def test_both_ways_give_the_same_shards_and_every_other_document(original, source, tmp_path):
+    flagged = flagged_ids(original)
+    removal_list = write_list(tmp_path / "flagged.txt", flagged)
+
+    rerun = tmp_path / "rerun"
+    stats = bucketed.run(["--input", str(source), "--output", str(rerun), "--partitions", "4",
+                          "--removal-list", removal_list, *RUNNER])
+    assert stats.drops["removed"] == 4
+    assert (stats.removal_list_ids, stats.removal_ids_not_found) == (5, 1)
+
+    surgical = tmp_path / "surgical"
+    shutil.copytree(original, surgical)
+    before = hashes(surgical)
+    plan = remove.run(["--output", str(surgical), "--removal-list", removal_list, *RUNNER])
+    assert plan.not_found == ("never-stored-id",)
+    after = hashes(surgical)
+
+    # The surgical tree records its removals in removals.txt; a re-run is told its list.
+    assert verify.run(["--output", str(surgical), "--input", str(source), *RUNNER]) == 0
+    assert verify.run(["--output", str(rerun), "--input", str(source), *RUNNER]) == 1
+    assert verify.run(["--output", str(rerun), "--input", str(source), "--removal-list", removal_list, *RUNNER]) == 0
+    for out in (rerun, surgical):
+        assert stored_ids(out) == {r["id"] for r in ROWS} - set(flagged)
+    # Only the files that held a flagged id changed; the one left empty is gone.
+    touched = {rel for rel, _, _ in plan.removed_rows}
+    assert len(touched) == 3
+    for rel, digest in before.items():
+        if rel.endswith(".npy") and rel not in touched:
+            assert after[rel] == digest, f"{rel} changed"
+    assert not (surgical / "2048").exists() or not os.listdir(surgical / "2048")
+    # Surgery and a re-run agree byte for byte on shards and manifest, and on every count.
+    shard_and_manifest = {k: v for k, v in hashes(rerun).items() if k != layout.STATS_NAME}
+    assert shard_and_manifest == {k: v for k, v in after.items() if k not in (layout.STATS_NAME, REMOVALS_NAME)}
+    a = DatasetStats.from_text((rerun / layout.STATS_NAME).read_text())
+    b = DatasetStats.from_text((surgical / layout.STATS_NAME).read_text())
+    assert (a.buckets, a.drops, a.raw_documents) == (b.buckets, b.drops, b.raw_documents)
+    audit = [parse_removal_line(line) for line in (surgical / REMOVALS_NAME).read_text().splitlines()[1:]]
+    assert sorted(line[2] for line in audit) == sorted(flagged)
+    assert all(line[1] == plan.run and line[3].endswith(".npy") and line[4] > 0 for line in audit)
+
+    # The same list again changes nothing at all.
+    assert remove.run(["--output", str(surgical), "--removal-list", removal_list, *RUNNER]) is None
+    assert hashes(surgical) == after
+
+
+def test_a_removal_interrupted_after_the_first_shard_is_finished_by_a_rerun(original, tmp_path):
+    removal_list = write_list(tmp_path / "flagged.txt", flagged_ids(original))
+    clean = tmp_path / "clean"
+    shutil.copytree(original, clean)
+    remove.run(["--output", str(clean), "--removal-list", removal_list, *RUNNER])
+
+    crashed = tmp_path / "crashed"
+    shutil.copytree(original, crashed)
+    options, _ = remove.parse_args(["--output", str(crashed), "--removal-list", removal_list])
+    plan = remove.prepare(options)  # journal written, commit marker removed
+    rewrite_file(str(crashed), plan.files[0], itemsize=4)  # ... and the process dies here
+    assert not (crashed / layout.STATS_NAME).exists(), "a half-done removal must not look finished"
+    assert verify.run(["--output", str(crashed), *RUNNER]) == 1
+
+    resumed = remove.run(["--output", str(crashed), "--removal-list", removal_list, *RUNNER])
+    assert resumed.run == plan.run
+    strip = lambda h: {k: v for k, v in h.items() if k != REMOVALS_NAME}  # noqa: E731 - run ids differ
+    assert strip(hashes(crashed)) == strip(hashes(clean))
+    lines = lambda p: sorted(parse_removal_line(x)[2:] for x in p.read_text().splitlines()[1:])  # noqa: E731
+    assert lines(crashed / REMOVALS_NAME) == lines(clean / REMOVALS_NAME)
+    assert not (crashed / layout.TEMP_DIR_NAME).exists()
+
+
+def test_removal_list_format(tmp_path):
+    path = tmp_path / "list.txt"
+    path.write_text("# comment\n\n  id-1  \nid-2\nid-1\n#id-3\n", encoding="utf-8")
+    assert read_removal_list(str(path)) == ["id-1", "id-2"]
+    with pytest.raises(FileNotFoundError, match="removal list not found"):
+        read_removal_list(str(tmp_path / "missing.txt"))
+
+
+def test_remove_refuses_an_unfinished_tree(original, tmp_path):
+    out = tmp_path / "unfinished"
+    shutil.copytree(original, out)
+    (out / layout.STATS_NAME).unlink()
+    with pytest.raises(FileNotFoundError, match="not a finished output tree"):
+        remove.run(["--output", str(out), "--removal-list", write_list(tmp_path / "l.txt", ["doc-01"]), *RUNNER])
