@@ -9,11 +9,24 @@ the last of a split, so a document may continue in the next shard (as llm.c's ow
 
 Scaffold token ids: GPT-2 BPE 0..50255, EOT 50256, and the countdown token ``<ff_N>`` =
 50257 + N for N = 0..999 (ids 50257..51256).
+
+A scaffold output tree (the ``pretokenize scaffold`` job) is
+
+    train/shard_000.bin ...   val/shard_000.bin ...   dataset_stats.txt (written last: the commit point)
+
+Besides the format this module holds the split hash, where documents go among a split's shards,
+the stats file, and ``check_llmc_shard`` / ``check_llmc_split``: the format checks a verifier runs.
+Nothing here imports Beam.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import os
+import posixpath
+import re
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -29,6 +42,9 @@ FF_MAX_N = 999
 MAX_TOKEN_ID = FF_BASE + FF_MAX_N  # 51256
 SPLITS = ("train", "val")
 DEFAULT_SHARD_TOKENS = 100_000_000
+MAX_SHARD_TOKENS = 2**31 - 1  # the header's count is an int32
+MAX_WORDS = FF_MAX_N + 1  # a document counted down with <ff_999> .. <ff_0>
+DEFAULT_VAL_FRACTION = 0.05
 
 
 def ff_token(n: int) -> int:
@@ -38,10 +54,11 @@ def ff_token(n: int) -> int:
     return FF_BASE + n
 
 
-def shard_rel_path(split: str, index: int) -> str:
+def shard_rel_path(split: str, index: int, width: int = 3) -> str:
+    """``train/shard_007.bin``. ``width`` (see shard_digits) keeps a split's names sorting in order."""
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; expected one of {SPLITS}")
-    return f"{split}/shard_{index:03d}.bin"
+    return f"{split}/shard_{index:0{width}d}.bin"
 
 
 def make_header(token_count: int) -> bytes:

@@ -357,8 +357,9 @@ def qwen_reference():
 def hf_qwen(tmp_path_factory) -> HFQwen:
     """The Qwen2.5 ranks converted by transformers' TikTokenConverter, saved once per session.
 
-    The conversion (merges rebuilt from 151,643 ranks in Python) takes ~1.7 s, saving ~0.7 s and reloading
-    ~1.3 s on a 2-core machine; hence session scope.
+    Measured on a 2-core machine: ~2.7 s for this fixture (importing transformers ~0.9 s, the conversion,
+    which rebuilds the merges from 151,643 ranks in Python, ~1.7 s, saving ~0.3 s) and ~1-1.5 s for each
+    load_encoder("hf:...") of the saved folder; hence one build per session.
     """
     pytest.importorskip("transformers")
     import tokenizers
@@ -385,6 +386,11 @@ def gpt2_file() -> Encoder:
     if not GPT2_RANKS.is_file():
         pytest.skip(f"{GPT2_RANKS} not found: clone the shared/ folder beside the repository")
     return load_encoder(f"tiktoken:{GPT2_RANKS}")
+
+
+@pytest.fixture(scope="session")
+def gpt2_bytes(gpt2_file) -> dict[int, bytes]:
+    return _token_bytes(GPT2_RANKS)
 
 
 def _hf_ids(hf_qwen: HFQwen, texts: list[str]) -> list[list[int]]:
@@ -493,7 +499,7 @@ def test_special_token_strings_are_encoded_as_text(request, backend, eos_id, fir
     if backend == "hf_encoder":
         decoded = request.getfixturevalue("hf_qwen").tokenizer.backend_tokenizer.decode(ids, skip_special_tokens=False)
     else:
-        table = request.getfixturevalue("qwen_bytes") if backend == "jet" else _token_bytes(GPT2_RANKS)
+        table = request.getfixturevalue("qwen_bytes" if backend == "jet" else "gpt2_bytes")
         decoded = b"".join(table[i] for i in ids).decode("utf-8")
     assert decoded == text
 
@@ -508,11 +514,11 @@ def test_encode_batch_keeps_order_and_length(request, backend):
     assert encoder.encode_batch([]) == []
 
 
-def test_gpt2_file_does_not_normalize(gpt2_file):
+def test_gpt2_file_does_not_normalize(gpt2_file, gpt2_bytes):
     text = NOT_NFC["nfd-fra"]
     ids = gpt2_file.encode_batch([text])[0]
     assert ids != gpt2_file.encode_batch([unicodedata.normalize("NFC", text)])[0]
-    assert b"".join(_token_bytes(GPT2_RANKS)[i] for i in ids).decode("utf-8") == text
+    assert b"".join(gpt2_bytes[i] for i in ids).decode("utf-8") == text
 
 
 # --- 4: pinned ids ----------------------------------------------------------------------------------------

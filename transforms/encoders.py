@@ -78,14 +78,34 @@ def _tiktoken_encoder(
 
 
 def _load_ranks(path: str) -> dict[bytes, int]:
-    from tiktoken.load import load_tiktoken_bpe
+    """A tiktoken ranks file: one ``base64(token bytes) rank`` pair a line.
 
+    Read here rather than with tiktoken's loader, which caches files by their path in a shared
+    directory and would serve a stale copy after the file at that path is replaced.
+    """
+    import base64
+    import binascii
+
+    import fsspec
+
+    ranks: dict[bytes, int] = {}
     try:
-        return load_tiktoken_bpe(path)
+        with fsspec.open(path, "rb") as f:
+            for line_no, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    token, rank = line.split()
+                    ranks[base64.b64decode(token, validate=True)] = int(rank)
+                except (ValueError, binascii.Error):
+                    raise ValueError(
+                        f"{path} line {line_no} is not 'base64-token rank': this is not a tiktoken ranks file"
+                    ) from None
     except FileNotFoundError:
         raise FileNotFoundError(f"tokenizer ranks file not found: {path}") from None
-    except Exception as e:
-        raise ValueError(f"{path} is not a tiktoken ranks file (base64 token, space, rank per line): {e}") from e
+    if not ranks:
+        raise ValueError(f"{path} holds no ranks: this is not a tiktoken ranks file")
+    return ranks
 
 
 def _jet_nemotron(spec: str, ranks_path: str) -> Encoder:
