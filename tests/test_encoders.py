@@ -325,17 +325,6 @@ class HFQwen:
     tokenizer: object  # the transformers PreTrainedTokenizerFast the folder was saved from
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _fresh_tiktoken_cache(tmp_path_factory):
-    """Point tiktoken's cache at an empty folder, so ranks files are read from disk, not from /tmp.
-
-    tiktoken caches even local files, keyed by path, in /tmp/data-gym-cache (see the xfail test below).
-    """
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path_factory.mktemp("tiktoken-cache")))
-        yield
-
-
 @pytest.fixture(scope="session")
 def jet() -> Encoder:
     return load_encoder("jet-nemotron")
@@ -594,12 +583,17 @@ def test_jet_nemotron_rejects_ranks_of_another_vocabulary():
         load_encoder(f"jet-nemotron:{GPT2_RANKS}")
 
 
-def test_malformed_ranks_file_is_a_value_error(tmp_path, monkeypatch):
-    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "tiktoken-cache"))
-    path = tmp_path / "vocab.json"
-    path.write_text('{"hello": 0}\n')
-    with pytest.raises(ValueError, match="is not a tiktoken ranks file"):
+@pytest.mark.parametrize(
+    "content",
+    ['{"hello": 0}\n', "", "\n\n", "IQ== 0\nIg== one\n", "not-base64! 0\n"],
+    ids=["json-vocab", "empty", "blank-lines", "rank-not-int", "token-not-base64"],
+)
+def test_malformed_ranks_file_is_a_value_error(content, tmp_path):
+    path = tmp_path / "ranks.tiktoken"
+    path.write_text(content)
+    with pytest.raises(ValueError, match="is not a tiktoken ranks file") as excinfo:
         load_encoder(f"tiktoken:{path}")
+    assert str(path) in str(excinfo.value)
 
 
 def test_uint16_cannot_hold_jet_nemotron_ids(jet, gpt2_file):
@@ -624,21 +618,28 @@ def test_hf_unknown_eos_token_is_rejected(hf_qwen):
         load_encoder(f"hf:{hf_qwen.path}", eos_token="<|no_such_token|>")
 
 
-# --- Known bug ----------------------------------------------------------------------------------------------
+# --- Ranks are read from disk on every load ---------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="encoders._load_ranks reads through tiktoken.load.load_tiktoken_bpe, which caches even local files "
-    "in $TIKTOKEN_CACHE_DIR (default /tmp/data-gym-cache) keyed by the path string and never re-reads them: "
-    "a ranks file replaced (or deleted) at the same path is silently served from the stale cache",
-)
 def test_ranks_file_is_reread_when_it_changes(tmp_path, monkeypatch):
+    """tiktoken's own loader caches local files by path (default /tmp/data-gym-cache) and would serve a
+    replaced file's old ranks; encoders reads the file itself."""
     if not GPT2_RANKS.is_file():
         pytest.skip(f"{GPT2_RANKS} not found: clone the shared/ folder beside the repository")
-    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "tiktoken-cache"))
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "tiktoken-cache"))  # keep /tmp clean if it regresses
     path = tmp_path / "ranks.tiktoken"
     shutil.copy(GPT2_RANKS, path)
     assert load_encoder(f"tiktoken:{path}").eos_id == GPT2_EOS
     path.write_bytes(b"".join(line + b"\n" for line in GPT2_RANKS.read_bytes().splitlines()[:1000]))
     assert load_encoder(f"tiktoken:{path}").eos_id == 1000
+    path.unlink()
+    with pytest.raises(FileNotFoundError, match="ranks file not found"):
+        load_encoder(f"tiktoken:{path}")
+
+
+def test_ranks_with_a_gap_are_refused(tmp_path):
+    lines = (Path(__file__).parents[2] / "shared" / "tokenizers" / "gpt2.tiktoken").read_text().splitlines()
+    path = tmp_path / "gap.tiktoken"
+    path.write_text("\n".join(lines[:100] + lines[101:]) + "\n")
+    with pytest.raises(ValueError, match=r"gap\.tiktoken: the ranks are not exactly 0\.\.50254"):
+        load_encoder(f"tiktoken:{path}")

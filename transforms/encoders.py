@@ -105,6 +105,10 @@ def _load_ranks(path: str) -> dict[bytes, int]:
         raise FileNotFoundError(f"tokenizer ranks file not found: {path}") from None
     if not ranks:
         raise ValueError(f"{path} holds no ranks: this is not a tiktoken ranks file")
+    # Special tokens are numbered right after the ranks: a gap or a repeat would give EOS the id
+    # of an ordinary token, and readers split documents on EOS.
+    if sorted(ranks.values()) != list(range(len(ranks))):
+        raise ValueError(f"{path}: the ranks are not exactly 0..{len(ranks) - 1} (a gap or a repeat)")
     return ranks
 
 
