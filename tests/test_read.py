@@ -146,3 +146,12 @@ def test_invalid_utf8_in_jsonl_fails_naming_the_line(tmp_path):
     path.write_bytes(json.dumps(ROWS[0]).encode() + b'\n{"id": "x", "text": "caf\xe9"}\n')
     with pytest.raises(Exception, match=r"latin1\.jsonl line 2: is not valid UTF-8"):
         _read(str(path))
+
+
+@pytest.mark.parametrize("bad_id, problem", [("a|b", "contains '|'"), ("a\nb", "line break"), (" a", "whitespace"),
+                                             ("", "is empty")])
+def test_ids_the_manifest_cannot_hold_fail_naming_the_row(tmp_path, bad_id, problem):
+    path = tmp_path / "ids.jsonl"
+    path.write_text(json.dumps(ROWS[0]) + "\n" + json.dumps(finepdfs_row(bad_id, "t")) + "\n")
+    with pytest.raises(Exception, match=rf"ids\.jsonl line 2: id .*{problem}"):
+        _read(str(path))

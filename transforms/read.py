@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from shards import storage
+from shards.manifest import id_problem
 from transforms.progress import Progress
 from transforms.records import BadInputError, Document
 
@@ -158,6 +159,10 @@ def _check_value(value, kind: str, where: str, field: str, nullable: bool):
 
 def _make_document(values: dict, config: ReadConfig, path: str, row: int, where: str) -> Document:
     doc_id = _check_value(values.get(config.id_field), "id", where, config.id_field, nullable=False)
+    problem = id_problem(doc_id)
+    if problem:
+        # The manifest is '|'-separated, one row a line: such an id would be read back wrong.
+        raise BadInputError(where, f"{config.id_field} {doc_id!r:.80}: {problem}")
     text = _check_value(values.get(config.text_field), "string", where, config.text_field, nullable=False)
     lid = {}
     if config.with_lid:
