@@ -16,6 +16,8 @@ JOBS = {
     "bucketed": ("pipelines.bucketed", "documents to length-bucketed token shards (FinePDFs-Edu layout)"),
     "remove": ("pipelines.remove", "take flagged ids out of a bucketed output, rewriting only their shards"),
     "verify": ("pipelines.verify", "check an output tree against its format (and its source with --input)"),
+    "export": ("pipelines.export", "zero-copy indexes for other trainers: export megatron (.idx and .bin link)"),
+    "stats": ("pipelines.stats", "document lengths per bucket: a table and a histogram PNG, for mixing weights"),
 }
 
 _BAD_INPUT = re.compile(re.escape(BadInputError.PREFIX) + r"(.+?)(?:\\n|\n|'|\"|$)")

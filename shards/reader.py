@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import hashlib
 import posixpath
+from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import NamedTuple
 
@@ -298,8 +299,16 @@ class ShardTree:
     def total_tokens(self) -> int:
         return int(self.documents.length.sum())
 
+    def row(self, doc: int | str) -> int:
+        """The row of a document given by row (any integer) or by id."""
+        if isinstance(doc, (int, np.integer)):
+            if not 0 <= doc < len(self):
+                raise IndexError(f"document row {doc} is outside 0..{len(self) - 1}")
+            return int(doc)
+        return self.documents.index_of(doc)
+
     def info(self, doc: int | str) -> DocumentInfo:
-        i = doc if isinstance(doc, int) else self.documents.index_of(doc)
+        i = self.row(doc)
         d = self.documents
         f = int(d.file[i])
         split = int(d.split[i])
@@ -317,11 +326,11 @@ class ShardTree:
     def list_documents(self, indices: Iterable[int] | None = None) -> Iterator[DocumentInfo]:
         """DocumentInfo of each document (of ``indices``, e.g. from ``select``), in storage order."""
         for i in range(len(self)) if indices is None else indices:
-            yield self.info(int(i))
+            yield self.info(i)
 
     def document(self, doc: int | str) -> np.ndarray:
         """A document's tokens, EOS included, by id or row; a memory-map view when local."""
-        i = doc if isinstance(doc, int) else self.documents.index_of(doc)
+        i = self.row(doc)
         start = int(self.documents.start[i])
         return self.store.read(start, start + int(self.documents.length[i]))
 
@@ -570,10 +579,19 @@ def open_tree(url: str) -> ShardTree:
         for split in llmc.SPLITS:
             d = posixpath.join(root, split)
             if fs.isdir(d):
-                names = sorted(posixpath.basename(p) for p in fs.glob(posixpath.join(d, "shard_*.bin")))
+                names = sorted((posixpath.basename(p) for p in fs.glob(posixpath.join(d, "shard_*.bin"))),
+                               key=_shard_number)
                 files[split] = [f"{split}/{n}" for n in names]
         return _open_llmc(fs, root, url, files)
     raise ValueError(f"{url} has neither {layout.MANIFEST_NAME} nor train/ or val/ llm.c shards")
+
+
+def _shard_number(name: str) -> int:
+    """``shard_012.bin`` -> 12: llm.c shards in stream order, whatever the width of their numbers."""
+    digits = name[len("shard_"):-len(".bin")]
+    if not digits.isdigit():
+        raise ValueError(f"{name} is not an llm.c shard name (shard_NNN.bin)")
+    return int(digits)
 
 
 def _open_bucketed(fs, root: str, url: str) -> ShardTree:
@@ -581,7 +599,7 @@ def _open_bucketed(fs, root: str, url: str) -> ShardTree:
     dtype = layout.DTYPES[stats.dtype]
     file_of: dict[str, int] = {}
     id_chunks, chunk = [], []
-    file_col, len_col = [], []
+    file_col, len_col = array("q"), array("q")  # 8 bytes a row while parsing, not a Python int's ~36
     with fs.open(posixpath.join(root, layout.MANIFEST_NAME), "r", encoding="utf-8") as f:
         for rel, doc_id, n in manifest.read_rows(f):
             fi = file_of.get(rel)
@@ -599,8 +617,8 @@ def _open_bucketed(fs, root: str, url: str) -> ShardTree:
     if chunk or not id_chunks:
         id_chunks.append(np.array(chunk, dtype=np.bytes_) if chunk else np.empty(0, dtype="S1"))
     ids = np.concatenate(id_chunks) if len(id_chunks) > 1 else id_chunks[0]
-    length = np.asarray(len_col, dtype=np.int64)
-    manifest_file = np.asarray(file_col, dtype=np.int64)
+    length = np.frombuffer(len_col, dtype=np.int64).copy()
+    manifest_file = np.frombuffer(file_col, dtype=np.int64).copy()
     del file_col, len_col
 
     # Files in layout order: bucket, partition, rolling index.
@@ -628,16 +646,18 @@ def _open_bucketed(fs, root: str, url: str) -> ShardTree:
     order = np.argsort(file, kind="stable")
     start = np.empty_like(length)
     start[order] = np.cumsum(length[order]) - length[order]
-    # Storage order (the manifest's, for a published tree).
-    by_start = np.argsort(start, kind="stable")
+    # Storage order: the manifest's already for a published tree, so usually nothing moves.
+    if len(start) > 1 and not np.all(start[1:] > start[:-1]):
+        by_start = np.argsort(start, kind="stable")
+        ids, start, length, file = ids[by_start], start[by_start], length[by_start], file[by_start]
     partition = np.array([layout.parse_shard_rel_path(r).partition for r in rel_paths], dtype=np.int32)
     documents = Documents(
-        ids=ids[by_start],
-        start=start[by_start],
-        length=length[by_start],
-        file=file[by_start].astype(np.int32),
-        bucket=_bucket_indices(length[by_start]),
-        partition=partition[file[by_start]] if len(file) else np.empty(0, dtype=np.int32),
+        ids=ids,
+        start=start,
+        length=length,
+        file=file.astype(np.int32),
+        bucket=_bucket_indices(length),
+        partition=partition[file] if len(file) else np.empty(0, dtype=np.int32),
         split=np.full(len(length), -1, dtype=np.int8),
     )
     return ShardTree(url, "bucketed", store, documents, stats.eos_id, stats)

@@ -1,0 +1,236 @@
+"""The export job: let other trainers read a finished tree in place, without copying a token.
+
+    pretokenize export megatron --output DIR [--check]
+
+``megatron`` mirrors the tree's shards under ``DIR/megatron/``: for each shard a Megatron-LM
+``.idx`` (format in shards/megatron.py) and a ``.bin`` that is a relative symlink to the shard, so
+Megatron reads ``DIR/megatron/1024/p00_00000`` straight from ``DIR/1024/p00_00000.npy`` (and
+``DIR/megatron/train/shard_000`` from an llm.c shard, its header skipped by the byte pointers).
+``DIR/megatron/data_args.txt`` lists every prefix with its token count as the blend weight, for
+Megatron's ``--data-args-path`` (an llm.c tree's ``val/`` shards go to ``valid_data_args.txt``).
+
+The export lives in its own directory so the tree's own directories stay exactly the format's
+(``pretokenize verify`` checks them, and the jobs rewrite them); ``rm -r DIR/megatron`` undoes it.
+Symlinks need a local filesystem. Plain Python, no Beam: the indexes come from the manifest alone
+(an llm.c tree is scanned once for its EOT boundaries), about 20 bytes per document.
+
+An index describes its shard as it was: a re-run of the bucketed job or a ``pretokenize remove``
+changes shards, and the export must then be run again, which rewrites every index and removes
+those of shards that are gone. ``--check`` compares the export with what the tree needs now and
+exits 1 naming each index that is stale or missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import posixpath
+import sys
+import time
+from typing import NamedTuple
+
+import numpy as np
+
+from shards import llmc, megatron, storage
+from shards.reader import ShardTree, open_tree
+
+EXPORT_DIR = "megatron"
+DATA_ARGS_NAME = "data_args.txt"
+VALID_DATA_ARGS_NAME = "valid_data_args.txt"
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportOptions:
+    target: str
+    output: str
+    check: bool = False
+
+
+class ShardIndex(NamedTuple):
+    """What one shard needs for Megatron: its index, under the prefix the export gives it."""
+
+    shard: str  # rel path of the token file in the tree
+    prefix: str  # rel path of the Megatron prefix in the tree (EXPORT_DIR/... without extension)
+    index: bytes  # the .idx contents
+    tokens: int
+    sequences: int
+    split: str  # "val" for an llm.c val shard, "" otherwise
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="pretokenize export",
+        description="Write index files so another trainer reads a finished output tree in place.",
+    )
+    p.add_argument("target", choices=["megatron"],
+                   help=f"megatron: a Megatron-LM .idx and a .bin link per shard, under DIR/{EXPORT_DIR}/")
+    p.add_argument("--output", required=True, help="the finished output tree (a local directory)")
+    p.add_argument("--check", action="store_true", help="write nothing; exit 1 if the export is stale or missing")
+    return p
+
+
+def parse_args(argv: list[str]) -> ExportOptions:
+    ns = make_parser().parse_args(argv)
+    return ExportOptions(target=ns.target, output=storage.normalize(ns.output), check=ns.check)
+
+
+def shard_indexes(tree: ShardTree) -> list[ShardIndex]:
+    """The index of every token file of ``tree``, one sequence per document.
+
+    An llm.c document that runs on into the next shard is one sequence in each of the two files.
+    """
+    vocab = tree.stats.vocab_size if tree.stats is not None else llmc.MAX_TOKEN_ID + 1
+    code, _ = megatron.dtype_code(tree.dtype, vocab)
+    store, docs = tree.store, tree.documents
+    out = []
+    for i, rel in enumerate(store.rel_paths):
+        lo, hi = int(store.starts[i]), int(store.starts[i + 1])
+        first = int(np.searchsorted(docs.start, lo, side="left"))
+        last = int(np.searchsorted(docs.start, hi, side="left"))
+        points = docs.start[first:last]
+        if hi > lo and (len(points) == 0 or points[0] != lo):
+            points = np.concatenate(([lo], points))  # the end of a document begun in the previous file
+        lengths = np.diff(np.append(points, hi))
+        out.append(
+            ShardIndex(
+                shard=rel,
+                prefix=posixpath.join(EXPORT_DIR, megatron.prefix_of(rel)),
+                index=megatron.index_bytes(lengths, code, first_pointer=store.header_bytes),
+                tokens=hi - lo,
+                sequences=len(lengths),
+                split="val" if tree.kind == "llmc" and rel.startswith("val/") else "",
+            )
+        )
+    return out
+
+
+def data_args(tree: ShardTree, indexes: list[ShardIndex], split: str) -> str:
+    """``tokens prefix`` per shard: a blend whose weights are the shards' sizes, uniform over tokens."""
+    return "".join(f"{x.tokens} {storage.join(tree.url, x.prefix)}\n" for x in indexes if x.split == split and x.tokens)
+
+
+def _args_files(tree: ShardTree, indexes: list[ShardIndex]) -> dict[str, str]:
+    files = {posixpath.join(EXPORT_DIR, DATA_ARGS_NAME): data_args(tree, indexes, "")}
+    if tree.kind == "llmc":
+        files[posixpath.join(EXPORT_DIR, VALID_DATA_ARGS_NAME)] = data_args(tree, indexes, "val")
+    return files
+
+
+def _link_target(x: ShardIndex) -> str:
+    """The .bin link's target, relative to the link's directory."""
+    return posixpath.relpath(x.shard, posixpath.dirname(x.prefix))
+
+
+def _local_root(tree: ShardTree) -> str:
+    if not tree.store.local:
+        raise ValueError(
+            f"{tree.url}: the Megatron export links each shard as its .bin, which needs a local filesystem; "
+            "export a local copy or mount of the tree"
+        )
+    return tree.store.root
+
+
+def _orphans(root: str, indexes: list[ShardIndex]) -> list[str]:
+    """Index files and .bin links under EXPORT_DIR whose shard is gone (rel paths)."""
+    live = {x.prefix for x in indexes}
+    found = []
+    for dirpath, _, names in os.walk(os.path.join(root, EXPORT_DIR)):
+        for name in names:
+            rel = posixpath.relpath(posixpath.join(dirpath, name), root)
+            stem, ext = posixpath.splitext(rel)
+            if stem in live:
+                continue
+            if ext == megatron.IDX_SUFFIX or (ext == megatron.BIN_SUFFIX and os.path.islink(os.path.join(root, rel))):
+                found.append(rel)
+    return sorted(found)
+
+
+def export_megatron(tree: ShardTree) -> list[ShardIndex]:
+    """Write every index (atomically), the .bin links and the data-args files; remove orphans."""
+    root = _local_root(tree)
+    indexes = shard_indexes(tree)
+    for x in indexes:
+        storage.write_atomic(posixpath.join(root, x.prefix + megatron.IDX_SUFFIX), x.index)
+        _link(posixpath.join(root, x.prefix + megatron.BIN_SUFFIX), _link_target(x))
+    for rel in _orphans(root, indexes):
+        os.remove(os.path.join(root, rel))
+    for rel, text in _args_files(tree, indexes).items():
+        storage.write_atomic(posixpath.join(root, rel), text.encode())
+    return indexes
+
+
+def _link(path: str, target: str) -> None:
+    """Make ``path`` a symlink to ``target``, replacing an older link (never a file)."""
+    if os.path.lexists(path):
+        if not os.path.islink(path):
+            raise FileExistsError(f"{path} exists and is not a link; the export only replaces links it made")
+        if os.readlink(path) == target:
+            return
+    tmp = f"{path}.partial-{os.getpid()}"
+    if os.path.lexists(tmp):
+        os.remove(tmp)
+    os.symlink(target, tmp)
+    os.replace(tmp, path)
+
+
+def check_megatron(tree: ShardTree) -> list[str]:
+    """Problems with the tree's Megatron export, one line each; empty when it is current."""
+    root = _local_root(tree)
+    indexes = shard_indexes(tree)
+    problems = []
+    for x in indexes:
+        current = _read_bytes(posixpath.join(root, x.prefix + megatron.IDX_SUFFIX))
+        if current is None:
+            problems.append(f"{x.prefix}{megatron.IDX_SUFFIX}: missing")
+        elif current != x.index:
+            problems.append(f"{x.prefix}{megatron.IDX_SUFFIX}: stale (does not describe {x.shard} as it is now)")
+        bin_path = posixpath.join(root, x.prefix + megatron.BIN_SUFFIX)
+        if not os.path.islink(bin_path) or os.readlink(bin_path) != _link_target(x):
+            problems.append(f"{x.prefix}{megatron.BIN_SUFFIX}: not a link to {x.shard}")
+    problems += [f"{rel}: left from a shard that no longer exists" for rel in _orphans(root, indexes)]
+    for rel, text in _args_files(tree, indexes).items():
+        if _read_bytes(posixpath.join(root, rel)) != text.encode():
+            problems.append(f"{rel}: missing or stale")
+    return problems
+
+
+def _read_bytes(path: str) -> bytes | None:
+    if not os.path.isfile(path):
+        return None
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def run(argv: list[str] | None = None) -> int:
+    """0 when done (or, with --check, when the export is current); 1 when --check finds problems;
+    2 when the tree cannot be exported (unfinished, or not local)."""
+    options = parse_args(argv or [])
+    start = time.monotonic()
+    try:
+        tree = open_tree(options.output)
+        _local_root(tree)
+    except (FileNotFoundError, ValueError) as e:  # unfinished (IncompleteTreeError), missing, damaged, remote
+        print(f"pretokenize export: {e}", file=sys.stderr, flush=True)
+        return 2
+    if options.check:
+        problems = check_megatron(tree)
+        for line in problems:
+            print(f"  {line}")
+        if problems:
+            print(f"export megatron --check: {len(problems)} problem(s); run 'pretokenize export megatron "
+                  f"--output {options.output}' to bring the export up to date", flush=True)
+            return 1
+        print(f"export megatron --check: all {len(tree.store.rel_paths)} indexes are current", flush=True)
+        return 0
+    indexes = export_megatron(tree)
+    seconds = time.monotonic() - start
+    print(
+        f"wrote {len(indexes)} Megatron indexes ({sum(x.sequences for x in indexes):,} sequences, "
+        f"{sum(len(x.index) for x in indexes):,} bytes) for {sum(x.tokens for x in indexes):,} tokens "
+        f"in {seconds:.1f} s, under {storage.join(tree.url, EXPORT_DIR)}",
+        flush=True,
+    )
+    for rel in _args_files(tree, indexes):
+        print(f"blend for --data-args-path: {storage.join(tree.url, rel)}", flush=True)
+    return 0

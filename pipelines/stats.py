@@ -1,0 +1,187 @@
+"""The stats job: document lengths per bucket, as a table and a histogram, for choosing mixing weights.
+
+    pretokenize stats --output DIR [--png PATH] [--table PATH] [--split all|train|val] [--val-fraction F]
+
+Reads only the manifest (an llm.c tree is scanned once for its documents), never the tokens of a
+bucketed tree. Prints the table and writes it to ``DIR/length_stats.txt``, and draws
+``DIR/length_histogram.png``: every document's length on a log scale with the bucket bounds, then
+one panel per non-empty bucket. ``--png`` and ``--table`` write elsewhere (local or fsspec);
+``--png none`` skips the picture. Plain Python; the picture needs matplotlib (the ``stats`` extra).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import io
+import sys
+
+import numpy as np
+
+from shards import layout, storage
+from shards.reader import SPLITS, ShardTree, open_tree
+
+PNG_NAME = "length_histogram.png"
+TABLE_NAME = "length_stats.txt"
+_COLUMNS = ("bucket", "documents", "tokens", "token_share", "min", "p10", "p50", "p90", "max", "mean")
+
+
+@dataclasses.dataclass(frozen=True)
+class StatsOptions:
+    output: str
+    png: str | None = None  # None: DIR/length_histogram.png; "none": no picture
+    table: str | None = None
+    split: str = "all"
+    val_fraction: float = 0.0
+    bins: int = 40
+
+
+@dataclasses.dataclass(frozen=True)
+class BucketLengths:
+    bucket: str
+    lengths: np.ndarray  # int64, one per document
+
+    @property
+    def documents(self) -> int:
+        return len(self.lengths)
+
+    @property
+    def tokens(self) -> int:
+        return int(self.lengths.sum())
+
+
+def parse_args(argv: list[str]) -> StatsOptions:
+    p = argparse.ArgumentParser(prog="pretokenize stats", description=__doc__.splitlines()[0])
+    p.add_argument("--output", required=True, help="the finished output tree (local path or fsspec URL)")
+    p.add_argument("--png", default=None, help=f"where to draw the histogram (default DIR/{PNG_NAME}; 'none': skip)")
+    p.add_argument("--table", default=None, help=f"where to write the table (default DIR/{TABLE_NAME})")
+    p.add_argument("--split", default="all", choices=SPLITS, help="documents of this split only")
+    p.add_argument("--val-fraction", "--val_fraction", dest="val_fraction", type=float, default=0.0,
+                   help="the validation fraction that defines --split for a bucketed tree")
+    p.add_argument("--bins", type=int, default=40, help="histogram bins per panel")
+    ns = p.parse_args(argv)
+    if ns.bins < 1:
+        p.error("--bins must be at least 1")
+    return StatsOptions(storage.normalize(ns.output), ns.png, ns.table, ns.split, ns.val_fraction, ns.bins)
+
+
+def bucket_lengths(tree: ShardTree, split: str = "all", val_fraction: float = 0.0) -> list[BucketLengths]:
+    """Document lengths of every bucket (empty ones included), in bucket order."""
+    rows = tree.select(split, val_fraction)
+    lengths = tree.documents.length[rows]
+    buckets = tree.documents.bucket[rows]
+    return [BucketLengths(name, lengths[buckets == i]) for i, name in enumerate(layout.BUCKET_NAMES)]
+
+
+def table(per_bucket: list[BucketLengths]) -> str:
+    """A fixed-width table: per bucket, documents, tokens, share of tokens and length percentiles."""
+    total_tokens = sum(b.tokens for b in per_bucket)
+    rows = [_COLUMNS]
+    everything = [b.lengths for b in per_bucket]
+    for name, lengths in [(b.bucket, b.lengths) for b in per_bucket] + [("total", np.concatenate(everything))]:
+        if len(lengths) == 0:
+            rows.append((name, "0", "0", "0.0%") + ("-",) * 6)
+            continue
+        p10, p50, p90 = (int(v) for v in np.percentile(lengths, [10, 50, 90], method="lower"))
+        tokens = int(lengths.sum())
+        rows.append((
+            name,
+            f"{len(lengths):,}",
+            f"{tokens:,}",
+            f"{100.0 * tokens / total_tokens:.1f}%" if total_tokens else "-",
+            f"{int(lengths.min()):,}",
+            f"{p10:,}",
+            f"{p50:,}",
+            f"{p90:,}",
+            f"{int(lengths.max()):,}",
+            f"{lengths.mean():,.0f}",
+        ))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(_COLUMNS))]
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
+             for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines) + "\n"
+
+
+def _log_bins(low: float, high: float, bins: int) -> np.ndarray:
+    high = max(high, low + 1)
+    return np.unique(np.geomspace(low, high + 1, bins + 1).round().astype(np.int64))
+
+
+def draw(per_bucket: list[BucketLengths], title: str, bins: int = 40) -> bytes:
+    """The histogram as PNG bytes."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise ImportError(
+            "the histogram needs matplotlib: pip install 'beam-pretokenize[stats]' (or pass --png none)"
+        ) from None
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    shown = [b for b in per_bucket if b.documents]
+    cols = 3
+    panel_rows = max(1, -(-len(shown) // cols))
+    fig = plt.figure(figsize=(13, 3.6 + 2.8 * panel_rows), layout="constrained")
+    grid = fig.add_gridspec(1 + panel_rows, cols, height_ratios=[1.3] + [1] * panel_rows)
+    colors = plt.get_cmap("tab10")
+
+    overall = fig.add_subplot(grid[0, :])
+    if shown:
+        all_lengths = np.concatenate([b.lengths for b in shown])
+        edges = _log_bins(int(all_lengths.min()), int(all_lengths.max()), bins * 2)
+        overall.hist([b.lengths for b in shown], bins=edges, stacked=True,
+                     color=[colors(layout.BUCKET_NAMES.index(b.bucket)) for b in shown],
+                     label=[b.bucket for b in shown])
+        for bound in layout.BUCKET_BOUNDS:
+            if bound <= edges[-1]:
+                overall.axvline(bound, color="grey", linewidth=0.6, linestyle=":")
+        overall.legend(title="bucket", ncols=min(len(shown), 5), fontsize=8)
+    overall.set_xscale("log")
+    overall.yaxis.set_major_locator(MaxNLocator(integer=True))
+    overall.set_xlabel("document length (tokens, EOS included)")
+    overall.set_ylabel("documents")
+    total_docs = sum(b.documents for b in per_bucket)
+    total_tokens = sum(b.tokens for b in per_bucket)
+    overall.set_title(f"{title}: {total_docs:,} documents, {total_tokens:,} tokens")
+
+    for k, b in enumerate(shown):
+        ax = fig.add_subplot(grid[1 + k // cols, k % cols])
+        # A bucket spans a factor of two (beyond: whatever it holds), so a linear axis reads best.
+        low, high = layout.bucket_range(b.bucket)
+        hi = high if high is not None else int(b.lengths.max())
+        edges = np.unique(np.linspace(low, hi + 1, bins + 1).round().astype(np.int64))
+        ax.hist(b.lengths, bins=edges, color=colors(layout.BUCKET_NAMES.index(b.bucket)))
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        share = 100.0 * b.tokens / total_tokens if total_tokens else 0.0
+        ax.set_title(f"{b.bucket}: {b.documents:,} docs, {b.tokens:,} tokens ({share:.1f}%)", fontsize=9)
+        ax.set_xlabel("length", fontsize=8)
+        ax.tick_params(labelsize=7)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def run(argv: list[str] | None = None) -> int:
+    """0 when the table (and picture) are written; 2 when the tree is not a finished one."""
+    options = parse_args(argv or [])
+    try:
+        tree = open_tree(options.output)
+    except FileNotFoundError as e:  # missing, or unfinished (IncompleteTreeError)
+        print(f"pretokenize stats: {e}", file=sys.stderr, flush=True)
+        return 2
+    per_bucket = bucket_lengths(tree, options.split, options.val_fraction)
+    text = table(per_bucket)
+    heading = f"# document lengths of {tree.url} (split {options.split}"
+    heading += f", val_fraction {options.val_fraction})\n" if options.val_fraction else ")\n"
+    table_url = options.table or storage.join(tree.url, TABLE_NAME)
+    storage.write_atomic(storage.normalize(table_url), (heading + text).encode())
+    print(heading + text, end="", flush=True)
+    print(f"table: {table_url}", flush=True)
+    if options.png != "none":
+        png_url = options.png or storage.join(tree.url, PNG_NAME)
+        storage.write_atomic(storage.normalize(png_url), draw(per_bucket, tree.url, options.bins))
+        print(f"histogram: {png_url}", flush=True)
+    return 0
