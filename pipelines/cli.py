@@ -10,10 +10,16 @@ import logging
 import re
 import sys
 
-from transforms.records import BadInputError
+# Importing Beam without its GCP extra logs a warning about BigQuery clients that a user of this
+# tool cannot act on; drop that one message (the filter must be in place before the import).
+logging.getLogger().addFilter(lambda record: "apitools not found" not in record.getMessage())
+
+from transforms.records import BadInputError  # noqa: E402
 
 JOBS = {
     "bucketed": ("pipelines.bucketed", "documents to length-bucketed token shards (FinePDFs-Edu layout)"),
+    "scaffold": ("pipelines.scaffold", "documents to countdown-token shards in llm.c's format (train/, val/)"),
+    "decode": ("pipelines.decode", "print llm.c scaffold shards back as text (with or without <ff_N>)"),
     "remove": ("pipelines.remove", "take flagged ids out of a bucketed output, rewriting only their shards"),
     "verify": ("pipelines.verify", "check an output tree against its format (and its source with --input)"),
     "export": ("pipelines.export", "zero-copy indexes for other trainers: export megatron (.idx and .bin link)"),

@@ -16,7 +16,7 @@ import uuid
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from shards import layout, storage
+from shards import layout, llmc, storage
 from shards.manifest import DatasetStats
 from shards.removal import REMOVALS_NAME, parse_removal_line, read_removal_list
 from transforms.verify import MAX_REPORTED, VerifyConfig, VerifyOutput, plan_units, write_report
@@ -50,6 +50,26 @@ def _read_stats(output: str) -> DatasetStats | str:
         return f"{layout.STATS_NAME}: unreadable: {e}"
 
 
+def _is_scaffold_tree(output: str) -> bool:
+    fs, root = storage.filesystem(output)
+    path = f"{root.rstrip('/')}/{layout.STATS_NAME}"
+    return fs.exists(path) and llmc.is_scaffold_stats(fs.cat_file(path).decode("utf-8", "replace"))
+
+
+def _verify_scaffold(output: str, args) -> int:
+    """The llm.c checks, split by split (each split is one token stream, read once in order)."""
+    if args.input:
+        print("verify: --input is not supported for scaffold trees; checking the format only", flush=True)
+    problems = llmc.check_llmc_tree(output)
+    for problem in problems[:MAX_REPORTED]:
+        print(f"  {problem}")
+    if problems:
+        print(f"verify: FAILED, {len(problems)} problems in {output} (scaffold llm.c shards)", flush=True)
+        return 1
+    print(f"verify: OK, {output} (scaffold llm.c shards)", flush=True)
+    return 0
+
+
 def _removed_ids(output: str, removal_list: str | None) -> frozenset[str]:
     ids = set(read_removal_list(storage.normalize(removal_list))) if removal_list else set()
     fs, root = storage.filesystem(output)
@@ -65,6 +85,8 @@ def run(argv: list[str] | None = None) -> int:
     if not 0.0 < args.sample <= 1.0:
         raise ValueError(f"--sample must be within (0, 1], got {args.sample}")
     output = storage.normalize(args.output)
+    if _is_scaffold_tree(output):
+        return _verify_scaffold(output, args)
     stats = _read_stats(output)
     if isinstance(stats, str):
         print(f"  {stats}\nverify: FAILED, 1 problem in {output}", flush=True)

@@ -144,3 +144,23 @@ def test_unfinished_tree_fails_without_running(damaged, capsys):
     (out / layout.STATS_NAME).unlink()
     code, text = run_verify(out, capsys)
     assert code == 1 and "the tree is not finished" in text
+
+
+def test_verify_checks_a_scaffold_tree_too(tmp_path, capsys, gpt2_spec):
+    from conftest import REPO
+
+    from pipelines import scaffold
+    from shards import llmc
+
+    out = tmp_path / "scaffold"
+    scaffold.run(["--input", str(REPO / "tests" / "data" / "scaffold" / "por_annotated.jsonl"), "--output", str(out),
+                  "--tokenizer", gpt2_spec, "--shard-tokens", "4000", *RUNNER])
+    code, text = run_verify(out, capsys)
+    assert code == 0 and "verify: OK" in text and "scaffold" in text
+    shard = out / "train" / "shard_000.bin"
+    data = bytearray(shard.read_bytes())
+    tokens = np.frombuffer(bytes(data[llmc.HEADER_BYTES:]), dtype="<u2").copy()
+    tokens[0] = 100  # the first document no longer starts with a countdown token
+    shard.write_bytes(bytes(data[: llmc.HEADER_BYTES]) + tokens.tobytes())
+    code, text = run_verify(out, capsys)
+    assert code == 1 and "verify: FAILED" in text and "countdown" in text

@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".jsonl.bz2", ".jsonl.xz", ".json", ".json.gz", ".ndjson")
+# Read as JSON text, not JSON lines, when ReadConfig.json_values is set.
+JSON_VALUES_SUFFIXES = (".json", ".json.gz")
 
 # Each field the jobs can read: (field name, the record attribute, the kind of value it must hold).
 LID_FIELDS: tuple[tuple[str, str], ...] = (
@@ -48,6 +50,9 @@ class ReadConfig:
     text_field: str = "text"
     with_lid: bool = True
     batch_rows: int = 256
+    # .json files as JSON text rather than JSON lines: one object, an array of objects, or objects
+    # one after another (pretty-printed or one a line). .jsonl and .ndjson files stay JSON lines.
+    json_values: bool = False
 
     def fields(self) -> list[tuple[str, str]]:
         out = [(self.id_field, "id"), (self.text_field, "string")]
@@ -55,10 +60,10 @@ class ReadConfig:
 
 
 class InputUnit(NamedTuple):
-    """One piece of reading work: a row group of a parquet file, or a whole JSONL file."""
+    """One piece of reading work: a row group of a parquet file, or a whole JSONL (or JSON) file."""
 
     path: str
-    kind: str  # "parquet" or "jsonl"
+    kind: str  # "parquet", "jsonl" or "json"
     row_group: int  # -1 for jsonl
     first_row: int  # index in its file of the unit's first row
 
@@ -108,12 +113,16 @@ def check_parquet_schema(path: str, schema: pa.Schema, fields: Sequence[tuple[st
             raise BadInputError(path, f"column {name!r} has type {got}, expected {kind}")
 
 
+def _is_json_text(path: str) -> bool:
+    return path.lower().endswith(JSON_VALUES_SUFFIXES)
+
+
 def _plan_file(path: str, config: ReadConfig) -> list[InputUnit]:
     kind = _file_kind(path)
     if kind is None:
         raise BadInputError(path, f"unknown file type; expected one of {PARQUET_SUFFIXES + JSONL_SUFFIXES}")
     if kind == "jsonl":
-        return [InputUnit(path, "jsonl", -1, 0)]
+        return [InputUnit(path, "json" if config.json_values and _is_json_text(path) else "jsonl", -1, 0)]
     fs, fs_path = storage.filesystem(path)
     try:
         with fs.open(fs_path, "rb") as f:
@@ -217,9 +226,124 @@ def read_jsonl_unit(unit: InputUnit, config: ReadConfig) -> Iterator[Document]:
             yield _make_document(obj, config, unit.path, line_no - 1, where)
 
 
+class _JsonText:
+    """JSON values from a binary stream, one at a time: memory holds one value and a read chunk.
+
+    The stream is either one array (its elements are the values) or values one after another,
+    separated by whitespace: a single object, pretty-printed objects, or JSON lines.
+    """
+
+    def __init__(self, f, path: str, chunk_chars: int = 1 << 20):
+        import codecs
+
+        self._f = f
+        self._path = path
+        self._chunk = chunk_chars
+        self._utf8 = codecs.getincrementaldecoder("utf-8")()
+        self._bytes_read = 0
+        self._buf = ""
+        self._pos = 0
+        self._eof = False
+        self._decoder = json.JSONDecoder()
+
+    def _more(self, at_least: int) -> bool:
+        """Append at least ``at_least`` characters (fewer at the end); False at the end of the stream."""
+        if self._eof:
+            return False
+        if self._pos:
+            self._buf, self._pos = self._buf[self._pos:], 0
+        added = 0
+        while added < at_least:
+            data = self._f.read(max(at_least - added, self._chunk))
+            try:
+                text = self._utf8.decode(data, final=not data)
+            except UnicodeDecodeError as e:
+                raise BadInputError(
+                    self._path, f"is not valid UTF-8 ({e.reason} at byte {self._bytes_read + e.start})"
+                ) from None
+            self._bytes_read += len(data)
+            self._buf += text
+            added += len(text)
+            if not data:
+                self._eof = True
+                break
+        return added > 0
+
+    def _skip_space(self) -> str:
+        """The next non-whitespace character ('' at the end), not consumed."""
+        while True:
+            while self._pos < len(self._buf) and self._buf[self._pos] in " \t\r\n\ufeff":
+                self._pos += 1
+            if self._pos < len(self._buf):
+                return self._buf[self._pos]
+            if not self._more(1):
+                return ""
+
+    def _value(self, where: str):
+        need = self._chunk
+        while True:
+            try:
+                value, end = self._decoder.raw_decode(self._buf, self._pos)
+                # A number or literal cut by the chunk edge would decode short: read on before trusting it.
+                if end < len(self._buf) or self._eof or isinstance(value, (dict, list, str)):
+                    self._pos = end
+                    return value
+            except json.JSONDecodeError as e:
+                if self._eof:
+                    raise BadInputError(where, f"is not JSON ({e.msg})") from None
+            # Possibly cut by the end of what has been read: read more (doubling) and try again.
+            self._more(need)
+            need *= 2
+
+    def values(self) -> Iterator:
+        first = self._skip_space()
+        if first == "[":
+            self._pos += 1
+            index = 0
+            if self._skip_space() == "]":
+                self._pos += 1
+            else:
+                while True:
+                    yield self._value(f"{self._path} record {index + 1}")
+                    index += 1
+                    c = self._skip_space()
+                    self._pos += 1
+                    if c == "]":
+                        break
+                    if c != ",":
+                        raise BadInputError(f"{self._path} record {index}", "is not followed by ',' or ']'")
+                    self._skip_space()
+            if self._skip_space():
+                raise BadInputError(self._path, "has more text after its JSON array")
+            return
+        index = 0
+        while self._skip_space():
+            yield self._value(f"{self._path} record {index + 1}")
+            index += 1
+
+
+def read_json_unit(unit: InputUnit, config: ReadConfig) -> Iterator[Document]:
+    """Documents of a .json file: one object, an array of objects, or objects one after another."""
+    import fsspec
+
+    fields = [name for name, _ in config.fields()]
+    required = fields if config.with_lid else fields[:2]
+    with fsspec.open(unit.path, "rb", compression="infer") as f:
+        for index, obj in enumerate(_JsonText(f, unit.path).values()):
+            where = f"{unit.path} record {index + 1}"
+            if not isinstance(obj, dict):
+                raise BadInputError(where, f"is a JSON {type(obj).__name__}, not an object")
+            missing = [k for k in required if k not in obj]
+            if missing:
+                raise BadInputError(where, f"missing field(s) {', '.join(missing)}")
+            yield _make_document(obj, config, unit.path, index, where)
+
+
 def read_unit(unit: InputUnit, config: ReadConfig) -> Iterator[Document]:
     if unit.kind == "parquet":
         return read_parquet_unit(unit, config)
+    if unit.kind == "json":
+        return read_json_unit(unit, config)
     return read_jsonl_unit(unit, config)
 
 

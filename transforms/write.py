@@ -21,7 +21,7 @@ import dataclasses
 import logging
 import posixpath
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import NamedTuple
 
 import apache_beam as beam
@@ -87,11 +87,27 @@ def shard_key(doc: TokenizedDocument, config: ShardConfig) -> tuple[str, int]:
     return layout.bucket_name(len(doc.tokens)), layout.partition_of(doc.id, config.partitions)
 
 
-class SpillTokensFn(beam.DoFn):
-    """Appends each document's tokens to this bundle's spill file; emits ((bucket, partition), DocRef)."""
+def bucketed_spill_key(doc: TokenizedDocument, config: ShardConfig) -> tuple[tuple[str, int], int]:
+    """The group a spilled document joins, (bucket, partition), and its sort key in that group."""
+    return shard_key(doc, config), layout.shuffle_key(doc.id, config.seed)
 
-    def __init__(self, config: ShardConfig):
+
+def ref_order(ref: DocRef) -> tuple:
+    """The order of documents in a group: the seeded shuffle key, ties broken by id and origin."""
+    return ref.sort_key, ref.id, ref.source, ref.row
+
+
+class SpillTokensFn(beam.DoFn):
+    """Appends each document's tokens to this bundle's spill file; emits (group key, DocRef).
+
+    ``key_fn(doc, config) -> (group key, sort key)`` says where a document goes; the default is
+    the bucketed layout's ((bucket, partition), seeded shuffle key). ``config`` needs ``spill_url``
+    (and whatever ``key_fn`` reads). Documents need ``id``, ``tokens``, ``source`` and ``row``.
+    """
+
+    def __init__(self, config: ShardConfig, key_fn: Callable | None = None):
         self._config = config
+        self._key_fn = key_fn or bucketed_spill_key
 
     def setup(self):
         self._fs, self._spill_dir = storage.filesystem(self._config.spill_url)
@@ -110,8 +126,9 @@ class SpillTokensFn(beam.DoFn):
             self._offset = 0
         data = doc.tokens.data
         self._file.write(data)
+        key, sort_key = self._key_fn(doc, self._config)
         ref = DocRef(
-            sort_key=layout.shuffle_key(doc.id, self._config.seed),
+            sort_key=sort_key,
             id=doc.id,
             length=len(doc.tokens),
             spill_path=self._path,
@@ -120,7 +137,7 @@ class SpillTokensFn(beam.DoFn):
             row=doc.row,
         )
         self._offset += data.nbytes
-        yield shard_key(doc, self._config), ref
+        yield key, ref
 
     def finish_bundle(self):
         if self._file is not None:
@@ -214,7 +231,7 @@ def write_group(bucket: str, partition: int, refs: Iterable[DocRef], config: Sha
     if fs is None:
         fs, _ = storage.filesystem(config.output)
     _, staged = storage.filesystem(config.staged_url)
-    ordered = sorted(refs, key=lambda r: (r.sort_key, r.id, r.source, r.row))
+    ordered = sorted(refs, key=ref_order)
     reader = _SpillReader(fs, layout.DTYPES[config.dtype].itemsize)
     files: list[ShardFile] = []
     rows: list[str] = []

@@ -1,0 +1,246 @@
+"""``pretokenize decode``: print the documents of llm.c scaffold shards back as text.
+
+    pretokenize decode out/scaffold/train/shard_000.bin --docs 3 [--markers] [--tokenizer gpt2]
+    pretokenize decode out/scaffold/val                 # every shard of a split, in order
+
+Each document is split into words at its countdown tokens; each word's BPE ids are decoded on
+their own, and the words are joined with single spaces (the dataset card's "How to Decode").
+``--markers`` puts each word's ``<ff_N>`` before it, which gives the ``content-ff`` form back.
+Documents are separated by a blank line.
+
+A document may continue from one shard into the next. Shards given one after another in their
+order are read as one stream; a document still open at the end of the last one given is read on
+into the shards beside it. A shard that begins inside a document (its predecessor beside it does
+not end with EOT) has those first tokens skipped, with a note on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import posixpath
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from typing import NamedTuple, TextIO
+
+import numpy as np
+
+from shards import llmc, storage
+from transforms.records import BadInputError
+
+
+def load_token_bytes(spec: str) -> Callable[[Sequence[int]], bytes]:
+    """The bytes of BPE ids for a tokenizer spec: gpt2, tiktoken:PATH or hf:NAME_OR_PATH."""
+    kind, _, arg = spec.partition(":")
+    if kind == "gpt2" and not arg:
+        import tiktoken
+
+        return tiktoken.get_encoding("gpt2").decode_bytes
+    if kind == "tiktoken" and arg:
+        from transforms.encoders import _load_ranks  # the job's own reader of ranks files
+
+        ranks = _load_ranks(arg)
+        table = [b""] * len(ranks)
+        for token, rank in ranks.items():
+            table[rank] = token
+        return lambda ids: b"".join(table[i] for i in ids)
+    if kind == "hf" and arg:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(arg)
+        return lambda ids: tok.decode(list(ids), clean_up_tokenization_spaces=False).encode("utf-8")
+    raise ValueError(f"decode needs a GPT-2 tokenizer: gpt2, tiktoken:PATH or hf:NAME_OR_PATH, not {spec!r}")
+
+
+class Word(NamedTuple):
+    countdown: int | None  # None for BPE ids not preceded by a countdown token
+    ids: np.ndarray
+
+
+def document_words(tokens: np.ndarray) -> list[Word]:
+    """A document's words: each countdown token with the BPE ids up to the next one (EOT left out)."""
+    t = np.asarray(tokens)
+    if len(t) and t[-1] == llmc.GPT2_EOT:
+        t = t[:-1]
+    ff = np.flatnonzero(t >= llmc.FF_BASE)
+    words = []
+    if len(t) and (not len(ff) or ff[0] > 0):
+        words.append(Word(None, t[: ff[0] if len(ff) else len(t)]))
+    bounds = np.append(ff, len(t))
+    for start, end in zip(bounds[:-1], bounds[1:], strict=True):
+        words.append(Word(int(t[start]) - llmc.FF_BASE, t[start + 1:end]))
+    return words
+
+
+def render(tokens: np.ndarray, token_bytes: Callable[[Sequence[int]], bytes], markers: bool) -> str:
+    """A document as text: its words joined by spaces, each after its ``<ff_N>`` with ``markers``."""
+    parts = []
+    for word in document_words(tokens):
+        text = token_bytes(word.ids.tolist()).decode("utf-8", errors="replace")
+        parts.append(f"<ff_{word.countdown}> {text}" if markers and word.countdown is not None else text)
+    return " ".join(parts)
+
+
+class ShardFile(NamedTuple):
+    path: str
+    index: int  # -1 when the name is not shard_NNN.bin
+    width: int
+
+
+def _shard_file(path: str) -> ShardFile:
+    name = posixpath.basename(path.replace(os.sep, "/"))
+    try:
+        index = llmc.parse_shard_name(name)
+    except ValueError:
+        return ShardFile(path, -1, 0)
+    return ShardFile(path, index, len(name) - len("shard_.bin"))
+
+
+def _beside(f: ShardFile, index: int) -> str | None:
+    """The path of shard ``index`` in the directory of ``f`` (same number width), if it exists."""
+    if f.index < 0 or index < 0:
+        return None
+    fs, path = storage.filesystem(storage.normalize(f.path))
+    other = posixpath.join(posixpath.dirname(path), f"shard_{index:0{f.width}d}.bin")
+    return storage.unstrip(fs, other, storage.normalize(f.path)) if fs.exists(other) else None
+
+
+def load_tokens(path: str) -> np.ndarray:
+    """A shard's tokens (memory-mapped when local), header checked against the size."""
+    url = storage.normalize(path)
+    if "://" not in url:
+        return llmc.read_tokens(url)
+    fs, p = storage.filesystem(url)
+    data = fs.cat(p)
+    count = llmc.parse_header(data, path)
+    body = np.frombuffer(data, dtype=llmc.TOKEN_DTYPE, offset=llmc.HEADER_BYTES)
+    if len(body) != count:
+        raise ValueError(f"{path}: header says {count} tokens, the file holds {len(body)}")
+    return body
+
+
+def _last_token(path: str) -> int | None:
+    """The last token of a shard (None when it has none), read without reading the shard."""
+    fs, p = storage.filesystem(storage.normalize(path))
+    with fs.open(p, "rb") as f:
+        count = llmc.parse_header(f.read(llmc.HEADER_BYTES), path)
+        if count == 0:
+            return None
+        f.seek(llmc.HEADER_BYTES + (count - 1) * llmc.TOKEN_DTYPE.itemsize)
+        data = f.read(llmc.TOKEN_DTYPE.itemsize)
+    if len(data) != llmc.TOKEN_DTYPE.itemsize:
+        raise ValueError(f"{path}: shorter than its header says")
+    return int(np.frombuffer(data, dtype=llmc.TOKEN_DTYPE)[0])
+
+
+def expand_paths(paths: Sequence[str]) -> list[str]:
+    """Shard files from files and split directories (a directory: its shard_NNN.bin in order)."""
+    out = []
+    for path in paths:
+        url = storage.normalize(path)
+        fs, p = storage.filesystem(url)
+        if fs.isdir(p):
+            found = llmc.sorted_shard_files(fs.ls(p, detail=False))
+            if not found:
+                raise BadInputError(path, "is a directory without shard_NNN.bin files")
+            out += [storage.unstrip(fs, f, url) for f in found]
+        elif fs.exists(p):
+            out.append(url)
+        else:
+            raise BadInputError(path, "no such file or directory")
+    return out
+
+
+def _starts_inside_document(f: ShardFile, first_tokens: np.ndarray) -> bool:
+    if f.index == 0:
+        return False
+    before = _beside(f, f.index - 1)
+    if before is not None:
+        last = _last_token(before)
+        return last is not None and last != llmc.GPT2_EOT
+    # Unknown: a stream that opens with a countdown token is taken to open a document.
+    return len(first_tokens) > 0 and first_tokens[0] < llmc.FF_BASE and first_tokens[0] != llmc.GPT2_EOT
+
+
+def iter_documents(paths: Sequence[str], log: TextIO = sys.stderr) -> Iterator[np.ndarray]:
+    """The documents of shard files read as a stream (see the module docstring), EOT included."""
+    files = [_shard_file(p) for p in expand_paths(paths)]
+    pending: list[np.ndarray] = []
+    previous: ShardFile | None = None
+    for f in files:
+        tokens = load_tokens(f.path)
+        follows = previous is not None and previous.index >= 0 and f.index == previous.index + 1 and (
+            posixpath.dirname(previous.path) == posixpath.dirname(f.path))
+        if not follows:
+            if pending:
+                print(f"note: the document at the end of {previous.path} continues beyond it", file=log)
+                yield np.concatenate(pending)
+                pending = []
+            if _starts_inside_document(f, tokens):
+                ends = np.flatnonzero(tokens == llmc.GPT2_EOT)
+                skip = int(ends[0]) + 1 if len(ends) else len(tokens)
+                print(f"note: skipped {skip} tokens at the start of {f.path} that finish a document "
+                      "begun in the shard before it", file=log)
+                tokens = tokens[skip:]
+        yield from _split(tokens, pending)
+        previous = f
+    # A document still open: read on into the next shards beside the last one.
+    while pending and previous is not None:
+        nxt = _beside(previous, previous.index + 1)
+        if nxt is None:
+            print(f"note: the last document of {previous.path} does not end with EOT", file=log)
+            yield np.concatenate(pending)
+            return
+        previous = _shard_file(nxt)
+        tokens = load_tokens(nxt)
+        ends = np.flatnonzero(tokens == llmc.GPT2_EOT)
+        if len(ends):
+            pending.append(np.asarray(tokens[: ends[0] + 1]))
+            yield np.concatenate(pending)
+            return
+        pending.append(np.asarray(tokens))
+
+
+def _split(tokens: np.ndarray, pending: list[np.ndarray]) -> Iterator[np.ndarray]:
+    """Documents ending in ``tokens``; the unfinished tail is left in ``pending`` (emptied as used)."""
+    start = 0
+    for end in np.flatnonzero(tokens == llmc.GPT2_EOT):
+        piece = np.asarray(tokens[start:end + 1])
+        if pending:
+            pending.append(piece)
+            piece = np.concatenate(pending)
+            pending.clear()
+        yield piece
+        start = end + 1
+    if start < len(tokens):
+        pending.append(np.asarray(tokens[start:]))
+
+
+def decode(paths: Sequence[str], token_bytes, docs: int | None, markers: bool, out: TextIO, log: TextIO) -> int:
+    """Write up to ``docs`` documents of ``paths`` to ``out``; the number written."""
+    written = 0
+    for tokens in iter_documents(paths, log):
+        if docs is not None and written >= docs:
+            break
+        if written:
+            out.write("\n")
+        out.write(render(tokens, token_bytes, markers) + "\n")
+        written += 1
+    return written
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="pretokenize decode", description="Print llm.c scaffold shards back as text.")
+    p.add_argument("paths", nargs="+", metavar="SHARD", help="shard files (in order) or split directories")
+    p.add_argument("--docs", type=int, default=None, help="print only the first N documents")
+    p.add_argument("--markers", action="store_true", help="print each word's <ff_N> countdown marker before it")
+    p.add_argument("--tokenizer", default="gpt2", help="gpt2 | tiktoken:PATH | hf:NAME_OR_PATH (as the job used)")
+    return p
+
+
+def run(argv: list[str] | None = None) -> int:
+    args = make_parser().parse_args(argv or [])
+    if args.docs is not None and args.docs < 0:
+        raise SystemExit("pretokenize decode: --docs must be >= 0")
+    decode(args.paths, load_token_bytes(args.tokenizer), args.docs, args.markers, sys.stdout, sys.stderr)
+    return 0

@@ -1,0 +1,186 @@
+"""The scaffold job: documents to countdown-token shards in llm.c's format (train/ and val/).
+
+    pretokenize scaffold --input 'data/*.json' --output out/scaffold [--annotate] [--runner FnApiRunner ...]
+
+Flags this job does not know go to Beam's PipelineOptions (--runner, --direct_num_workers, ...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import time
+import uuid
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from pipelines.bucketed import _clear_interrupted_runs, _flag
+from shards import layout, llmc, storage
+from shards.llmc import ScaffoldStats
+from transforms.read import ReadConfig, ReadDocuments
+from transforms.scaffold import (
+    COUNTS,
+    DEFAULT_MAX_WORD_CHARS,
+    DROPPED,
+    LONG_DOC_POLICIES,
+    EncodeScaffold,
+    ScaffoldConfig,
+)
+from transforms.write_llmc import (
+    DEFAULT_ORDER_RANGES,
+    LlmcSettings,
+    LlmcShardConfig,
+    PublishLlmcOutput,
+    WriteLlmcShards,
+)
+
+log = logging.getLogger(__name__)
+
+ANNOTATED_FIELD = "content-ff"
+PLAIN_FIELD = "text"
+
+
+@dataclasses.dataclass(frozen=True)
+class ScaffoldOptions:
+    input: str
+    output: str
+    annotate: bool = False
+    id_field: str = "id"
+    text_field: str | None = None  # content-ff, or text with --annotate
+    tokenizer: str = "gpt2"
+    long_docs: str = "skip"
+    max_word_chars: int = DEFAULT_MAX_WORD_CHARS
+    val_fraction: float = llmc.DEFAULT_VAL_FRACTION
+    shard_tokens: int = llmc.DEFAULT_SHARD_TOKENS
+    seed: int = layout.DEFAULT_SEED
+    order_ranges: int = DEFAULT_ORDER_RANGES
+
+    @property
+    def field(self) -> str:
+        return self.text_field or (PLAIN_FIELD if self.annotate else ANNOTATED_FIELD)
+
+
+def make_parser() -> argparse.ArgumentParser:
+    d = ScaffoldOptions("", "")
+    p = argparse.ArgumentParser(
+        prog="pretokenize scaffold",
+        description="Encode documents with a countdown token before every word (GPT-2 BPE + <ff_N> ids "
+        "50257..51256) into llm.c shards: train/shard_NNN.bin, val/shard_NNN.bin.",
+        epilog="Any other flag is passed to Beam's PipelineOptions, e.g. --runner=FnApiRunner "
+        "--direct_running_mode=multi_processing --direct_num_workers=2.",
+    )
+    _flag(p, "input", required=True, help="glob, file or directory of .json/.jsonl (or .parquet with --annotate)")
+    _flag(p, "output", required=True, help="output directory; local or fsspec URL (gs://, s3://)")
+    _flag(p, "annotate", action="store_true", help="the input is plain text (id, text): split it into words here")
+    _flag(p, "id-field", default=d.id_field, help="field of the document id")
+    _flag(p, "text-field", default=None, help=f"field of the text (default {ANNOTATED_FIELD}, or {PLAIN_FIELD} "
+          "with --annotate)")
+    _flag(p, "tokenizer", default=d.tokenizer, help="gpt2 | tiktoken:PATH (GPT-2 ranks) | hf:NAME_OR_PATH")
+    _flag(p, "long-docs", default=d.long_docs, choices=LONG_DOC_POLICIES,
+          help="documents over 1,000 words: skip (drop, counted) or chunk (1,000-word documents)")
+    _flag(p, "max-word-chars", type=int, default=d.max_word_chars,
+          help="drop (counted) a document with a word longer than this many characters; 0: no limit")
+    _flag(p, "val-fraction", type=float, default=d.val_fraction, help="share of documents in val/, by id hash")
+    _flag(p, "shard-tokens", type=float, default=d.shard_tokens, help="tokens in every shard but the last")
+    _flag(p, "seed", type=int, default=d.seed, help="seed of the document order")
+    _flag(p, "order-ranges", type=int, default=d.order_ranges,
+          help="pieces (a power of two) each split's ordering is cut into; changes memory, never the bytes")
+    return p
+
+
+def parse_args(argv: list[str]) -> tuple[ScaffoldOptions, PipelineOptions]:
+    ours, beam_args = make_parser().parse_known_args(argv)
+    values = vars(ours)
+    values["shard_tokens"] = int(values["shard_tokens"])
+    return ScaffoldOptions(**values), PipelineOptions(beam_args)
+
+
+def build(pipeline: beam.Pipeline, options: ScaffoldOptions, run_id: str | None = None):
+    """Adds the job to ``pipeline``; returns the PCollection holding the published ScaffoldStats.
+
+    Checked before the pipeline runs: the options, that the tokenizer is GPT-2's vocabulary, and
+    that every input file exists (and a parquet file has the id and text columns).
+    """
+    output = storage.normalize(options.output)
+    scaffold = ScaffoldConfig(
+        tokenizer=options.tokenizer,
+        annotate=options.annotate,
+        long_docs=options.long_docs,
+        val_fraction=options.val_fraction,
+        max_word_chars=options.max_word_chars,
+    )
+    shards = LlmcShardConfig(
+        output=output,
+        run_id=run_id or f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}",
+        shard_tokens=options.shard_tokens,
+        seed=options.seed,
+        order_ranges=options.order_ranges,
+    )
+    scaffold.load()
+    settings = LlmcSettings(
+        tokenizer=options.tokenizer,
+        annotate=options.annotate,
+        long_docs=options.long_docs,
+        max_word_chars=options.max_word_chars,
+        val_fraction=options.val_fraction,
+    )
+    read = ReadDocuments(
+        ReadConfig(
+            storage.normalize(options.input),
+            id_field=options.id_field,
+            text_field=options.field,
+            with_lid=False,
+            json_values=True,
+        )
+    )
+    _clear_interrupted_runs(shards)
+
+    docs = pipeline | "ReadDocuments" >> read
+    raw = docs | "CountDocuments" >> beam.combiners.Count.Globally()
+    encoded = docs | "EncodeScaffold" >> EncodeScaffold(scaffold)
+    staged = encoded.sequences | "WriteLlmcShards" >> WriteLlmcShards(shards)
+    return staged | "PublishLlmcOutput" >> PublishLlmcOutput(shards, settings, raw, encoded[DROPPED], encoded[COUNTS])
+
+
+def read_stats(output: str) -> ScaffoldStats:
+    fs, root = storage.filesystem(storage.normalize(output))
+    with fs.open(f"{root.rstrip('/')}/{layout.STATS_NAME}", "r", encoding="utf-8") as f:
+        return ScaffoldStats.from_text(f.read())
+
+
+def summary_table(stats: ScaffoldStats, output: str, seconds: float) -> str:
+    lines = [f"{'split':>6} {'documents':>11} {'sequences':>11} {'words':>13} {'tokens':>15} {'files':>6}"]
+    for name in llmc.SPLITS:
+        s = stats.splits.get(name)
+        if s:
+            lines.append(f"{name:>6} {s.documents:>11,} {s.sequences:>11,} {s.words:>13,} {s.tokens:>15,} {s.files:>6}")
+    lines.append("")
+    lines.append(
+        f"documents read {stats.raw_documents:,}, kept {stats.kept_documents:,}, dropped {stats.dropped_documents:,}"
+    )
+    for reason, n in stats.drops.items():
+        lines.append(f"  dropped ({reason}): {n:,}")
+    lines.append(f"input countdown differed from the words (recomputed): {stats.countdown_mismatches:,} documents")
+    for name in llmc.SPLITS:
+        s = stats.splits.get(name)
+        if s and s.files and s.tokens % stats.shard_tokens:
+            # llm.c's loader (and the published train.py) wants at least T + 1 tokens in every shard.
+            lines.append(f"the last {name} shard holds {s.tokens % stats.shard_tokens:,} tokens: a loader that "
+                         f"reads windows of T + 1 tokens from each shard needs T < that")
+    rate = stats.total_tokens / seconds if seconds > 0 else 0.0
+    lines.append(f"wall time {seconds:.1f} s, {rate:,.0f} tokens/s")
+    lines.append(f"output: {output}")
+    return "\n".join(lines)
+
+
+def run(argv: list[str] | None = None) -> ScaffoldStats:
+    options, pipeline_options = parse_args(argv or [])
+    start = time.monotonic()
+    with beam.Pipeline(options=pipeline_options) as pipeline:
+        build(pipeline, options)
+    seconds = time.monotonic() - start
+    stats = read_stats(options.output)
+    print(summary_table(stats, storage.normalize(options.output), seconds), flush=True)
+    return stats

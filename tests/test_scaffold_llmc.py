@@ -1,0 +1,203 @@
+"""The llm.c scaffold format helpers: shard layout, stats file, the format checks a verifier runs,
+and the placement of documents into exactly filled shards."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from shards import llmc
+from shards.llmc import ScaffoldStats, SplitStats, check_llmc_shard, check_llmc_split
+from transforms.publish import UnaccountedDocumentsError
+from transforms.records import DocRef
+from transforms.scaffold import DocumentCounts, countdown_tokens
+from transforms.write_llmc import (
+    LlmcSettings,
+    LlmcShardConfig,
+    StagedShard,
+    compute_stats,
+    make_placement,
+    place_range,
+)
+
+FF0, EOT = llmc.FF_BASE, llmc.GPT2_EOT
+
+
+def doc(*word_lengths: int) -> list[int]:
+    """A sound document: one countdown per word, each followed by that many BPE ids."""
+    return countdown_tokens([[100 + i] * n for i, n in enumerate(word_lengths)]).tolist()
+
+
+def shard_bytes(tokens) -> bytes:
+    return llmc.make_header(len(tokens)) + np.asarray(tokens, dtype="<u2").tobytes()
+
+
+STREAM = doc(1, 2, 1) + doc(3) + doc(1, 1, 1, 1, 2) + doc(2, 2)
+
+
+def test_shard_lengths_and_names():
+    assert llmc.shard_lengths(25, 10) == [10, 10, 5]
+    assert llmc.shard_lengths(20, 10) == [10, 10]
+    assert llmc.shard_lengths(0, 10) == []
+    assert llmc.shard_rel_path("val", 7) == "val/shard_007.bin"
+    assert llmc.shard_digits(1000) == 3 and llmc.shard_digits(1001) == 4
+    assert llmc.shard_rel_path("train", 12, llmc.shard_digits(1001)) == "train/shard_0012.bin"
+    assert llmc.parse_shard_name("shard_0012.bin") == 12
+    with pytest.raises(ValueError):
+        llmc.parse_shard_name("shard_12.bin")
+    assert llmc.sorted_shard_files(["d/shard_010.bin", "d/x.txt", "d/shard_002.bin"]) == [
+        "d/shard_002.bin", "d/shard_010.bin"]
+
+
+def test_stats_round_trip_and_tables_must_add_up():
+    stats = ScaffoldStats(
+        raw_documents=10, tokenizer="gpt2", annotate=True, long_docs="chunk", max_word_chars=1000,
+        val_fraction=0.05, seed=3, shard_tokens=100, countdown_mismatches=2,
+        splits={"train": SplitStats(6, 8, 900, 1200, 12), "val": SplitStats(1, 1, 50, 70, 1)},
+        drops={"too_many_words": 1, "no_words": 2},
+    )
+    text = stats.to_text()
+    assert "format: llmc-scaffold" in text and "val | 1 | 1 | 50 | 70 | 1" in text
+    assert llmc.is_scaffold_stats(text)
+    assert ScaffoldStats.from_text(text) == stats
+    with pytest.raises(ValueError, match="total_tokens"):
+        ScaffoldStats.from_text(text.replace("total_tokens: 1270", "total_tokens: 1271"))
+    with pytest.raises(ValueError, match="not scaffold"):
+        ScaffoldStats.from_text("raw_documents: 3\n")
+
+
+def test_a_sound_stream_passes_whole_and_cut_anywhere():
+    assert check_llmc_shard(shard_bytes(STREAM)) == []
+    for size in range(1, len(STREAM) + 1):
+        parts = [STREAM[i:i + size] for i in range(0, len(STREAM), size)]
+        names = [llmc.shard_rel_path("train", i) for i in range(len(parts))]
+        assert check_llmc_split([shard_bytes(p) for p in parts], names=names, shard_tokens=size) == [], size
+        # Each shard on its own, told whether it is its split's first and last.
+        for i, part in enumerate(parts):
+            assert check_llmc_shard(shard_bytes(part), starts_document=i == 0, ends_document=i == len(parts) - 1) == []
+    # Small blocks exercise the state carried between blocks inside one shard.
+    assert check_llmc_shard(shard_bytes(STREAM), block_tokens=1) == []
+
+
+def _one(tokens, **kwargs) -> str:
+    problems = check_llmc_shard(shard_bytes(tokens), name="s", **kwargs)
+    assert len(problems) == 1, problems
+    return problems[0]
+
+
+@pytest.mark.parametrize(
+    "tokens, message",
+    [
+        (STREAM[:4] + [51257] + STREAM[5:], "1 token ids above 51256 (first at s token 4)"),
+        ([EOT] + STREAM, "1 empty documents"),
+        (STREAM[:8] + [EOT] + STREAM[8:], "1 empty documents (an EOT right after an EOT, or at the start of the split) "
+                                          "(first at s token 8)"),
+        ([100] + STREAM, "1 documents that do not start with a countdown token (first at s token 0)"),
+        ([FF0 + 1, 7, FF0, EOT], "1 countdown tokens not followed by a BPE token (another countdown or an EOT "
+                                 "follows) (first at s token 3)"),
+        ([FF0 + 1, FF0, 7, EOT], "countdown tokens not followed by a BPE token"),
+        ([FF0 + 2, 7, FF0, 8, EOT], "1 countdown tokens that are not one less than the countdown before them "
+                                    "(first at s token 2)"),
+        ([FF0 + 1, 7, EOT], "1 documents whose last countdown token is not <ff_0> (first at s token 2)"),
+        (STREAM[:-1], "the last document does not end with EOT 50256"),
+    ],
+)
+def test_each_kind_of_damage_is_found(tokens, message):
+    assert message in _one(tokens)
+
+
+def test_damage_across_a_shard_boundary_is_found_by_the_split_check():
+    # The countdown skips a value exactly where the shard boundary falls.
+    a = [FF0 + 3, 5, FF0 + 2, 5]
+    b = [FF0 + 0, 5, EOT]
+    problems = check_llmc_split([shard_bytes(a), shard_bytes(b)], names=["v/shard_000.bin", "v/shard_001.bin"])
+    assert problems == ["v: 1 countdown tokens that are not one less than the countdown before them "
+                        "(first at v/shard_001.bin token 0)"]
+    # A countdown token as a shard's last token, followed by EOT in the next shard.
+    a = [FF0 + 1, 5, FF0]
+    problems = check_llmc_split([shard_bytes(a), shard_bytes([EOT])], names=["v/shard_000.bin", "v/shard_001.bin"],
+                                shard_tokens=3)
+    assert any("not followed by a BPE token (another countdown or an EOT follows) (first at v/shard_001.bin "
+               "token 0)" in p for p in problems)
+
+
+def test_header_size_names_and_fill_are_checked(tmp_path):
+    good = shard_bytes(STREAM)
+    bad_magic = bytearray(good)
+    bad_magic[0] ^= 1
+    assert check_llmc_shard(bytes(bad_magic), name="m") == [f"m: magic number is {llmc.MAGIC ^ 1}, expected 20240520"]
+    bad_version = bytearray(good)
+    bad_version[4] = 2
+    assert check_llmc_shard(bytes(bad_version), name="v") == ["v: version is 2, expected 1"]
+    assert check_llmc_shard(good[:-2], name="c") == [
+        f"c: the header says {len(STREAM)} tokens, the file holds {2 * len(STREAM) - 2} bytes of tokens",
+        "c: the last document does not end with EOT 50256 (c ends inside it)"]
+    path = tmp_path / "shard_000.bin"
+    path.write_bytes(good)
+    assert check_llmc_shard(path) == [] and check_llmc_shard(str(path)) == []
+    # A split: the shards must be numbered without gaps and all but the last full.
+    parts = [shard_bytes(STREAM[a:b]) for a, b in [(0, 10), (10, 18), (18, 28), (28, None)]]
+    names = ["t/shard_000.bin", "t/shard_002.bin", "t/shard_003.bin", "t/shard_004.bin"]
+    problems = check_llmc_split(parts, names=names)
+    assert problems == [
+        "t/shard_002.bin: is shard 2, expected shard 1 here (numbered 0, 1, ... without gaps)",
+        "t/shard_003.bin: is shard 3, expected shard 2 here (numbered 0, 1, ... without gaps)",
+        "t/shard_004.bin: is shard 4, expected shard 3 here (numbered 0, 1, ... without gaps)",
+        "t/shard_002.bin: holds 8 tokens; every shard but the last must hold 10",
+    ]
+    assert check_llmc_split(parts[:1] + [shard_bytes(STREAM[10:])], names=["t/shard_000.bin", "t/shard_001.bin"],
+                            shard_tokens=10) == [f"t/shard_001.bin: the last shard holds {len(STREAM) - 10} tokens, "
+                                                 "more than a full shard (10)"]
+
+
+def _refs(lengths: list[int], offset0: int = 0) -> list[DocRef]:
+    refs, offset = [], offset0
+    for i, n in enumerate(lengths):
+        refs.append(DocRef(sort_key=i, id=f"d{i}", length=n, spill_path="spill", offset=offset, source="s", row=i))
+        offset += 2 * n
+    return refs
+
+
+def test_placement_cuts_documents_exactly_at_shard_boundaries():
+    # Two ranges of one split: range 0 holds 7 + 5 tokens, range 1 holds 9.
+    placement = make_placement([(("train", 1), 9), (("train", 0), 12)])
+    assert placement.starts == {("train", 0): 0, ("train", 1): 12} and placement.totals == {"train": 21}
+    pieces = list(place_range("train", 0, _refs([7, 5]), placement, 4))
+    pieces += list(place_range("train", 1, _refs([9], offset0=1000), placement, 4))
+    by_shard: dict[int, list[tuple[int, int, int]]] = {}
+    for (_, shard), (pos, ref) in pieces:
+        by_shard.setdefault(shard, []).append((pos, ref.length, ref.offset))
+    assert placement.shard_lengths("train", 4) == [4, 4, 4, 4, 4, 1]
+    assert by_shard == {
+        0: [(0, 4, 0)],                 # d0 tokens 0..3
+        1: [(0, 3, 8), (3, 1, 14)],     # d0 tokens 4..6, d1 token 0
+        2: [(0, 4, 16)],                # d1 tokens 1..4
+        3: [(0, 4, 1000)],              # range 1: d0 tokens 0..3
+        4: [(0, 4, 1008)],
+        5: [(0, 1, 1016)],
+    }
+
+
+def _settings():
+    return LlmcSettings("gpt2", False, "skip", 1000, 0.05)
+
+
+def test_publish_refuses_lost_documents_or_tokens():
+    config = LlmcShardConfig(output="/nowhere", run_id="r", shard_tokens=10)
+    staged = [StagedShard("train", 0, 10, "train/shard_000.bin"), StagedShard("train", 1, 3, "train/shard_001.bin")]
+    counts = {"train": DocumentCounts(2, 2, 5, 13, 0)}
+    stats = compute_stats(staged, 3, {"no_words": 1}, counts, _settings(), config)
+    assert stats.splits["train"] == SplitStats(2, 2, 5, 13, 2)
+    with pytest.raises(UnaccountedDocumentsError, match="refusing to publish"):
+        compute_stats(staged, 4, {"no_words": 1}, counts, _settings(), config)
+    with pytest.raises(UnaccountedDocumentsError, match="13 tokens were encoded but the shards hold 10"):
+        compute_stats(staged[:1], 3, {"no_words": 1}, counts, _settings(), config)
+    with pytest.raises(UnaccountedDocumentsError, match="are not 0..n-1"):
+        compute_stats([staged[0], staged[1]._replace(index=2)], 3, {"no_words": 1}, counts, _settings(), config)
+
+
+@pytest.mark.parametrize("kwargs", [{"shard_tokens": 0}, {"shard_tokens": 2**31}, {"order_ranges": 3},
+                                    {"order_ranges": 0}, {"seed": -1}])
+def test_bad_shard_settings_fail_when_configured(kwargs):
+    with pytest.raises(ValueError):
+        LlmcShardConfig(output="/o", run_id="r", **kwargs)

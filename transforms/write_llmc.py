@@ -1,0 +1,389 @@
+"""WriteLlmcShards and PublishLlmcOutput: scaffold sequences to llm.c shards, filled exactly.
+
+A split's documents form one token stream in a seeded shuffle order (the order of the seeded id
+hash, ties broken by id and origin); the stream is cut into shards of exactly ``shard_tokens``
+tokens, the last holding the rest, so a document may continue in the next shard (as llm.c's own
+data files do). Tokens are never shuffled through Beam; only small references are:
+
+    SpillTokens       each bundle appends its sequences' tokens to a spill file of its own (the
+                      bucketed job's SpillTokensFn) and emits ((split, range), DocRef). The range is
+                      the top bits of the 63-bit sort key, so ranges are contiguous stretches of the
+                      stream order and about equally full.
+    SumRangeTokens    tokens per (split, range), a combine; from these, each range's first position
+    RangeOffsets      in its split's stream (one small dict, a side input)
+    GroupByRange      a range's DocRefs: sorted, they get their stream positions, and each is cut
+    PlaceDocuments    where it crosses a shard boundary: ((split, shard), (position in shard, DocRef
+                      of the piece)) out
+    GroupByShardFile  one shard's pieces: sorted by position, checked to tile the shard exactly,
+    WriteShardFiles   streamed from the spill files behind a header into the staged shard file
+    PublishLlmcOutput once every shard is staged: accounts for every document, moves the shards to
+                      train/shard_NNN.bin and val/shard_NNN.bin, writes dataset_stats.txt last
+
+The bytes depend only on the documents and the options, never on bundles, workers or the number
+of ranges. A worker holds at most one range's DocRefs (about documents / ranges of them) or one
+shard's (at most its documents + 1), plus a read buffer of 64 MB.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import posixpath
+from collections.abc import Iterable, Iterator
+from typing import NamedTuple
+
+import apache_beam as beam
+
+from shards import layout, llmc, storage
+from shards.llmc import ScaffoldStats, SplitStats
+from transforms.progress import Progress
+from transforms.publish import UnaccountedDocumentsError
+from transforms.records import DocRef
+from transforms.scaffold import DocumentCounts, ScaffoldTokens, sum_counts
+from transforms.write import SpillTokensFn, _AtomicFile, _SpillReader, ref_order
+
+log = logging.getLogger(__name__)
+
+DEFAULT_ORDER_RANGES = 1024
+ITEMSIZE = llmc.TOKEN_DTYPE.itemsize
+
+
+@dataclasses.dataclass(frozen=True)
+class LlmcShardConfig:
+    """Where and how llm.c shards are written. ``output`` is a local path or an fsspec URL.
+
+    ``order_ranges`` (a power of two) is how many pieces each split's ordering is cut into: more
+    ranges, fewer references per worker; the output bytes are the same for every value.
+    """
+
+    output: str
+    run_id: str
+    shard_tokens: int = llmc.DEFAULT_SHARD_TOKENS
+    seed: int = layout.DEFAULT_SEED
+    order_ranges: int = DEFAULT_ORDER_RANGES
+
+    def __post_init__(self):
+        if not 1 <= self.shard_tokens <= llmc.MAX_SHARD_TOKENS:
+            raise ValueError(f"--shard-tokens must be within 1..{llmc.MAX_SHARD_TOKENS}, got {self.shard_tokens}")
+        if self.seed < 0:
+            raise ValueError(f"--seed must be >= 0, got {self.seed}")
+        r = self.order_ranges
+        if r < 1 or r > 1 << 20 or r & (r - 1):
+            raise ValueError(f"order_ranges must be a power of two within 1..{1 << 20}, got {r}")
+
+    @property
+    def range_shift(self) -> int:
+        return 63 - (self.order_ranges.bit_length() - 1)
+
+    @property
+    def run_url(self) -> str:
+        return storage.join(self.output, layout.TEMP_DIR_NAME, self.run_id)
+
+    @property
+    def spill_url(self) -> str:
+        return storage.join(self.run_url, "spill")
+
+    @property
+    def staged_url(self) -> str:
+        return storage.join(self.run_url, "staged")
+
+
+def llmc_spill_key(seq: ScaffoldTokens, config: LlmcShardConfig) -> tuple[tuple[str, int], int]:
+    """(split, range) and the sort key of a sequence: a seeded hash of its id, as in the bucketed job."""
+    sort_key = layout.shuffle_key(seq.id, config.seed)
+    return (seq.split, sort_key >> config.range_shift), sort_key
+
+
+class Placement(NamedTuple):
+    """Where each range starts in its split's stream, and each split's length in tokens."""
+
+    starts: dict[tuple[str, int], int]
+    totals: dict[str, int]
+
+    def shard_lengths(self, split: str, shard_tokens: int) -> list[int]:
+        return llmc.shard_lengths(self.totals.get(split, 0), shard_tokens)
+
+
+def make_placement(range_tokens: Iterable[tuple[tuple[str, int], int]]) -> Placement:
+    starts: dict[tuple[str, int], int] = {}
+    totals: dict[str, int] = {}
+    for (split, rng), tokens in sorted(range_tokens):
+        starts[(split, rng)] = totals.get(split, 0)
+        totals[split] = totals.get(split, 0) + tokens
+    return Placement(starts, totals)
+
+
+def place_range(
+    split: str, rng: int, refs: Iterable[DocRef], placement: Placement, shard_tokens: int
+) -> Iterator[tuple[tuple[str, int], tuple[int, DocRef]]]:
+    """Each sequence of one range, cut at shard boundaries: ((split, shard), (position, piece))."""
+    position = placement.starts[(split, rng)]
+    for ref in sorted(refs, key=ref_order):
+        end = position + ref.length
+        for shard in range(position // shard_tokens, (end - 1) // shard_tokens + 1):
+            shard_start = shard * shard_tokens
+            lo, hi = max(position, shard_start), min(end, shard_start + shard_tokens)
+            piece = DocRef(ref.sort_key, ref.id, hi - lo, ref.spill_path, ref.offset + (lo - position) * ITEMSIZE,
+                           ref.source, ref.row)
+            yield (split, shard), (lo - shard_start, piece)
+        position = end
+
+
+class StagedShard(NamedTuple):
+    split: str
+    index: int
+    tokens: int
+    rel_path: str
+
+
+def write_shard(
+    split: str, index: int, pieces: Iterable[tuple[int, DocRef]], placement: Placement, config: LlmcShardConfig,
+    fs=None,
+) -> StagedShard:
+    """One shard: header, then its pieces in position order streamed from the spill files."""
+    if fs is None:
+        fs, _ = storage.filesystem(config.output)
+    lengths = placement.shard_lengths(split, config.shard_tokens)
+    expected = lengths[index]
+    ordered = sorted(pieces, key=lambda p: p[0])
+    position = 0
+    for start, piece in ordered:
+        if start != position:
+            raise AssertionError(f"{split} shard {index}: a piece starts at {start}, expected {position}")
+        position += piece.length
+    if position != expected:
+        raise AssertionError(f"{split} shard {index}: pieces hold {position} tokens, expected {expected}")
+    rel_path = llmc.shard_rel_path(split, index, llmc.shard_digits(len(lengths)))
+    _, staged = storage.filesystem(config.staged_url)
+    reader = _SpillReader(fs, ITEMSIZE)
+    out = _AtomicFile(fs, posixpath.join(staged, rel_path))
+    try:
+        out.file.write(llmc.make_header(expected))
+        for _, data in reader.stream([piece for _, piece in ordered]):
+            out.file.write(data)
+        out.commit()
+    except BaseException:
+        out.abort()
+        raise
+    finally:
+        reader.close()
+    return StagedShard(split, index, expected, rel_path)
+
+
+class PlaceDocumentsFn(beam.DoFn):
+    def __init__(self, config: LlmcShardConfig):
+        self._config = config
+
+    def process(self, element, placement: Placement):
+        (split, rng), refs = element
+        yield from place_range(split, rng, refs, placement, self._config.shard_tokens)
+
+
+class WriteShardFileFn(beam.DoFn):
+    def __init__(self, config: LlmcShardConfig):
+        self._config = config
+        self._tokens = beam.metrics.Metrics.counter("pretokenize", "tokens_written")
+        self._files = beam.metrics.Metrics.counter("pretokenize", "files_written")
+
+    def setup(self):
+        self._fs, _ = storage.filesystem(self._config.output)
+        self._progress = Progress("write")
+
+    def process(self, element, placement: Placement) -> Iterator[StagedShard]:
+        (split, index), pieces = element
+        staged = write_shard(split, index, pieces, placement, self._config, self._fs)
+        self._tokens.inc(staged.tokens)
+        self._files.inc()
+        self._progress.add(files=1, tokens=staged.tokens)
+        yield staged
+
+
+class WriteLlmcShards(beam.PTransform):
+    """ScaffoldTokens in, one StagedShard per shard out, files staged (PublishLlmcOutput publishes).
+
+    Example::
+
+        staged = sequences | "WriteLlmcShards" >> WriteLlmcShards(LlmcShardConfig("out/", run_id="r1"))
+    """
+
+    def __init__(self, config: LlmcShardConfig):
+        super().__init__()
+        self._config = config
+
+    def expand(self, sequences):
+        refs = sequences | "SpillTokens" >> beam.ParDo(SpillTokensFn(self._config, llmc_spill_key)).with_output_types(
+            tuple[tuple[str, int], DocRef]
+        )
+        placement = (
+            refs
+            | "RangeLengths"
+            >> beam.Map(lambda kv: (kv[0], kv[1].length)).with_output_types(tuple[tuple[str, int], int])
+            | "SumRangeTokens" >> beam.CombinePerKey(sum)
+            | "CollectRangeTokens" >> beam.combiners.ToList()
+            | "RangeOffsets" >> beam.Map(make_placement)
+        )
+        side = beam.pvalue.AsSingleton(placement)
+        return (
+            refs
+            | "GroupByRange" >> beam.GroupByKey()
+            | "PlaceDocuments"
+            >> beam.ParDo(PlaceDocumentsFn(self._config), side).with_output_types(
+                tuple[tuple[str, int], tuple[int, DocRef]]
+            )
+            | "GroupByShardFile" >> beam.GroupByKey()
+            | "WriteShardFiles" >> beam.ParDo(WriteShardFileFn(self._config), side)
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class LlmcSettings:
+    """The job settings dataset_stats.txt records beside the counts."""
+
+    tokenizer: str
+    annotate: bool
+    long_docs: str
+    max_word_chars: int
+    val_fraction: float
+
+
+def compute_stats(
+    staged: list[StagedShard],
+    raw_documents: int,
+    drops: dict[str, int],
+    counts: dict[str, DocumentCounts],
+    settings: LlmcSettings,
+    config: LlmcShardConfig,
+) -> ScaffoldStats:
+    """The stats of a run, after checking that every document and token is accounted for."""
+    splits = {name: SplitStats() for name in llmc.SPLITS}
+    counts = {name: DocumentCounts(*c) for name, c in counts.items()}
+    for name, c in counts.items():
+        s = splits[name]
+        s.documents, s.sequences, s.words = c.documents, c.sequences, c.words
+    written = {name: 0 for name in llmc.SPLITS}
+    for shard in staged:
+        written[shard.split] += shard.tokens
+        splits[shard.split].files += 1
+    for name, s in splits.items():
+        s.tokens = written[name]
+        encoded = counts[name].tokens if name in counts else 0
+        if encoded != written[name]:
+            raise UnaccountedDocumentsError(
+                f"{name}: {encoded} tokens were encoded but the shards hold {written[name]}; refusing to publish"
+            )
+        indices = sorted(sh.index for sh in staged if sh.split == name)
+        if indices != list(range(len(llmc.shard_lengths(written[name], config.shard_tokens)))):
+            raise UnaccountedDocumentsError(f"{name}: staged shards {indices} are not 0..n-1; refusing to publish")
+    stats = ScaffoldStats(
+        raw_documents=raw_documents,
+        tokenizer=settings.tokenizer,
+        annotate=settings.annotate,
+        long_docs=settings.long_docs,
+        max_word_chars=settings.max_word_chars,
+        val_fraction=settings.val_fraction,
+        seed=config.seed,
+        shard_tokens=config.shard_tokens,
+        countdown_mismatches=sum(c.countdown_mismatches for c in counts.values()),
+        splits=splits,
+        drops=dict(sorted(drops.items())),
+    )
+    if stats.kept_documents + stats.dropped_documents != raw_documents:
+        raise UnaccountedDocumentsError(
+            f"{raw_documents} documents were read, but {stats.kept_documents} written + "
+            f"{stats.dropped_documents} dropped = {stats.kept_documents + stats.dropped_documents}; "
+            "refusing to publish an output that lost or duplicated documents"
+        )
+    return stats
+
+
+def publish(
+    staged: list[StagedShard],
+    raw_documents: int,
+    drops: dict[str, int],
+    counts: dict[str, DocumentCounts],
+    settings: LlmcSettings,
+    config: LlmcShardConfig,
+) -> ScaffoldStats:
+    """Move a run's staged shards into place; dataset_stats.txt last, as the commit point.
+
+    Every step can be repeated, so a retried publish finishes the job: (1) check and compute the
+    stats, (2) remove the old dataset_stats.txt, (3) delete shards of an earlier run that this run
+    does not write, (4) move the staged shards to their names, (5) write dataset_stats.txt,
+    (6) remove the run's temporary directory (spill files, staging).
+    """
+    stats = compute_stats(staged, raw_documents, drops, counts, settings, config)
+    fs, root = storage.filesystem(config.output)
+    _, staged_root = storage.filesystem(config.staged_url)
+    _, run_dir = storage.filesystem(config.run_url)
+
+    final_stats = posixpath.join(root, layout.STATS_NAME)
+    if fs.exists(final_stats):
+        fs.rm(final_stats)
+
+    new_files = {s.rel_path for s in staged}
+    for split in llmc.SPLITS:
+        split_dir = posixpath.join(root, split)
+        if not fs.isdir(split_dir):
+            continue
+        for path in fs.glob(posixpath.join(split_dir, "shard_*.bin")):
+            rel = f"{split}/{posixpath.basename(path)}"
+            if rel not in new_files:
+                log.info("removing %s, left by an earlier run", rel)
+                fs.rm(path)
+
+    for rel in sorted(new_files):
+        src, dst = posixpath.join(staged_root, rel), posixpath.join(root, rel)
+        if fs.exists(src):
+            fs.makedirs(posixpath.dirname(dst), exist_ok=True)
+            fs.mv(src, dst)
+        elif not fs.exists(dst):
+            raise FileNotFoundError(f"staged shard {src} is missing and was never published")
+
+    storage.write_atomic(storage.join(config.output, layout.STATS_NAME), stats.to_text().encode())
+
+    fs.rm(run_dir, recursive=True)
+    temp_root = posixpath.join(root, layout.TEMP_DIR_NAME)
+    if fs.isdir(temp_root) and not fs.ls(temp_root):
+        fs.rmdir(temp_root)
+    log.info("published %d files, %d documents to %s", stats.total_files, stats.kept_documents, config.output)
+    return stats
+
+
+class PublishFn(beam.DoFn):
+    def __init__(self, config: LlmcShardConfig, settings: LlmcSettings):
+        self._config = config
+        self._settings = settings
+
+    def process(self, staged, raw_documents: int, drops: dict[str, int], counts: dict[str, DocumentCounts]):
+        yield publish(staged, raw_documents, drops, counts, self._settings, self._config)
+
+
+class PublishLlmcOutput(beam.PTransform):
+    """StagedShards in; publishes once all are staged and yields the ScaffoldStats.
+
+    ``raw_documents`` is a PCollection of one count, ``drop_reasons`` one reason string per dropped
+    document, ``counts`` one (split, DocumentCounts) per kept document.
+    """
+
+    def __init__(self, config: LlmcShardConfig, settings: LlmcSettings, raw_documents, drop_reasons, counts):
+        super().__init__()
+        self._config = config
+        self._settings = settings
+        self._raw = raw_documents
+        self._drops = drop_reasons
+        self._counts = counts
+
+    def expand(self, staged):
+        drop_counts = self._drops | "CountDropReasons" >> beam.combiners.Count.PerElement()
+        split_counts = self._counts | "SumSplitCounts" >> beam.CombinePerKey(sum_counts)
+        return (
+            staged
+            | "CollectStagedShards" >> beam.combiners.ToList()
+            | "PublishFiles"
+            >> beam.ParDo(
+                PublishFn(self._config, self._settings),
+                raw_documents=beam.pvalue.AsSingleton(self._raw),
+                drops=beam.pvalue.AsDict(drop_counts),
+                counts=beam.pvalue.AsDict(split_counts),
+            )
+        )
