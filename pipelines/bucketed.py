@@ -44,9 +44,10 @@ class BucketedOptions:
     seed: int = layout.DEFAULT_SEED
     batch_docs: int = 64
     removal_list: str | None = None
+    on_bad_record: str = "fail"
 
 
-def _flag(parser: argparse.ArgumentParser, name: str, **kwargs) -> None:
+def add_flag(parser: argparse.ArgumentParser, name: str, **kwargs) -> None:
     # Both spellings: --lid-threshold on the command line, --lid_threshold from templates.
     parser.add_argument(f"--{name}", f"--{name.replace('-', '_')}", dest=name.replace("-", "_"), **kwargs)
 
@@ -59,19 +60,22 @@ def make_parser() -> argparse.ArgumentParser:
         epilog="Any other flag is passed to Beam's PipelineOptions, e.g. --runner=FnApiRunner "
         "--direct_running_mode=multi_processing --direct_num_workers=2.",
     )
-    _flag(p, "input", required=True, help="glob, file or directory of .parquet/.jsonl files; local or fsspec URL")
-    _flag(p, "output", required=True, help="output directory; local or fsspec URL (gs://, s3://)")
-    _flag(p, "language", default=d.language, help="keep documents whose language and page LID equal this")
-    _flag(p, "lid-threshold", type=float, default=d.lid_threshold, help="minimum page_average_lid_score")
-    _flag(p, "min-token-count", type=int, default=d.min_token_count, help="minimum source token_count")
-    _flag(p, "tokenizer", default=d.tokenizer, help="jet-nemotron | gpt2 | tiktoken:PATH | hf:NAME_OR_PATH")
-    _flag(p, "eos-token", default=None, help="for hf: tokenizers, the token appended as EOS (default: its eos)")
-    _flag(p, "dtype", default=d.dtype, choices=sorted(layout.DTYPES), help="token dtype on disk")
-    _flag(p, "partitions", type=int, default=d.partitions, help="partitions per bucket")
-    _flag(p, "max-shard-bytes", type=float, default=d.max_shard_bytes, help="roll to a new file before this size")
-    _flag(p, "seed", type=int, default=d.seed, help="seed of the order inside each partition")
-    _flag(p, "batch-docs", type=int, default=d.batch_docs, help="documents per tokenizer batch")
-    _flag(p, "removal-list", default=None, help="file of ids to leave out, one per line ('#' comments)")
+    add_flag(p, "input", required=True, help="glob, file or directory of .parquet/.jsonl files; local or fsspec URL")
+    add_flag(p, "output", required=True, help="output directory; local or fsspec URL (gs://, s3://)")
+    add_flag(p, "language", default=d.language, help="keep documents whose language and page LID equal this")
+    add_flag(p, "lid-threshold", type=float, default=d.lid_threshold, help="minimum page_average_lid_score")
+    add_flag(p, "min-token-count", type=int, default=d.min_token_count, help="minimum source token_count")
+    add_flag(p, "tokenizer", default=d.tokenizer, help="jet-nemotron | gpt2 | tiktoken:PATH | hf:NAME_OR_PATH")
+    add_flag(p, "eos-token", default=None, help="for hf: tokenizers, the token appended as EOS (default: its eos)")
+    add_flag(p, "dtype", default=d.dtype, choices=sorted(layout.DTYPES), help="token dtype on disk")
+    add_flag(p, "partitions", type=int, default=d.partitions, help="partitions per bucket")
+    add_flag(p, "max-shard-bytes", type=float, default=d.max_shard_bytes, help="roll to a new file before this size")
+    add_flag(p, "seed", type=int, default=d.seed, help="seed of the order inside each partition")
+    add_flag(p, "batch-docs", type=int, default=d.batch_docs, help="documents per tokenizer batch")
+    add_flag(p, "removal-list", default=None, help="file of ids to leave out, one per line ('#' comments)")
+    add_flag(p, "on-bad-record", default=d.on_bad_record, choices=("fail", "skip"),
+          help="a record that cannot be read (bad JSON or UTF-8, null or mistyped field, bad id): "
+          "stop naming it, or drop and count it")
     return p
 
 
@@ -112,13 +116,19 @@ def build(pipeline: beam.Pipeline, options: BucketedOptions, run_id: str | None 
         vocab_size=encoder.max_token_id + 1,
         removal_list_ids=removal_ids,
     )
-    read = ReadDocuments(ReadConfig(storage.normalize(options.input)))
+    read = ReadDocuments(ReadConfig(storage.normalize(options.input), on_bad_record=options.on_bad_record))
     removal = DropRemoved(storage.normalize(options.removal_list)) if options.removal_list else None
-    _clear_interrupted_runs(shards)
+    clear_interrupted_runs(shards)
 
-    docs = pipeline | "ReadDocuments" >> read
-    raw = docs | "CountDocuments" >> beam.combiners.Count.Globally()
-    drops = []
+    read_result = pipeline | "ReadDocuments" >> read
+    docs = read_result.docs
+    # Every record read counts, the skipped bad ones too: read = written + dropped.
+    raw = (
+        (docs, read_result[DROPPED])
+        | "AllRecords" >> beam.Flatten()
+        | "CountDocuments" >> beam.combiners.Count.Globally()
+    )
+    drops = [read_result[DROPPED]]
     removal_found = None
     if removal is not None:
         removed = docs | "DropRemoved" >> removal
@@ -140,7 +150,7 @@ def build(pipeline: beam.Pipeline, options: BucketedOptions, run_id: str | None 
     return groups | "PublishOutput" >> PublishOutput(shards, settings, raw, all_drops, removal_found)
 
 
-def _clear_interrupted_runs(config: ShardConfig) -> None:
+def clear_interrupted_runs(config: ShardConfig) -> None:
     """Remove what runs that died before publishing left in the output's temporary directory.
 
     Two runs into one output at the same time are not supported; this is where they would collide.

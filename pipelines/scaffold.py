@@ -16,7 +16,7 @@ import uuid
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.bucketed import _clear_interrupted_runs, _flag
+from pipelines.bucketed import add_flag, clear_interrupted_runs
 from shards import layout, llmc, storage
 from shards.llmc import ScaffoldStats
 from transforms.read import ReadConfig, ReadDocuments
@@ -56,6 +56,7 @@ class ScaffoldOptions:
     shard_tokens: int = llmc.DEFAULT_SHARD_TOKENS
     seed: int = layout.DEFAULT_SEED
     order_ranges: int = DEFAULT_ORDER_RANGES
+    on_bad_record: str = "fail"
 
     @property
     def field(self) -> str:
@@ -71,22 +72,25 @@ def make_parser() -> argparse.ArgumentParser:
         epilog="Any other flag is passed to Beam's PipelineOptions, e.g. --runner=FnApiRunner "
         "--direct_running_mode=multi_processing --direct_num_workers=2.",
     )
-    _flag(p, "input", required=True, help="glob, file or directory of .json/.jsonl (or .parquet with --annotate)")
-    _flag(p, "output", required=True, help="output directory; local or fsspec URL (gs://, s3://)")
-    _flag(p, "annotate", action="store_true", help="the input is plain text (id, text): split it into words here")
-    _flag(p, "id-field", default=d.id_field, help="field of the document id")
-    _flag(p, "text-field", default=None, help=f"field of the text (default {ANNOTATED_FIELD}, or {PLAIN_FIELD} "
+    add_flag(p, "input", required=True, help="glob, file or directory of .json/.jsonl (or .parquet with --annotate)")
+    add_flag(p, "output", required=True, help="output directory; local or fsspec URL (gs://, s3://)")
+    add_flag(p, "annotate", action="store_true", help="the input is plain text (id, text): split it into words here")
+    add_flag(p, "id-field", default=d.id_field, help="field of the document id")
+    add_flag(p, "text-field", default=None, help=f"field of the text (default {ANNOTATED_FIELD}, or {PLAIN_FIELD} "
           "with --annotate)")
-    _flag(p, "tokenizer", default=d.tokenizer, help="gpt2 | tiktoken:PATH (GPT-2 ranks) | hf:NAME_OR_PATH")
-    _flag(p, "long-docs", default=d.long_docs, choices=LONG_DOC_POLICIES,
+    add_flag(p, "tokenizer", default=d.tokenizer, help="gpt2 | tiktoken:PATH (GPT-2 ranks) | hf:NAME_OR_PATH")
+    add_flag(p, "long-docs", default=d.long_docs, choices=LONG_DOC_POLICIES,
           help="documents over 1,000 words: skip (drop, counted) or chunk (1,000-word documents)")
-    _flag(p, "max-word-chars", type=int, default=d.max_word_chars,
+    add_flag(p, "max-word-chars", type=int, default=d.max_word_chars,
           help="drop (counted) a document with a word longer than this many characters; 0: no limit")
-    _flag(p, "val-fraction", type=float, default=d.val_fraction, help="share of documents in val/, by id hash")
-    _flag(p, "shard-tokens", type=float, default=d.shard_tokens, help="tokens in every shard but the last")
-    _flag(p, "seed", type=int, default=d.seed, help="seed of the document order")
-    _flag(p, "order-ranges", type=int, default=d.order_ranges,
+    add_flag(p, "val-fraction", type=float, default=d.val_fraction, help="share of documents in val/, by id hash")
+    add_flag(p, "shard-tokens", type=float, default=d.shard_tokens, help="tokens in every shard but the last")
+    add_flag(p, "seed", type=int, default=d.seed, help="seed of the document order")
+    add_flag(p, "order-ranges", type=int, default=d.order_ranges,
           help="pieces (a power of two) each split's ordering is cut into; changes memory, never the bytes")
+    add_flag(p, "on-bad-record", default=d.on_bad_record, choices=("fail", "skip"),
+             help="a record that cannot be read (bad JSON or UTF-8, null or mistyped field, bad id): "
+             "stop naming it, or drop and count it")
     return p
 
 
@@ -133,15 +137,23 @@ def build(pipeline: beam.Pipeline, options: ScaffoldOptions, run_id: str | None 
             text_field=options.field,
             with_lid=False,
             json_values=True,
+            on_bad_record=options.on_bad_record,
         )
     )
-    _clear_interrupted_runs(shards)
+    clear_interrupted_runs(shards)
 
-    docs = pipeline | "ReadDocuments" >> read
-    raw = docs | "CountDocuments" >> beam.combiners.Count.Globally()
+    read_result = pipeline | "ReadDocuments" >> read
+    docs = read_result.docs
+    # Every record read counts, the skipped bad ones too: read = written + dropped.
+    raw = (
+        (docs, read_result[DROPPED])
+        | "AllRecords" >> beam.Flatten()
+        | "CountDocuments" >> beam.combiners.Count.Globally()
+    )
     encoded = docs | "EncodeScaffold" >> EncodeScaffold(scaffold)
+    drops = (read_result[DROPPED], encoded[DROPPED]) | "CollectDropReasons" >> beam.Flatten()
     staged = encoded.sequences | "WriteLlmcShards" >> WriteLlmcShards(shards)
-    return staged | "PublishLlmcOutput" >> PublishLlmcOutput(shards, settings, raw, encoded[DROPPED], encoded[COUNTS])
+    return staged | "PublishLlmcOutput" >> PublishLlmcOutput(shards, settings, raw, drops, encoded[COUNTS])
 
 
 def read_stats(output: str) -> ScaffoldStats:

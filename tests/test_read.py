@@ -40,7 +40,7 @@ def _write_parquet(path, rows=ROWS, row_group_size=2, **extra_columns):
 
 def _read(pattern: str) -> list[Document]:
     with fnapi_pipeline() as p:
-        docs = p | ReadDocuments(ReadConfig(pattern))
+        docs = (p | ReadDocuments(ReadConfig(pattern))).docs
         out = docs | beam.combiners.ToList()
         result = []
         assert_that(out, lambda lists: result.extend(lists[0]) or True)
@@ -53,7 +53,7 @@ def test_parquet_rows_come_out_with_their_file_and_row(tmp_path):
     units = plan_input(ReadConfig(str(path)))
     assert [(u.row_group, u.first_row) for u in units] == [(0, 0), (1, 2)]
     with fnapi_pipeline() as p:
-        docs = p | ReadDocuments(ReadConfig(str(tmp_path / "*.parquet")))
+        docs = (p | ReadDocuments(ReadConfig(str(tmp_path / "*.parquet")))).docs
         assert_that(docs, equal_to(_expected(str(path))))
 
 
@@ -64,7 +64,7 @@ def test_jsonl_and_gzipped_jsonl_read_the_same_fields(tmp_path):
     with gzip.open(zipped, "wt", encoding="utf-8") as f:
         f.write("\n".join(json.dumps(r) for r in ROWS) + "\n\n")
     with fnapi_pipeline() as p:
-        docs = p | ReadDocuments(ReadConfig(str(tmp_path)))
+        docs = (p | ReadDocuments(ReadConfig(str(tmp_path)))).docs
         assert_that(docs, equal_to(_expected(str(plain)) + _expected(str(zipped))))
 
 
@@ -74,7 +74,7 @@ def test_reads_from_an_fsspec_url():
         pq.write_table(pa.Table.from_pylist(ROWS), f)
     assert expand_pattern("memory://readtest/in/*.parquet") == ["memory:///readtest/in/x.parquet"]
     with fnapi_pipeline() as p:
-        docs = p | ReadDocuments(ReadConfig("memory://readtest/in/*.parquet"))
+        docs = (p | ReadDocuments(ReadConfig("memory://readtest/in/*.parquet"))).docs
         assert_that(docs | beam.Map(lambda d: d.id), equal_to(["a", "b", "c"]))
 
 
@@ -82,7 +82,7 @@ def test_integer_ids_become_decimal_strings(tmp_path):
     path = tmp_path / "ints.jsonl"
     path.write_text(json.dumps({"id": 7, "text": "seven"}) + "\n")
     with fnapi_pipeline() as p:
-        docs = p | ReadDocuments(ReadConfig(str(path), with_lid=False))
+        docs = (p | ReadDocuments(ReadConfig(str(path), with_lid=False))).docs
         assert_that(docs | beam.Map(lambda d: (d.id, d.text)), equal_to([("7", "seven")]))
 
 

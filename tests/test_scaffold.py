@@ -308,7 +308,7 @@ def test_json_records_through_the_pipeline(tmp_path):
     (tmp_path / "array.json").write_text(json.dumps(RECORDS, ensure_ascii=False), encoding="utf-8")
     config = ReadConfig(str(tmp_path), text_field="content-ff", with_lid=False, json_values=True)
     with fnapi_pipeline() as p:
-        docs = p | ReadDocuments(config)
+        docs = (p | ReadDocuments(config)).docs
         assert_that(docs | beam.Map(lambda d: (d.id, d.text, d.row)),
                     equal_to([("1", "<ff_1> Olá <ff_0> .", 0), ("b", "<ff_0> Adeus", 1)]))
 

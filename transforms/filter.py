@@ -16,9 +16,8 @@ import math
 
 import apache_beam as beam
 
-from transforms.records import Document
+from transforms.records import DROPPED, Document
 
-DROPPED = "dropped"
 DROP_REASONS = ("language", "page_average_lid", "lid_score", "token_count", "empty_text")
 
 

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 from shards import storage
 from shards.manifest import id_problem
 from transforms.progress import Progress
-from transforms.records import BadInputError, Document
+from transforms.records import DROPPED, BadInputError, BadRecord, Document
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,16 @@ class ReadConfig:
     # .json files as JSON text rather than JSON lines: one object, an array of objects, or objects
     # one after another (pretty-printed or one a line). .jsonl and .ndjson files stay JSON lines.
     json_values: bool = False
+    # What a record the job cannot use does: "fail" stops the job naming it, "skip" drops and
+    # counts it under its reason (invalid_utf8, invalid_json, not_an_object, missing_field,
+    # null_field, wrong_type, bad_id).
+    on_bad_record: str = "fail"
+
+    def __post_init__(self):
+        if self.on_bad_record not in ("fail", "skip"):
+            raise ValueError(f"on_bad_record must be 'fail' or 'skip', got {self.on_bad_record!r}")
+        if self.batch_rows < 1:
+            raise ValueError("batch_rows must be at least 1")
 
     def fields(self) -> list[tuple[str, str]]:
         out = [(self.id_field, "id"), (self.text_field, "string")]
@@ -66,6 +76,27 @@ class InputUnit(NamedTuple):
     kind: str  # "parquet", "jsonl" or "json"
     row_group: int  # -1 for jsonl
     first_row: int  # index in its file of the unit's first row
+    fingerprint: str = ""  # size and version of the file when the job was planned
+
+
+_VERSION_KEYS = ("ETag", "etag", "generation", "md5Hash", "mtime", "LastModified", "updated", "created")
+
+
+def file_fingerprint(fs, path: str) -> str:
+    """Size and the first version marker the filesystem reports (etag, generation, mtime)."""
+    info = fs.info(path)
+    version = next((str(info[k]) for k in _VERSION_KEYS if info.get(k) is not None), "")
+    return f"size={info.get('size')} version={version}"
+
+
+def check_unchanged(unit: InputUnit) -> None:
+    """A BadInputError when the file is not the one the job planned: a job never mixes versions."""
+    if not unit.fingerprint:
+        return
+    fs, fs_path = storage.filesystem(unit.path)
+    now = file_fingerprint(fs, fs_path)
+    if now != unit.fingerprint:
+        raise BadInputError(unit.path, f"changed while the job ran ({unit.fingerprint} when planned, now {now})")
 
 
 def _file_kind(path: str) -> str | None:
@@ -121,9 +152,11 @@ def _plan_file(path: str, config: ReadConfig) -> list[InputUnit]:
     kind = _file_kind(path)
     if kind is None:
         raise BadInputError(path, f"unknown file type; expected one of {PARQUET_SUFFIXES + JSONL_SUFFIXES}")
-    if kind == "jsonl":
-        return [InputUnit(path, "json" if config.json_values and _is_json_text(path) else "jsonl", -1, 0)]
     fs, fs_path = storage.filesystem(path)
+    fingerprint = file_fingerprint(fs, fs_path)
+    if kind == "jsonl":
+        kind = "json" if config.json_values and _is_json_text(path) else "jsonl"
+        return [InputUnit(path, kind, -1, 0, fingerprint)]
     try:
         with fs.open(fs_path, "rb") as f:
             meta = pq.ParquetFile(f).metadata
@@ -134,7 +167,7 @@ def _plan_file(path: str, config: ReadConfig) -> list[InputUnit]:
     for rg in range(meta.num_row_groups):
         rows = meta.row_group(rg).num_rows
         if rows:
-            units.append(InputUnit(path, "parquet", rg, first))
+            units.append(InputUnit(path, "parquet", rg, first, fingerprint))
         first += rows
     return units
 
@@ -152,10 +185,12 @@ def _check_value(value, kind: str, where: str, field: str, nullable: bool):
     if value is None:
         if nullable:
             return None
-        raise BadInputError(where, f"{field!r} is null")
+        raise BadInputError(where, f"{field!r} is null", reason="null_field")
     if kind == "id":
         if isinstance(value, bool) or not isinstance(value, (str, int)):
-            raise BadInputError(where, f"{field!r} is {type(value).__name__}, expected a string or an integer")
+            raise BadInputError(
+                where, f"{field!r} is {type(value).__name__}, expected a string or an integer", reason="wrong_type"
+            )
         return value if isinstance(value, str) else str(value)
     if kind == "string" and isinstance(value, str):
         return value
@@ -163,7 +198,8 @@ def _check_value(value, kind: str, where: str, field: str, nullable: bool):
         return float(value)
     if kind == "integer" and isinstance(value, int) and not isinstance(value, bool):
         return value
-    raise BadInputError(where, f"{field!r} is {type(value).__name__} {value!r:.40}, expected {kind}")
+    problem = f"{field!r} is {type(value).__name__} {value!r:.40}, expected {kind}"
+    raise BadInputError(where, problem, reason="wrong_type")
 
 
 def _make_document(values: dict, config: ReadConfig, path: str, row: int, where: str) -> Document:
@@ -171,7 +207,7 @@ def _make_document(values: dict, config: ReadConfig, path: str, row: int, where:
     problem = id_problem(doc_id)
     if problem:
         # The manifest is '|'-separated, one row a line: such an id would be read back wrong.
-        raise BadInputError(where, f"{config.id_field} {doc_id!r:.80}: {problem}")
+        raise BadInputError(where, f"{config.id_field} {doc_id!r:.80}: {problem}", reason="bad_id")
     text = _check_value(values.get(config.text_field), "string", where, config.text_field, nullable=False)
     lid = {}
     if config.with_lid:
@@ -180,7 +216,14 @@ def _make_document(values: dict, config: ReadConfig, path: str, row: int, where:
     return Document(id=doc_id, text=text, source=path, row=row, **lid)
 
 
-def read_parquet_unit(unit: InputUnit, config: ReadConfig) -> Iterator[Document]:
+def _bad(error: BadInputError, config: ReadConfig) -> BadRecord:
+    """The record to skip, or the error raised again when it must stop the job."""
+    if error.reason is None or config.on_bad_record != "skip":
+        raise error
+    return BadRecord(error.reason, error.where, error.problem)
+
+
+def read_parquet_unit(unit: InputUnit, config: ReadConfig) -> Iterator[Document | BadRecord]:
     fs, fs_path = storage.filesystem(unit.path)
     columns = [name for name, _ in config.fields()]
     row = unit.first_row
@@ -192,38 +235,51 @@ def read_parquet_unit(unit: InputUnit, config: ReadConfig) -> Iterator[Document]
                 cols = {name: batch.column(name).to_pylist() for name in columns}
                 for i in range(batch.num_rows):
                     values = {name: cols[name][i] for name in columns}
-                    yield _make_document(values, config, unit.path, row, f"{unit.path} row {row}")
+                    try:
+                        yield _make_document(values, config, unit.path, row, f"{unit.path} row {row}")
+                    except BadInputError as e:
+                        yield _bad(e, config)
                     row += 1
     except (pa.ArrowInvalid, pa.ArrowIOError) as e:
         raise BadInputError(f"{unit.path} row group {unit.row_group}", f"cannot be read ({e})") from None
 
 
-def read_jsonl_unit(unit: InputUnit, config: ReadConfig) -> Iterator[Document]:
+def read_jsonl_unit(unit: InputUnit, config: ReadConfig) -> Iterator[Document | BadRecord]:
     import fsspec
 
-    fields = [name for name, _ in config.fields()]
-    required = fields if config.with_lid else fields[:2]
     # Binary lines, decoded one at a time, so a bad byte is reported with its line number.
     with fsspec.open(unit.path, "rb", compression="infer") as f:
         for line_no, raw in enumerate(f, start=1):
-            where = f"{unit.path} line {line_no}"
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise BadInputError(where, f"is not valid UTF-8 ({e.reason} at byte {e.start})") from None
-            if not line.strip():
+            if not raw.strip():
                 continue
             try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise BadInputError(where, f"is not JSON ({e.msg})") from None
-            if not isinstance(obj, dict):
-                raise BadInputError(where, f"is a JSON {type(obj).__name__}, not an object")
-            missing = [k for k in required if k not in obj]
-            if missing:
-                raise BadInputError(where, f"missing field(s) {', '.join(missing)}")
-            # Rows are numbered from 0 like parquet rows; the error messages above give 1-based lines.
-            yield _make_document(obj, config, unit.path, line_no - 1, where)
+                yield _jsonl_document(raw, config, unit.path, line_no)
+            except BadInputError as e:
+                yield _bad(e, config)
+
+
+def _jsonl_document(raw: bytes, config: ReadConfig, path: str, line_no: int) -> Document:
+    where = f"{path} line {line_no}"
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise BadInputError(where, f"is not valid UTF-8 ({e.reason} at byte {e.start})", "invalid_utf8") from None
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise BadInputError(where, f"is not JSON ({e.msg})", "invalid_json") from None
+    # Rows are numbered from 0 like parquet rows; the messages give 1-based lines.
+    return _object_document(obj, config, path, line_no - 1, where)
+
+
+def _object_document(obj, config: ReadConfig, path: str, row: int, where: str) -> Document:
+    if not isinstance(obj, dict):
+        raise BadInputError(where, f"is a JSON {type(obj).__name__}, not an object", "not_an_object")
+    fields = [name for name, _ in config.fields()]
+    missing = [k for k in (fields if config.with_lid else fields[:2]) if k not in obj]
+    if missing:
+        raise BadInputError(where, f"missing field(s) {', '.join(missing)}", "missing_field")
+    return _make_document(obj, config, path, row, where)
 
 
 class _JsonText:
@@ -322,21 +378,16 @@ class _JsonText:
             index += 1
 
 
-def read_json_unit(unit: InputUnit, config: ReadConfig) -> Iterator[Document]:
+def read_json_unit(unit: InputUnit, config: ReadConfig) -> Iterator[Document | BadRecord]:
     """Documents of a .json file: one object, an array of objects, or objects one after another."""
     import fsspec
 
-    fields = [name for name, _ in config.fields()]
-    required = fields if config.with_lid else fields[:2]
     with fsspec.open(unit.path, "rb", compression="infer") as f:
         for index, obj in enumerate(_JsonText(f, unit.path).values()):
-            where = f"{unit.path} record {index + 1}"
-            if not isinstance(obj, dict):
-                raise BadInputError(where, f"is a JSON {type(obj).__name__}, not an object")
-            missing = [k for k in required if k not in obj]
-            if missing:
-                raise BadInputError(where, f"missing field(s) {', '.join(missing)}")
-            yield _make_document(obj, config, unit.path, index, where)
+            try:
+                yield _object_document(obj, config, unit.path, index, f"{unit.path} record {index + 1}")
+            except BadInputError as e:
+                yield _bad(e, config)
 
 
 def read_unit(unit: InputUnit, config: ReadConfig) -> Iterator[Document]:
@@ -351,30 +402,43 @@ class ReadUnitFn(beam.DoFn):
     def __init__(self, config: ReadConfig):
         self._config = config
         self._docs = beam.metrics.Metrics.counter("pretokenize", "documents_read")
-        self._bytes = beam.metrics.Metrics.counter("pretokenize", "text_bytes_read")
+        self._bad = beam.metrics.Metrics.counter("pretokenize", "bad_records_skipped")
 
     def setup(self):
         self._progress = Progress("read")
+        self._reported = 0
 
-    def process(self, unit: InputUnit) -> Iterator[Document]:
-        for doc in read_unit(unit, self._config):
+    def process(self, unit: InputUnit):
+        check_unchanged(unit)
+        for item in read_unit(unit, self._config):
+            if isinstance(item, BadRecord):
+                self._bad.inc()
+                if self._reported < 20:
+                    self._reported += 1
+                    log.warning("skipping a bad record (%s): %s: %s", item.reason, item.where, item.problem)
+                yield beam.pvalue.TaggedOutput(DROPPED, item.reason)
+                continue
             self._docs.inc()
-            self._progress.add(documents=1, chars=len(doc.text))
-            yield doc
+            self._progress.add(documents=1, chars=len(item.text))
+            yield item
+        # Checked again at the end: a file rewritten while it was read must not go into the output.
+        check_unchanged(unit)
 
 
 class ReadDocuments(beam.PTransform):
     """Documents from ``config.pattern``, in units planned (and checked) at construction time.
 
+    Outputs: ``docs`` (Documents) and ``dropped`` (the reason of each record skipped under
+    ``on_bad_record="skip"``).
+
     Example::
 
-        docs = pipeline | "ReadDocuments" >> ReadDocuments(ReadConfig("data/*.parquet"))
+        read = pipeline | "ReadDocuments" >> ReadDocuments(ReadConfig("data/*.parquet"))
+        docs, bad = read.docs, read.dropped
     """
 
     def __init__(self, config: ReadConfig):
         super().__init__()
-        if config.batch_rows < 1:
-            raise ValueError("batch_rows must be at least 1")
         self._config = config
         self.units = plan_input(config)
         log.info("input: %d units of work from %s", len(self.units), config.pattern)
@@ -384,5 +448,5 @@ class ReadDocuments(beam.PTransform):
             pbegin
             | "ListInputUnits" >> beam.Create(self.units)
             | "SpreadInputUnits" >> beam.Reshuffle()
-            | "ReadUnits" >> beam.ParDo(ReadUnitFn(self._config))
+            | "ReadUnits" >> beam.ParDo(ReadUnitFn(self._config)).with_outputs(DROPPED, main="docs")
         )

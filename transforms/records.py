@@ -7,16 +7,30 @@ from typing import NamedTuple
 import apache_beam as beam
 import numpy as np
 
+# The output of each step that drops records: one reason string per dropped record.
+DROPPED = "dropped"
+
 
 class BadInputError(ValueError):
     """Input the job cannot use. The message names the file (and row) and what is wrong with it."""
 
     PREFIX = "bad input: "
 
-    def __init__(self, where: str, problem: str):
+    def __init__(self, where: str, problem: str, reason: str | None = None):
         super().__init__(f"{self.PREFIX}{where}: {problem}")
         self.where = where
         self.problem = problem
+        # Set for a problem confined to one record (a row, a line): with --on-bad-record skip the
+        # record is dropped and counted under this reason instead of stopping the job.
+        self.reason = reason
+
+
+class BadRecord(NamedTuple):
+    """A record that could not be read, skipped under --on-bad-record skip."""
+
+    reason: str
+    where: str
+    problem: str
 
 
 class Document(NamedTuple):

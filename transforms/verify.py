@@ -286,9 +286,9 @@ class VerifyOutput(beam.PTransform):
         if self._input:
             lid = LidFilterConfig(stats.language, stats.lid_threshold, stats.min_token_count)
             config = self._config
+            source = (pbegin | "ReadInput" >> self._read).docs
             expected = (
-                pbegin
-                | "ReadInput" >> self._read
+                source
                 | "SelectSample" >> beam.Filter(lambda d: config.sampled(d.id) and drop_reason(d, lid) is None)
                 | "Retokenize" >> TokenizeDocuments(self._tokenizer)
                 | "KeyById" >> beam.Map(lambda t: (t.id, t.tokens.tolist()))
