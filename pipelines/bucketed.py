@@ -45,6 +45,7 @@ class BucketedOptions:
     batch_docs: int = 64
     removal_list: str | None = None
     on_bad_record: str = "fail"
+    test_fail_first_attempts: int = 0
 
 
 def add_flag(parser: argparse.ArgumentParser, name: str, **kwargs) -> None:
@@ -76,6 +77,8 @@ def make_parser() -> argparse.ArgumentParser:
     add_flag(p, "on-bad-record", default=d.on_bad_record, choices=("fail", "skip"),
           help="a record that cannot be read (bad JSON or UTF-8, null or mistyped field, bad id): "
           "stop naming it, or drop and count it")
+    # Tests only (see ShardConfig.test_fail_first_attempts); not shown in --help.
+    add_flag(p, "test-fail-first-attempts", type=int, default=0, help=argparse.SUPPRESS)
     return p
 
 
@@ -105,6 +108,7 @@ def build(pipeline: beam.Pipeline, options: BucketedOptions, run_id: str | None 
         max_shard_bytes=options.max_shard_bytes,
         seed=options.seed,
         dtype=options.dtype,
+        test_fail_first_attempts=options.test_fail_first_attempts,
     )
     removal_ids = len(read_removal_list(options.removal_list)) if options.removal_list else None
     settings = StatsSettings(
@@ -141,13 +145,14 @@ def build(pipeline: beam.Pipeline, options: BucketedOptions, run_id: str | None 
         )
     filtered = docs | "FilterLanguage" >> FilterLanguage(lid)
     drops.append(filtered[DROPPED])
-    groups = (
+    written = (
         filtered.kept
         | "TokenizeDocuments" >> TokenizeDocuments(tokenizer)
         | "WriteShards" >> WriteShards(shards)
     )
+    drops.append(written[DROPPED])
     all_drops = drops | "CollectDropReasons" >> beam.Flatten()
-    return groups | "PublishOutput" >> PublishOutput(shards, settings, raw, all_drops, removal_found)
+    return written.groups | "PublishOutput" >> PublishOutput(shards, settings, raw, all_drops, removal_found)
 
 
 def clear_interrupted_runs(config: ShardConfig) -> None:

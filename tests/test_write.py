@@ -30,7 +30,7 @@ DOCS = [tokenized(f"doc-{i}", 5 + i % 7) for i in range(40)] + [tokenized("long"
 
 def run_write(config: ShardConfig, docs=DOCS, drops=("language", "language", "lid_score")):
     with fnapi_pipeline() as p:
-        groups = p | "Docs" >> beam.Create(docs) | WriteShards(config)
+        groups = (p | "Docs" >> beam.Create(docs) | WriteShards(config)).groups
         raw = p | "Raw" >> beam.Create([len(docs) + len(drops)])
         reasons = p | "Drops" >> beam.Create(list(drops))
         groups | PublishOutput(config, SETTINGS, raw, reasons)

@@ -3,11 +3,14 @@
 Only small per-document references are shuffled, never the tokens themselves:
 
     SpillTokens      each bundle appends its documents' tokens to one spill file of its own on the
-                     output filesystem and emits ((bucket, partition), DocRef): the bucket from
-                     the length, the partition and sort key from hashes of the id
-    GroupByShard     DocRefs grouped by (bucket, partition): tens of bytes a document
-    WriteShardFiles  per group: sort the refs by the seeded id hash, then stream each document's
-                     tokens from its spill file into the group's rolling shard files
+                     output filesystem and emits (partition, DocRef): the partition and the sort
+                     key are hashes of the id
+    GroupByShard     DocRefs grouped by partition: tens of bytes a document. Every copy of an id
+                     lands in one partition, whatever its length, so duplicates meet here
+    WriteShardFiles  per partition: keep one copy of each id (the first by input file and row;
+                     the others are dropped as "duplicate_id"), then per bucket sort the refs by
+                     the seeded id hash and stream each document's tokens from its spill file
+                     into the (bucket, partition)'s rolling shard files
 
 A retried bundle writes a new spill file (its name is unique per attempt) and the runner keeps
 only the DocRefs of the attempt that committed, so a retry cannot duplicate or lose a document.
@@ -29,7 +32,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from shards import layout, manifest, storage
 from transforms.progress import Progress
-from transforms.records import DocRef, TokenizedDocument
+from transforms.records import DROPPED, DocRef, TokenizedDocument
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +47,14 @@ class ShardConfig:
     max_shard_bytes: int = layout.DEFAULT_MAX_SHARD_BYTES
     seed: int = layout.DEFAULT_SEED
     dtype: str = layout.DEFAULT_DTYPE
+    # Tests only: the first N spill and write steps in this process fail once, as a crashing
+    # worker would, so that a runner retrying bundles can be shown to lose and duplicate nothing.
+    test_fail_first_attempts: int = 0
+
+    def inject_failure(self, where: str) -> None:
+        if self.test_fail_first_attempts and _INJECTED[where] < self.test_fail_first_attempts:
+            _INJECTED[where] += 1
+            raise RuntimeError(f"injected failure #{_INJECTED[where]} in {where} (--test-fail-first-attempts)")
 
     def __post_init__(self):
         if not 1 <= self.partitions <= 100_000:
@@ -68,6 +79,9 @@ class ShardConfig:
         return storage.join(self.run_url, "staged")
 
 
+_INJECTED: collections.Counter = collections.Counter()
+
+
 class ShardFile(NamedTuple):
     rel_path: str
     documents: int
@@ -87,9 +101,10 @@ def shard_key(doc: TokenizedDocument, config: ShardConfig) -> tuple[str, int]:
     return layout.bucket_name(len(doc.tokens)), layout.partition_of(doc.id, config.partitions)
 
 
-def bucketed_spill_key(doc: TokenizedDocument, config: ShardConfig) -> tuple[tuple[str, int], int]:
-    """The group a spilled document joins, (bucket, partition), and its sort key in that group."""
-    return shard_key(doc, config), layout.shuffle_key(doc.id, config.seed)
+def bucketed_spill_key(doc: TokenizedDocument, config: ShardConfig) -> tuple[int, int]:
+    """The group a spilled document joins (its partition) and its sort key in its bucket."""
+    config.inject_failure("spill")
+    return layout.partition_of(doc.id, config.partitions), layout.shuffle_key(doc.id, config.seed)
 
 
 def ref_order(ref: DocRef) -> tuple:
@@ -268,6 +283,37 @@ def write_group(bucket: str, partition: int, refs: Iterable[DocRef], config: Sha
     return ShardGroup(bucket, partition, tuple(files), storage.unstrip(fs, manifest_file.path, config.output))
 
 
+DUPLICATE_ID = "duplicate_id"
+
+
+def drop_duplicates(refs: Iterable[DocRef]) -> tuple[list[DocRef], int]:
+    """One ref per id, the first by (input file, row); and how many copies were dropped."""
+    best: dict[str, DocRef] = {}
+    seen = 0
+    for ref in refs:
+        seen += 1
+        kept = best.get(ref.id)
+        if kept is None or (ref.source, ref.row) < (kept.source, kept.row):
+            best[ref.id] = ref
+    return list(best.values()), seen - len(best)
+
+
+def write_partition(
+    partition: int, refs: Iterable[DocRef], config: ShardConfig, fs=None
+) -> tuple[list[ShardGroup], int]:
+    """All buckets of one partition, duplicates dropped; the staged groups and the duplicate count."""
+    kept, duplicates = drop_duplicates(refs)
+    by_bucket: dict[str, list[DocRef]] = {}
+    for ref in kept:
+        by_bucket.setdefault(layout.bucket_name(ref.length), []).append(ref)
+    groups = []
+    for bucket in layout.BUCKET_NAMES:
+        if bucket in by_bucket:
+            groups.append(write_group(bucket, partition, by_bucket.pop(bucket), config, fs))
+            config.inject_failure("write")
+    return groups, duplicates
+
+
 class WriteShardFilesFn(beam.DoFn):
     def __init__(self, config: ShardConfig):
         self._config = config
@@ -279,25 +325,31 @@ class WriteShardFilesFn(beam.DoFn):
         self._fs, _ = storage.filesystem(self._config.output)
         self._progress = Progress("write")
 
-    def process(self, element: tuple[tuple[str, int], Iterable[DocRef]]) -> Iterator[ShardGroup]:
-        (bucket, partition), refs = element
-        group = write_group(bucket, partition, refs, self._config, self._fs)
-        docs = sum(f.documents for f in group.files)
-        tokens = sum(f.tokens for f in group.files)
-        self._docs.inc(docs)
-        self._tokens.inc(tokens)
-        self._files.inc(len(group.files))
-        self._progress.add(files=len(group.files), documents=docs, tokens=tokens)
-        log.debug("staged %s/p%02d: %d files, %d docs, %d tokens", bucket, partition, len(group.files), docs, tokens)
-        yield group
+    def process(self, element: tuple[int, Iterable[DocRef]]):
+        partition, refs = element
+        groups, duplicates = write_partition(partition, refs, self._config, self._fs)
+        for group in groups:
+            docs = sum(f.documents for f in group.files)
+            tokens = sum(f.tokens for f in group.files)
+            self._docs.inc(docs)
+            self._tokens.inc(tokens)
+            self._files.inc(len(group.files))
+            self._progress.add(files=len(group.files), documents=docs, tokens=tokens)
+            yield group
+        if duplicates:
+            log.warning("partition %d: %d documents dropped as copies of an id already kept", partition, duplicates)
+        for _ in range(duplicates):
+            yield beam.pvalue.TaggedOutput(DROPPED, DUPLICATE_ID)
 
 
 class WriteShards(beam.PTransform):
-    """TokenizedDocuments in, one ShardGroup per non-empty (bucket, partition) out, files staged.
+    """TokenizedDocuments in; outputs ``groups`` (a ShardGroup per non-empty (bucket, partition),
+    its files staged) and ``dropped`` (one "duplicate_id" per copy of an id left out).
 
     Example::
 
-        groups = tokenized | "WriteShards" >> WriteShards(ShardConfig("out/", run_id="r1"))
+        written = tokenized | "WriteShards" >> WriteShards(ShardConfig("out/", run_id="r1"))
+        groups, duplicates = written.groups, written.dropped
     """
 
     def __init__(self, config: ShardConfig):
@@ -307,7 +359,7 @@ class WriteShards(beam.PTransform):
     def expand(self, docs):
         return (
             docs
-            | "SpillTokens" >> beam.ParDo(SpillTokensFn(self._config)).with_output_types(tuple[tuple[str, int], DocRef])
+            | "SpillTokens" >> beam.ParDo(SpillTokensFn(self._config)).with_output_types(tuple[int, DocRef])
             | "GroupByShard" >> beam.GroupByKey()
-            | "WriteShardFiles" >> beam.ParDo(WriteShardFilesFn(self._config))
+            | "WriteShardFiles" >> beam.ParDo(WriteShardFilesFn(self._config)).with_outputs(DROPPED, main="groups")
         )
