@@ -46,6 +46,7 @@ class BucketedOptions:
     removal_list: str | None = None
     on_bad_record: str = "fail"
     test_fail_first_attempts: int = 0
+    test_publish_delay: float = 0.0
 
 
 def add_flag(parser: argparse.ArgumentParser, name: str, **kwargs) -> None:
@@ -79,6 +80,7 @@ def make_parser() -> argparse.ArgumentParser:
           "stop naming it, or drop and count it")
     # Tests only (see ShardConfig.test_fail_first_attempts); not shown in --help.
     add_flag(p, "test-fail-first-attempts", type=int, default=0, help=argparse.SUPPRESS)
+    add_flag(p, "test-publish-delay", type=float, default=0.0, help=argparse.SUPPRESS)
     return p
 
 
@@ -109,6 +111,7 @@ def build(pipeline: beam.Pipeline, options: BucketedOptions, run_id: str | None 
         seed=options.seed,
         dtype=options.dtype,
         test_fail_first_attempts=options.test_fail_first_attempts,
+        test_publish_delay=options.test_publish_delay,
     )
     removal_ids = len(read_removal_list(options.removal_list)) if options.removal_list else None
     settings = StatsSettings(

@@ -34,7 +34,7 @@ def finepdfs_row(doc_id: str, text: str, **overrides) -> dict:
         "language": "eng_Latn",
         "page_average_lid": "eng_Latn",
         "page_average_lid_score": 0.97,
-        "token_count": max(1, len(text.split())),
+        "token_count": max(1, len(text.split())) if isinstance(text, str) else 1,
     }
     row.update(overrides)
     return row

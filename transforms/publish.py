@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import posixpath
+import time
 
 import apache_beam as beam
 
@@ -145,6 +146,8 @@ def publish(
         if fs.exists(src):
             fs.makedirs(posixpath.dirname(dst), exist_ok=True)
             fs.mv(src, dst)
+            if config.test_publish_delay:
+                time.sleep(config.test_publish_delay)
         elif not fs.exists(dst):
             raise FileNotFoundError(f"staged shard {src} is missing and was never published")
 

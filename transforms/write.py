@@ -50,6 +50,9 @@ class ShardConfig:
     # Tests only: the first N spill and write steps in this process fail once, as a crashing
     # worker would, so that a runner retrying bundles can be shown to lose and duplicate nothing.
     test_fail_first_attempts: int = 0
+    # Tests only: seconds to wait after each shard moved into place, so a test can kill the job
+    # in the middle of publishing.
+    test_publish_delay: float = 0.0
 
     def inject_failure(self, where: str) -> None:
         if self.test_fail_first_attempts and _INJECTED[where] < self.test_fail_first_attempts:
