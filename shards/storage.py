@@ -10,6 +10,7 @@ import os
 import posixpath
 
 import fsspec
+from fsspec.implementations.local import LocalFileSystem
 
 
 def normalize(url: str) -> str:
@@ -36,14 +37,23 @@ def unstrip(fs: fsspec.AbstractFileSystem, path: str, like: str) -> str:
     return f"{protocol}://{path.lstrip('/')}" if protocol != "memory" else f"memory://{path}"
 
 
+def renames_atomically(fs: fsspec.AbstractFileSystem) -> bool:
+    """Whether a rename on ``fs`` is atomic (a local disk). Object stores have no rename: there a
+    "move" is a copy and a delete, and an upload is what is all-or-nothing."""
+    return isinstance(fs, LocalFileSystem)
+
+
 def write_atomic(url: str, data: bytes) -> None:
     """Write ``data`` to ``url`` so a reader sees the old content or the new, never a part.
 
     Local files are written beside the target and renamed over it. On object stores a single
-    upload is already all-or-nothing.
+    upload is already all-or-nothing, so the object is written in place.
     """
     fs, path = filesystem(url)
     fs.makedirs(posixpath.dirname(path), exist_ok=True)
+    if not renames_atomically(fs):
+        fs.pipe_file(path, data)
+        return
     tmp = f"{path}.partial-{os.getpid()}"
     with fs.open(tmp, "wb") as f:
         f.write(data)

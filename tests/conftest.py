@@ -38,3 +38,16 @@ def finepdfs_row(doc_id: str, text: str, **overrides) -> dict:
     }
     row.update(overrides)
     return row
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging():
+    """cli.main reconfigures the root logger onto the stream pytest captured for that test; put
+    it back afterwards, or later logging (Beam stopping a runner at exit) writes to a closed file."""
+    import logging
+
+    root = logging.getLogger()
+    handlers, level, filters = root.handlers[:], root.level, root.filters[:]
+    yield
+    root.handlers[:], root.filters[:] = handlers, filters
+    root.setLevel(level)

@@ -140,16 +140,24 @@ def publish(
                 log.info("removing %s, left by an earlier run", rel)
                 fs.rm(path)
 
-    # 4. Staged shards to their final names.
+    # 4. Staged shards to their final names: renames on a local disk; on object stores, where a
+    #    move is a copy and a delete, all copies at once (s3fs and gcsfs run them concurrently).
+    moves = []
     for rel in sorted(new_files):
         src, dst = posixpath.join(staged, rel), posixpath.join(root, rel)
         if fs.exists(src):
+            moves.append((src, dst))
+        elif not fs.exists(dst):
+            raise FileNotFoundError(f"staged shard {src} is missing and was never published")
+    if storage.renames_atomically(fs):
+        for src, dst in moves:
             fs.makedirs(posixpath.dirname(dst), exist_ok=True)
             fs.mv(src, dst)
             if config.test_publish_delay:
                 time.sleep(config.test_publish_delay)
-        elif not fs.exists(dst):
-            raise FileNotFoundError(f"staged shard {src} is missing and was never published")
+    elif moves:
+        fs.copy([s for s, _ in moves], [d for _, d in moves])
+        fs.rm([s for s, _ in moves])
 
     # 5. The manifest, then the stats: the commit point.
     if fs.exists(staged_manifest):

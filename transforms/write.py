@@ -220,21 +220,30 @@ class _SpillReader:
 
 
 class _AtomicFile:
-    """A file written under a unique temporary name and renamed to ``path`` on commit."""
+    """A file that appears at ``path`` whole or not at all.
+
+    On a local disk it is written under a unique temporary name and renamed on commit. On an
+    object store the upload itself is all-or-nothing (the object exists once the upload
+    completes), so it is written in place and an abort discards the upload.
+    """
 
     def __init__(self, fs, path: str):
         self._fs, self.path = fs, path
-        self._tmp = f"{path}.partial-{uuid.uuid4().hex[:12]}"
+        local = storage.renames_atomically(fs)
+        self._tmp = f"{path}.partial-{uuid.uuid4().hex[:12]}" if local else path
         fs.makedirs(posixpath.dirname(path), exist_ok=True)
         self.file = fs.open(self._tmp, "wb")
 
     def commit(self) -> None:
         self.file.close()
-        self._fs.mv(self._tmp, self.path)
+        if self._tmp != self.path:
+            self._fs.mv(self._tmp, self.path)
 
     def abort(self) -> None:
+        discard = getattr(self.file, "discard", None)
         try:
-            self.file.close()
+            # close() would complete an object store's upload with what was written so far.
+            discard() if discard is not None and self._tmp == self.path else self.file.close()
         finally:
             if self._fs.exists(self._tmp):
                 self._fs.rm(self._tmp)
