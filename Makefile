@@ -4,12 +4,15 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 OUT    ?= out/sample
 
-.PHONY: help venv demo test lint clean
+.PHONY: help venv demo demo-scaffold test lint clean venv-cloud engines prism flink-job-server spark-job-server
 
 help:
 	@echo "make demo   set up .venv and run the bucketed job on the bundled sample into $(OUT)"
+	@echo "make demo-scaffold  the scaffold job on the Portuguese sample into $(SCAFFOLD_OUT)"
 	@echo "make test   set up .venv and run the test suite"
 	@echo "make lint   ruff over the code"
+	@echo "make venv-cloud  add the gcp extra to .venv (Dataflow dry-run test, launching on Dataflow)"
+	@echo "make engines     fetch Prism and the Flink and Spark job servers for tests/engines (cached)"
 
 $(VENV)/.installed: pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -19,8 +22,64 @@ $(VENV)/.installed: pyproject.toml setup.py
 
 venv: $(VENV)/.installed
 
+# The test extras plus gcp: what tests/engines needs beyond `make test`'s install.
+$(VENV)/.installed-cloud: $(VENV)/.installed
+	$(PY) -m pip install --quiet -e '.[test,gcp,aws]'
+	touch $@
+
+venv-cloud: $(VENV)/.installed-cloud
+
+# Engines for tests/engines, each at the Beam version pyproject.toml pins: Prism built from the Go
+# module proxy, the Flink and Spark job servers copied from Maven Central into Beam's own jar cache
+# under the names Beam looks for, so FlinkRunner and SparkRunner find them without downloading.
+# All of it lives outside the checkout and is fetched only when missing. A fetch that fails is
+# reported and logged in $(ENGINES_DIR), and that engine's tests skip quoting the log;
+# PRETOKENIZE_REQUIRE_ENGINES (see .ci/run) turns such a skip into a failure.
+# tests/engines/engine_setup.py computes the same paths: change both together.
+BEAM_VERSION  := $(shell sed -n 's/^ *"apache-beam==\([0-9][0-9.]*\)",$$/\1/p' pyproject.toml)
+FLINK_VERSION ?= 2.2
+SPARK_VERSION ?= 3
+JAR_CACHE     ?= $(HOME)/.apache_beam/cache/jars
+ENGINES_DIR   ?= $(HOME)/.cache/beam-pretokenize
+PRISM_BIN     := $(ENGINES_DIR)/prism-v$(BEAM_VERSION)/prism
+FLINK_JAR     := $(JAR_CACHE)/beam-runners-flink-$(FLINK_VERSION)-job-server-$(BEAM_VERSION).jar
+SPARK_JAR     := $(JAR_CACHE)/beam-runners-spark-$(SPARK_VERSION)-job-server-$(BEAM_VERSION).jar
+MVN_COPY      := mvn -B -U org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy -DoutputDirectory=$(JAR_CACHE)
+
+engines: prism flink-job-server spark-job-server
+
+prism: $(PRISM_BIN)
+flink-job-server: $(FLINK_JAR)
+spark-job-server: $(SPARK_JAR)
+
+$(PRISM_BIN):
+	@mkdir -p $(dir $@)
+	@echo "prism: go install github.com/apache/beam/sdks/v2/go/cmd/prism@v$(BEAM_VERSION)"
+	@GOBIN=$(dir $@) go install github.com/apache/beam/sdks/v2/go/cmd/prism@v$(BEAM_VERSION) \
+	    > $(ENGINES_DIR)/prism.log 2>&1 \
+	  && echo "prism: $@" \
+	  || echo "prism: NOT SET UP, see $(ENGINES_DIR)/prism.log; its tests will be skipped"
+
+$(FLINK_JAR) $(SPARK_JAR):
+	@mkdir -p $(JAR_CACHE) $(ENGINES_DIR)
+	@name=$(notdir $(basename $@)); engine=$$(echo $$name | cut -d- -f3); \
+	artifact=org.apache.beam:$${name%-$(BEAM_VERSION)}:$(BEAM_VERSION); \
+	echo "$$engine: mvn dependency:copy -Dartifact=$$artifact"; \
+	$(MVN_COPY) -Dartifact=$$artifact > $(ENGINES_DIR)/$$engine.log 2>&1 \
+	  && echo "$$engine: $@" \
+	  || echo "$$engine: NOT SET UP, see $(ENGINES_DIR)/$$engine.log; its tests will be skipped"
+
 demo: venv
 	$(VENV)/bin/pretokenize bucketed --input tests/data/finepdfs_sample.parquet --output $(OUT) --runner=FnApiRunner
+
+# GPT-2 ranks: the offline copy beside the checkout when there is one, else tiktoken's download.
+GPT2_TOKENIZER ?= $(if $(wildcard ../shared/tokenizers/gpt2.tiktoken),tiktoken:../shared/tokenizers/gpt2.tiktoken,gpt2)
+SCAFFOLD_OUT   ?= out/scaffold-sample
+
+demo-scaffold: venv
+	$(VENV)/bin/pretokenize scaffold --input tests/data/scaffold/por_annotated.jsonl --output $(SCAFFOLD_OUT) \
+	    --tokenizer $(GPT2_TOKENIZER) --shard-tokens 4000 --runner=FnApiRunner
+	$(VENV)/bin/pretokenize decode $(SCAFFOLD_OUT)/val --docs 2 --markers --tokenizer $(GPT2_TOKENIZER)
 
 test: venv
 	$(PY) -m pytest -q

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# The bucketed job over the whole FinePDFs-Edu English corpus on Dataflow (sizing: SIZING.md).
+#
+#   deploy/dataflow/launch.sh direct           launch from this checkout (pip install -e '.[gcp]')
+#   deploy/dataflow/launch.sh build-template   build the Flex Template image and its spec file
+#   deploy/dataflow/launch.sh run-template     launch a job from that template
+#
+# Settings come from the environment; PROJECT and BUCKET have no default:
+#   PROJECT=my-project BUCKET=my-bucket deploy/dataflow/launch.sh direct
+# Run it from the repository root. The input must already be on GCS (copy the parquet files of
+# FinePDFs-Edu's eng_Latn configuration there first).
+set -euo pipefail
+
+case "${1:-}" in
+  direct|build-template|run-template) ;;
+  *) sed -n '2,11p' "$0"; exit 2 ;;
+esac
+: "${PROJECT:?set PROJECT to the GCP project id}"
+: "${BUCKET:?set BUCKET to a GCS bucket name (no gs://) in REGION}"
+REGION=${REGION:-us-central1}
+INPUT=${INPUT:-gs://$BUCKET/finepdfs-edu/eng_Latn/*.parquet}
+OUTPUT=${OUTPUT:-gs://$BUCKET/pretokenized/finepdfs-edu-jet-nemotron}
+JOB_NAME=${JOB_NAME:-pretokenize-finepdfs-edu-$(date -u +%Y%m%d-%H%M%S)}
+# Tokenizing is CPU-bound, one SDK process per vCPU; memory per process stays small (SIZING.md).
+MACHINE_TYPE=${MACHINE_TYPE:-n2-standard-8}
+NUM_WORKERS=${NUM_WORKERS:-4}     # SIZING.md: the 30-minute row at 50 % efficiency
+MAX_WORKERS=${MAX_WORKERS:-16}    # room for autoscaling if the real efficiency is lower
+# Tokens never touch the workers' disks (spill and staging files are on GCS), and the shuffle is of
+# small per-document references through Dataflow Shuffle: the boot disk only holds the images.
+DISK_GB=${DISK_GB:-50}
+WORKER_IMAGE=${WORKER_IMAGE:-}        # optional: deploy/worker.Dockerfile, pushed to Artifact Registry
+TEMPLATE_IMAGE=${TEMPLATE_IMAGE:-$REGION-docker.pkg.dev/$PROJECT/pretokenize/pretokenize-template:latest}
+TEMPLATE_SPEC=${TEMPLATE_SPEC:-gs://$BUCKET/templates/pretokenize.json}
+
+cd "$(dirname "$0")/../.."
+
+beam_flags=(
+  --runner=DataflowRunner
+  --project="$PROJECT"
+  --region="$REGION"
+  --temp_location="gs://$BUCKET/dataflow/tmp"
+  --staging_location="gs://$BUCKET/dataflow/staging"
+  --machine_type="$MACHINE_TYPE"
+  --num_workers="$NUM_WORKERS"
+  --max_num_workers="$MAX_WORKERS"
+  --autoscaling_algorithm=THROUGHPUT_BASED
+  --disk_size_gb="$DISK_GB"
+)
+if [[ -n "$WORKER_IMAGE" ]]; then
+  beam_flags+=(--sdk_container_image="$WORKER_IMAGE")
+fi
+
+case "${1:-}" in
+  direct)
+    # --setup_file: the workers install this package from the sdist Beam builds of it.
+    # --no_save_main_session: the code is in the package, nothing is needed from __main__.
+    exec pretokenize bucketed \
+      --input "$INPUT" \
+      --output "$OUTPUT" \
+      --language eng_Latn \
+      --lid-threshold 0.90 \
+      --partitions 32 \
+      --max-shard-bytes 1.5e9 \
+      --job_name="$JOB_NAME" \
+      --setup_file=./setup.py \
+      --no_save_main_session \
+      "${beam_flags[@]}"
+    ;;
+  build-template)
+    gcloud builds submit --project="$PROJECT" --region="$REGION" \
+      --config=/dev/stdin . <<EOF
+steps:
+- name: gcr.io/cloud-builders/docker
+  args: [build, -f, deploy/dataflow/Dockerfile, -t, "$TEMPLATE_IMAGE", .]
+images: ["$TEMPLATE_IMAGE"]
+EOF
+    exec gcloud dataflow flex-template build "$TEMPLATE_SPEC" \
+      --project="$PROJECT" \
+      --image="$TEMPLATE_IMAGE" \
+      --sdk-language=PYTHON \
+      --metadata-file=deploy/dataflow/metadata.json
+    ;;
+  run-template)
+    # Machine type and worker counts go through gcloud's flags; the job's own flags are template
+    # parameters (metadata.json). The boot disk is Dataflow's default, which is enough here.
+    params="input=$INPUT,output=$OUTPUT,language=eng_Latn,lid_threshold=0.90,partitions=32"
+    if [[ -n "$WORKER_IMAGE" ]]; then
+      params+=",sdk_container_image=$WORKER_IMAGE"
+    fi
+    exec gcloud dataflow flex-template run "$JOB_NAME" \
+      --project="$PROJECT" \
+      --region="$REGION" \
+      --template-file-gcs-location="$TEMPLATE_SPEC" \
+      --temp-location="gs://$BUCKET/dataflow/tmp" \
+      --staging-location="gs://$BUCKET/dataflow/staging" \
+      --worker-machine-type="$MACHINE_TYPE" \
+      --num-workers="$NUM_WORKERS" \
+      --max-workers="$MAX_WORKERS" \
+      --parameters="$params"
+    ;;
+esac

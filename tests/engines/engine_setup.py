@@ -1,0 +1,136 @@
+"""Where `make engines` puts each engine, the Beam flags that run a job on it, and what to say when
+one is missing.
+
+The paths match the Makefile's (BEAM_VERSION, FLINK_VERSION, SPARK_VERSION, JAR_CACHE, ENGINES_DIR):
+change both together. An engine that is not set up skips its tests quoting the reason, unless it is
+named in PRETOKENIZE_REQUIRE_ENGINES (comma or space separated; `.ci/run` sets it), which turns the
+skip into a failure, so CI cannot pass by quietly skipping an engine it meant to test.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import re
+import shutil
+from pathlib import Path
+
+import apache_beam
+import pytest
+
+BEAM_VERSION = apache_beam.version.__version__
+FLINK_VERSION = os.environ.get("FLINK_VERSION", "2.2")  # Beam 2.77 publishes 1.19, 1.20, 2.0, 2.1, 2.2
+SPARK_VERSION = os.environ.get("SPARK_VERSION", "3")
+JAR_CACHE = Path(os.environ.get("JAR_CACHE", Path.home() / ".apache_beam" / "cache" / "jars"))
+ENGINES_DIR = Path(os.environ.get("ENGINES_DIR", Path.home() / ".cache" / "beam-pretokenize"))
+
+PRISM_BIN = ENGINES_DIR / f"prism-v{BEAM_VERSION}" / "prism"
+FLINK_JAR = JAR_CACHE / f"beam-runners-flink-{FLINK_VERSION}-job-server-{BEAM_VERSION}.jar"
+SPARK_JAR = JAR_CACHE / f"beam-runners-spark-{SPARK_VERSION}-job-server-{BEAM_VERSION}.jar"
+
+# Spark's and Flink's own launch scripts open these JDK packages on Java 17; a job server started
+# with `java -jar` embeds them without their scripts, so the flags are passed to its JVM here.
+JAVA17_OPENS = [
+    "-XX:+IgnoreUnrecognizedVMOptions",
+    *(
+        f"--add-opens=java.base/{package}=ALL-UNNAMED"
+        for package in (
+            "java.lang", "java.lang.invoke", "java.lang.reflect", "java.io", "java.net", "java.nio",
+            "java.util", "java.util.concurrent", "java.util.concurrent.atomic", "sun.nio.ch", "sun.nio.cs",
+            "sun.security.action", "sun.util.calendar",
+        )
+    ),
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class Engine:
+    """One way of running a job: a name for test ids and the Beam flags, once the engine is there."""
+
+    name: str
+    description: str
+
+    def flags(self) -> list[str]:
+        """The Beam flags for this engine; skips (or fails, when required) if it is not set up."""
+        problem = _missing(self.name)
+        if problem:
+            message = f"{self.description}: {problem}"
+            if self.name in required_engines():
+                pytest.fail(f"{message} (required by PRETOKENIZE_REQUIRE_ENGINES)")
+            pytest.skip(message)
+        return _FLAGS[self.name]()
+
+
+ENGINES = [
+    Engine("fnapi-1", "FnApiRunner, one in-process worker"),
+    Engine("fnapi-2proc", "FnApiRunner, two worker processes"),
+    Engine("prism", f"Prism v{BEAM_VERSION} (portable local runner)"),
+    Engine("flink", f"FlinkRunner, embedded Flink {FLINK_VERSION} cluster, parallelism 2"),
+    Engine("spark", f"SparkRunner, Spark {SPARK_VERSION} local[2]"),
+]
+
+_FLAGS = {
+    "fnapi-1": lambda: ["--runner=FnApiRunner", "--direct_num_workers=1"],
+    "fnapi-2proc": lambda: [
+        "--runner=FnApiRunner", "--direct_running_mode=multi_processing", "--direct_num_workers=2"],
+    "prism": lambda: ["--runner=PrismRunner", f"--prism_location={PRISM_BIN}", "--environment_type=LOOPBACK"],
+    "flink": lambda: [
+        "--runner=FlinkRunner",
+        "--flink_master=[local]",
+        f"--flink_version={FLINK_VERSION}",
+        f"--flink_job_server_jar={FLINK_JAR}",
+        "--parallelism=2",
+        "--environment_type=LOOPBACK",
+        *(f"--job_server_jvm_property={flag}" for flag in JAVA17_OPENS),
+    ],
+    "spark": lambda: [
+        "--runner=SparkRunner",
+        "--spark_master_url=local[2]",
+        f"--spark_version={SPARK_VERSION}",
+        f"--spark_job_server_jar={SPARK_JAR}",
+        "--environment_type=LOOPBACK",
+        *(f"--job_server_jvm_property={flag}" for flag in JAVA17_OPENS),
+    ],
+}
+
+
+def required_engines() -> set[str]:
+    return set(re.split(r"[\s,]+", os.environ.get("PRETOKENIZE_REQUIRE_ENGINES", "").strip())) - {""}
+
+
+def _fetch_failure(log_name: str) -> str:
+    """The line of `make engines`' log that says why a fetch failed, if it left one."""
+    log = ENGINES_DIR / log_name
+    if not log.is_file():
+        return "`make engines` has not been run"
+    lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    for line in lines:
+        found = re.search(r"Could not find artifact .*? in \S+", line)
+        if found:
+            return f"`make engines` could not fetch it: {found.group(0)}"
+    return f"`make engines` failed: {lines[-1] if lines else 'see ' + str(log)}"
+
+
+def _missing(name: str) -> str | None:
+    """Why engine ``name`` cannot run here, or None when it can."""
+    if name == "prism" and not os.access(PRISM_BIN, os.X_OK):
+        return f"no binary at {PRISM_BIN}; {_fetch_failure('prism.log')}"
+    if name in ("flink", "spark"):
+        if shutil.which("java") is None:
+            return "no `java` on PATH (the job server is a Java program)"
+        jar = FLINK_JAR if name == "flink" else SPARK_JAR
+        if not jar.is_file():
+            return f"no job-server jar at {jar}; {_fetch_failure(name + '.log')}"
+    return None
+
+
+def tree_hashes(root) -> dict[str, str]:
+    """sha256 of every file under root, by relative path."""
+    out = {}
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            path = os.path.join(dirpath, name)
+            with open(path, "rb") as f:
+                out[os.path.relpath(path, root)] = hashlib.sha256(f.read()).hexdigest()
+    return out

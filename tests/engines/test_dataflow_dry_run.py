@@ -1,0 +1,147 @@
+"""Each job translated for Dataflow with --dry_run: the job graph Dataflow would get, without submitting.
+
+A fake project, region and gs:// temp location; no credentials and no network (the test refuses any
+connection that leaves the machine). The input and output are local: the jobs plan their input and
+clear the output's interrupted runs while the pipeline is built, so a gs:// path there would call
+GCS from the launcher, as it must when a job really launches.
+"""
+
+from __future__ import annotations
+
+import importlib
+import ipaddress
+import socket
+import sys
+import tarfile
+
+import pytest
+from conftest import REPO, SAMPLE_PARQUET
+from engine_setup import BEAM_VERSION, required_engines
+
+from pipelines import bucketed
+
+DATAFLOW_FLAGS = [
+    "--runner=DataflowRunner",
+    "--dry_run=True",
+    "--project=example-project",
+    "--region=us-central1",
+    "--temp_location=gs://example-bucket/tmp",
+    f"--setup_file={REPO / 'setup.py'}",
+    "--no_save_main_session",
+    "--machine_type=n2-standard-4",
+    "--max_num_workers=8",
+]
+
+
+@pytest.fixture(autouse=True)
+def gcp_extra():
+    try:
+        importlib.import_module("apache_beam.runners.dataflow.internal.apiclient")
+    except ImportError as e:
+        message = f"the gcp extra is not installed (make venv-cloud): {e}"
+        if "dataflow" in required_engines():
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+@pytest.fixture(autouse=True)
+def no_network(monkeypatch):
+    """Fail on any connection to an address off this machine (a name lookup alone is not one)."""
+    real_connect = socket.socket.connect
+
+    def connect(self, address):
+        if self.family in (socket.AF_INET, socket.AF_INET6):
+            host = address[0]
+            try:
+                local = ipaddress.ip_address(host).is_loopback
+            except ValueError:
+                local = host == "localhost"
+            if not local:
+                raise AssertionError(f"the dry run tried to connect to {address}")
+        return real_connect(self, address)
+
+    monkeypatch.setattr(socket.socket, "connect", connect)
+
+
+def bucketed_job(tmp_path, request):
+    flags = ["--input", str(SAMPLE_PARQUET), "--output", str(tmp_path / "out")]
+    ours, beam_options = bucketed.parse_args([*flags, *DATAFLOW_FLAGS, "--job_name=pretokenize-bucketed"])
+    stages = {"ReadDocuments", "CountDocuments", "FilterLanguage", "TokenizeDocuments", "WriteShards",
+              "CollectDropReasons", "PublishOutput"}
+    return bucketed.build, ours, beam_options, "pretokenize-bucketed", stages
+
+
+def scaffold_job(tmp_path, request):
+    try:
+        scaffold = importlib.import_module("pipelines.scaffold")
+    except ImportError as e:
+        pytest.skip(f"the scaffold job (pipelines/scaffold.py) is not importable: {e}")
+    gpt2 = request.getfixturevalue("gpt2_spec")
+    flags = ["--input", str(SAMPLE_PARQUET), "--output", str(tmp_path / "out"), "--annotate", "--tokenizer", gpt2]
+    ours, beam_options = scaffold.parse_args([*flags, *DATAFLOW_FLAGS, "--job_name=pretokenize-scaffold"])
+    stages = {"ReadDocuments", "CountDocuments", "EncodeScaffold", "WriteLlmcShards", "PublishLlmcOutput"}
+    return scaffold.build, ours, beam_options, "pretokenize-scaffold", stages
+
+
+def staged_files(proto_pipeline) -> dict[str, str]:
+    """What the workers' environment stages: {name on the workers: local file}."""
+    from apache_beam.portability.api import beam_runner_api_pb2
+
+    (env,) = proto_pipeline.components.environments.values()
+    files = {}
+    for artifact in env.dependencies:
+        role = beam_runner_api_pb2.ArtifactStagingToRolePayload.FromString(artifact.role_payload)
+        source = beam_runner_api_pb2.ArtifactFilePayload.FromString(artifact.type_payload)
+        files[role.staged_name] = source.path
+    return files
+
+
+@pytest.mark.parametrize("make_job", [bucketed_job, scaffold_job], ids=["bucketed", "scaffold"])
+def test_the_job_translates_for_dataflow(make_job, tmp_path, request):
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import GoogleCloudOptions, SetupOptions
+    from apache_beam.portability.api import beam_runner_api_pb2
+
+    build, ours, beam_options, job_name, stages = make_job(tmp_path, request)
+    pipeline = beam.Pipeline(options=beam_options)
+    build(pipeline, ours)
+    job = pipeline.run().job  # --dry_run: the Job is made, nothing is staged or submitted
+
+    assert job.options.view_as(GoogleCloudOptions).project == "example-project"
+    assert job.proto.name == job_name
+
+    # Our step labels, as Dataflow's UI and job updates will match them: the job's steps and the
+    # steps inside them (deeper ones are Beam's own) all named by us, none by Beam's defaults.
+    labels = {t.unique_name for t in job.proto_pipeline.components.transforms.values()}
+    top_level = {label for label in labels if "/" not in label}
+    assert stages <= top_level, f"missing steps: {stages - top_level}"
+    ours_or_direct = [label.rsplit("/", 1)[-1] for label in labels if label.count("/") <= 1]
+    unlabelled = [label for label in ours_or_direct if label.startswith(("ParDo(", "Map(", "FlatMap(", "Filter("))]
+    assert not unlabelled, f"steps without a label of ours: {unlabelled}"
+
+    # One Docker environment: Beam's SDK image for this Python and the pinned Beam version.
+    (env,) = job.proto_pipeline.components.environments.values()
+    assert env.urn == "beam:env:docker:v1"
+    image = beam_runner_api_pb2.DockerPayload.FromString(env.payload).container_image
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert image.endswith(f"/beam_python{python}_sdk:{BEAM_VERSION}"), image
+
+    # The workers get our code as the sdist --setup_file built, and no pickled main session.
+    assert job.options.view_as(SetupOptions).setup_file == str(REPO / "setup.py")
+    files = staged_files(job.proto_pipeline)
+    assert "workflow.tar.gz" in files and "pickled_main_session" not in files, sorted(files)
+    with tarfile.open(files["workflow.tar.gz"]) as sdist:
+        names = {name.split("/", 1)[1] for name in sdist.getnames() if "/" in name}
+    for module in ("pipelines/bucketed.py", "pipelines/cli.py", "transforms/write.py", "shards/layout.py"):
+        assert module in names, f"{module} is not in the sdist the workers install"
+
+
+def test_the_flex_template_parameters_are_flags_of_the_bucketed_job():
+    import json
+
+    parameters = json.loads((REPO / "deploy" / "dataflow" / "metadata.json").read_text())["parameters"]
+    names = [p["name"] for p in parameters if p["name"] != "job"]  # "job" is read by the template's main.py
+    assert {"input", "output"} <= set(names)
+    argv = ["--input=in", "--output=out"] + [f"--{name}=1" for name in names if name not in ("input", "output")]
+    _, unknown = bucketed.make_parser().parse_known_args(argv)
+    assert unknown == [], f"template parameters the bucketed job does not know: {unknown}"
