@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import finepdfs_row
 
-from pipelines import bucketed, cli
+from pipelines import cli
 from shards import layout, manifest
 from shards.manifest import DatasetStats
 from transforms.encoders import load_encoder
