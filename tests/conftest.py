@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
+
+# Give the root logger a handler before anything imports Beam: otherwise the first warning Beam
+# logs installs one on the stream pytest is capturing at that moment, and Beam's last messages
+# at interpreter exit (stopping Prism) would be written to that stream after it is closed.
+logging.getLogger().addHandler(logging.NullHandler())
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_PARQUET = REPO / "tests" / "data" / "finepdfs_sample.parquet"
