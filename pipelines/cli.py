@@ -26,7 +26,10 @@ JOBS = {
     "stats": ("pipelines.stats", "document lengths per bucket: a table and a histogram PNG, for mixing weights"),
 }
 
-_BAD_INPUT = re.compile(re.escape(BadInputError.PREFIX) + r"(.+?)(?:\\n|\n|'|\"|$)")
+# A runner may keep only the text of a worker's exception: "bad input: FILE: PROBLEM [while running
+# 'Step']", perhaps inside the repr of another error. The message ends at the runner's suffix, a
+# line break, or the end of the text.
+_BAD_INPUT = re.compile(re.escape(BadInputError.PREFIX) + r"(.+?)(?: \[while running |\\n|\n|$)")
 
 
 def _usage() -> str:
@@ -37,15 +40,18 @@ def _usage() -> str:
 
 def bad_input_message(error: BaseException) -> str | None:
     """The bad-input message inside ``error``, even when a runner has wrapped it in its own error."""
-    seen = set()
+    chain, seen = [], set()
     while error is not None and id(error) not in seen:
         seen.add(id(error))
-        if isinstance(error, BadInputError):
-            return str(error)
-        m = _BAD_INPUT.search(str(error))
+        chain.append(error)
+        error = error.__cause__ or error.__context__
+    for e in chain:  # the error itself, when it travelled as an object
+        if isinstance(e, BadInputError):
+            return str(e)
+    for e in chain:  # else its text, inside a runner's error
+        m = _BAD_INPUT.search(str(e))
         if m:
             return BadInputError.PREFIX + m.group(1)
-        error = error.__cause__ or error.__context__
     return None
 
 

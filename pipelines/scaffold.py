@@ -57,6 +57,8 @@ class ScaffoldOptions:
     seed: int = layout.DEFAULT_SEED
     order_ranges: int = DEFAULT_ORDER_RANGES
     on_bad_record: str = "fail"
+    test_fail_first_attempts: int = 0
+    test_publish_delay: float = 0.0
 
     @property
     def field(self) -> str:
@@ -91,6 +93,9 @@ def make_parser() -> argparse.ArgumentParser:
     add_flag(p, "on-bad-record", default=d.on_bad_record, choices=("fail", "skip"),
              help="a record that cannot be read (bad JSON or UTF-8, null or mistyped field, bad id): "
              "stop naming it, or drop and count it")
+    # Tests only (see LlmcShardConfig.test_fail_first_attempts, test_publish_delay); not shown in --help.
+    add_flag(p, "test-fail-first-attempts", type=int, default=0, help=argparse.SUPPRESS)
+    add_flag(p, "test-publish-delay", type=float, default=0.0, help=argparse.SUPPRESS)
     return p
 
 
@@ -121,6 +126,9 @@ def build(pipeline: beam.Pipeline, options: ScaffoldOptions, run_id: str | None 
         shard_tokens=options.shard_tokens,
         seed=options.seed,
         order_ranges=options.order_ranges,
+        chunked_documents=options.long_docs == "chunk",
+        test_fail_first_attempts=options.test_fail_first_attempts,
+        test_publish_delay=options.test_publish_delay,
     )
     scaffold.load()
     settings = LlmcSettings(
@@ -151,9 +159,11 @@ def build(pipeline: beam.Pipeline, options: ScaffoldOptions, run_id: str | None 
         | "CountDocuments" >> beam.combiners.Count.Globally()
     )
     encoded = docs | "EncodeScaffold" >> EncodeScaffold(scaffold)
-    drops = (read_result[DROPPED], encoded[DROPPED]) | "CollectDropReasons" >> beam.Flatten()
-    staged = encoded.sequences | "WriteLlmcShards" >> WriteLlmcShards(shards)
-    return staged | "PublishLlmcOutput" >> PublishLlmcOutput(shards, settings, raw, drops, encoded[COUNTS])
+    written = encoded.sequences | "WriteLlmcShards" >> WriteLlmcShards(shards)
+    drops = (read_result[DROPPED], encoded[DROPPED], written.dropped) | "CollectDropReasons" >> beam.Flatten()
+    # What each kept document added, less what each copy of an id that was left out had added.
+    counts = (encoded[COUNTS], written.counts) | "CollectSplitCounts" >> beam.Flatten()
+    return written.staged | "PublishLlmcOutput" >> PublishLlmcOutput(shards, settings, raw, drops, counts)
 
 
 def read_stats(output: str) -> ScaffoldStats:

@@ -33,7 +33,20 @@ def id_problem(doc_id: str) -> str | None:
         return "the id contains a line break"
     if doc_id != doc_id.strip():
         return "the id has leading or trailing whitespace"
+    if has_lone_surrogate(doc_id):
+        return "the id holds a lone UTF-16 surrogate, which no UTF-8 file can store"
     return None
+
+
+def has_lone_surrogate(text: str) -> bool:
+    """Whether ``text`` holds a code point U+D800..U+DFFF (JSON's "\\ud800" escape can make one)."""
+    if text.isascii():
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def format_row(rel_path: str, doc_id: str, token_count: int) -> str:

@@ -99,6 +99,16 @@ def test_the_countdown_is_recomputed_and_a_mismatch_flagged(text, words):
     assert parsed.mismatch == (text != "<ff_2> um <ff_1> dois <ff_0> três")
 
 
+def test_word_limits_stop_the_scan_and_huge_markers_are_only_text():
+    text = format_annotated([f"w{i}" for i in range(50)])
+    assert parse_annotated(text, limit=3).words == ["w0", "w1", "w2"]
+    assert parse_annotated(text, limit=60) == parse_annotated(text) == ([f"w{i}" for i in range(50)], False)
+    assert annotate("um, dois três", limit=2) == ["um", ","] and annotate("um dois", limit=9) == ["um", "dois"]
+    # A countdown of thousands of digits is compared as digits (int() refuses over 4,300 of them).
+    assert parse_annotated(f"<ff_{'9' * 5000}> a <ff_0> b") == (["a", "b"], True)
+    assert parse_annotated("<ff_01> a <ff_000> b") == (["a", "b"], False)
+
+
 def test_the_annotate_rule_on_portuguese_text():
     text = ("Os Estados‐Membros comprometeram-se, em 10/12/1948, a promover o respeito d'água: "
             "1.948 ou 3,5% às 10:30 — «Olá»! a<b x_y ...")
@@ -162,6 +172,11 @@ def test_empty_documents_and_overlong_words_are_dropped_with_reasons(gpt2_spec, 
     assert encode_document(doc("c", "x" * 20), config, words_encoder).drop_reason is None
     unlimited = ScaffoldConfig(gpt2_spec, annotate=True, max_word_chars=0)
     assert encode_document(doc("b", "x" * 21), unlimited, words_encoder).drop_reason is None
+    # Over 1,000 words under skip is too_many_words whatever the words: they are read no further.
+    long_with_a_long_word = " ".join(["palavra"] * 1001 + ["x" * 21])
+    assert encode_document(doc("d", long_with_a_long_word), config, words_encoder).drop_reason == "too_many_words"
+    chunk = ScaffoldConfig(gpt2_spec, annotate=True, max_word_chars=20, long_docs="chunk")
+    assert encode_document(doc("d", long_with_a_long_word), chunk, words_encoder).drop_reason == "word_too_long"
 
 
 def test_the_endoftext_string_is_text_inside_a_word(gpt2_spec, words_encoder):

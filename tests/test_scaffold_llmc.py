@@ -10,12 +10,15 @@ from shards import llmc
 from shards.llmc import ScaffoldStats, SplitStats, check_llmc_shard, check_llmc_split
 from transforms.publish import UnaccountedDocumentsError
 from transforms.records import DocRef
-from transforms.scaffold import DocumentCounts, countdown_tokens
+from transforms.scaffold import DocumentCounts, countdown_tokens, sum_counts
 from transforms.write_llmc import (
     LlmcSettings,
     LlmcShardConfig,
+    SequenceRef,
     StagedShard,
     compute_stats,
+    drop_duplicate_sequences,
+    keep_first_copy,
     make_placement,
     place_range,
 )
@@ -176,6 +179,48 @@ def test_placement_cuts_documents_exactly_at_shard_boundaries():
         4: [(0, 4, 1008)],
         5: [(0, 1, 1016)],
     }
+
+
+def _seq(seq_id: str, source: str, row: int, length: int = 5, words: int = 2, mismatch: int = 0) -> SequenceRef:
+    return SequenceRef(sort_key=len(seq_id), id=seq_id, length=length, spill_path=f"{source}.spill", offset=row,
+                       source=source, row=row, words=words, mismatch=mismatch)
+
+
+def test_copies_of_an_id_keep_the_first_by_file_and_row():
+    refs = [_seq("a", "b.jsonl", 0), _seq("x", "b.jsonl", 1), _seq("a", "a.jsonl", 9, length=7, words=3),
+            _seq("a", "a.jsonl", 4, length=8, words=4, mismatch=1), _seq("x", "c.jsonl", 0)]
+    kept, dropped = drop_duplicate_sequences(refs)
+    assert sorted((r.id, r.source, r.row) for r in kept) == [("a", "a.jsonl", 4), ("x", "b.jsonl", 1)]
+    # Each copy left out takes back one document, its sequence, words and tokens.
+    assert sorted(dropped) == sorted([DocumentCounts(1, 1, 2, 5, 0), DocumentCounts(1, 1, 3, 7, 0),
+                                      DocumentCounts(1, 1, 2, 5, 0)])
+    # The same whatever order the runner delivers the refs in.
+    assert sorted(drop_duplicate_sequences(refs[::-1]).kept) == sorted(kept)
+    assert drop_duplicate_sequences(refs[1:2]) == ([refs[1]], [])
+
+
+def test_copies_of_a_chunked_document_keep_every_sequence_of_the_first_copy():
+    # The first copy (a.jsonl row 3) was cut in two; a later one in three; another is one sequence.
+    first = [_seq("d#0", "a.jsonl", 3, length=10, words=4, mismatch=1), _seq("d#1", "a.jsonl", 3, length=4, words=1,
+                                                                            mismatch=1)]
+    later = [_seq(f"d#{k}", "b.jsonl", 0, length=6, words=2) for k in range(3)]
+    whole = [_seq("d", "a.jsonl", 8, length=9, words=3)]
+    for order in (first + later + whole, whole + later[::-1] + first[::-1]):
+        kept, dropped = keep_first_copy("d", order)
+        assert sorted(kept) == sorted(first)
+        assert sorted(dropped) == [DocumentCounts(1, 1, 3, 9, 0), DocumentCounts(1, 3, 6, 18, 0)]
+    assert keep_first_copy("d", later) == (later, [])
+
+
+def test_dropped_copies_are_taken_back_from_the_counts():
+    config = LlmcShardConfig(output="/nowhere", run_id="r", shard_tokens=10)
+    staged = [StagedShard("train", 0, 10, "train/shard_000.bin"), StagedShard("train", 1, 3, "train/shard_001.bin")]
+    encoded = [DocumentCounts(1, 1, 3, 7, 0), DocumentCounts(1, 1, 2, 6, 1), DocumentCounts(1, 1, 2, 6, 1)]
+    taken_back = [DocumentCounts(-1, -1, -2, -6, -1)]
+    counts = {"train": sum_counts(encoded + taken_back)}
+    stats = compute_stats(staged, 3, {"duplicate_id": 1}, counts, _settings(), config)
+    assert stats.splits["train"] == SplitStats(2, 2, 5, 13, 2) and stats.countdown_mismatches == 1
+    assert stats.kept_documents + stats.dropped_documents == stats.raw_documents
 
 
 def _settings():

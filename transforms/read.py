@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from shards import storage
-from shards.manifest import id_problem
+from shards.manifest import has_lone_surrogate, id_problem
 from transforms.progress import Progress
 from transforms.records import DROPPED, BadInputError, BadRecord, Document
 
@@ -193,6 +193,10 @@ def _check_value(value, kind: str, where: str, field: str, nullable: bool):
             )
         return value if isinstance(value, str) else str(value)
     if kind == "string" and isinstance(value, str):
+        if has_lone_surrogate(value):
+            # A tokenizer would silently turn it into U+FFFD: the stored text would not be the input.
+            raise BadInputError(where, f"{field!r} holds a lone UTF-16 surrogate (not valid Unicode text)",
+                                reason="invalid_utf8")
         return value
     if kind == "number" and isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)

@@ -27,6 +27,7 @@ document land in the same split.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import re
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple
@@ -65,30 +66,49 @@ class ParsedWords(NamedTuple):
     mismatch: bool  # the input's countdown differs from the recomputed one
 
 
-def annotate(text: str) -> list[str]:
-    """The words of plain text by ANNOTATE_RULE; whitespace only separates."""
-    return ANNOTATE_RULE.findall(text)
+def annotate(text: str, limit: int | None = None) -> list[str]:
+    """The words of plain text by ANNOTATE_RULE; whitespace only separates.
+
+    With ``limit``, at most that many: the scan stops there, whatever the length of the text.
+    """
+    if limit is None:
+        return ANNOTATE_RULE.findall(text)
+    return [m.group() for m in itertools.islice(ANNOTATE_RULE.finditer(text), limit)]
 
 
-def parse_annotated(text: str) -> ParsedWords:
-    """The words of ``content-ff`` text, and whether its markers' countdown was right."""
-    pieces = _MARKER.split(text)  # [before the first marker, N, word, N, word, ...]
+def _marker_segments(text: str) -> Iterator[tuple[str | None, str]]:
+    """(declared countdown, text up to the next marker): first (None, the text before any marker).
+
+    The countdown is kept as its digits, leading zeros removed: a marker with thousands of digits
+    is only text to compare, never a number Python refuses to convert.
+    """
+    declared, start = None, 0
+    for m in _MARKER.finditer(text):
+        yield declared, text[start:m.start()]
+        declared, start = m.group(1).lstrip("0") or "0", m.end()
+    yield declared, text[start:]
+
+
+def parse_annotated(text: str, limit: int | None = None) -> ParsedWords:
+    """The words of ``content-ff`` text, and whether its markers' countdown was right.
+
+    With ``limit``, at most that many words (the scan stops there) and ``mismatch`` is not computed.
+    """
     words: list[str] = []
-    declared: list[int | None] = []
+    declared: list[str | None] = []
     mismatch = False
-    lead = pieces[0].strip()
-    if lead:
-        words.append(lead)
-        declared.append(None)
-    for number, segment in zip(pieces[1::2], pieces[2::2], strict=True):
+    for number, segment in _marker_segments(text):
         word = segment.strip()
         if word:
             words.append(word)
-            declared.append(int(number))
-        else:
+            declared.append(number)
+            if limit is not None and len(words) >= limit:
+                return ParsedWords(words, False)
+        elif number is not None:
             mismatch = True  # a marker with no word: the countdown after it is off by one
     n = len(words)
-    mismatch = mismatch or any(d != n - 1 - i for i, d in enumerate(declared))
+    # Text before the first marker declares no countdown (None): a mismatch too.
+    mismatch = mismatch or any(d != str(n - 1 - i) for i, d in enumerate(declared))
     return ParsedWords(words, mismatch)
 
 
@@ -144,7 +164,10 @@ def check_gpt2_vocabulary(encoder: Encoder) -> None:
 class ScaffoldTokens(NamedTuple):
     """One sequence to store: its tokens (countdown, BPE ids, EOT), and the split it goes to.
 
-    ``id`` is the source id, or ``{id}#{k}`` for chunk k of a document cut by --long-docs chunk.
+    ``id`` is the source id, or ``{id}#{k}`` for chunk k of a document cut by --long-docs chunk;
+    ``doc_id`` is always the source id. ``words`` counts this sequence's words and ``mismatch``
+    (0 or 1) is its source document's flag: what a writer dropping a copy of the document takes
+    back from the counts.
     """
 
     id: str
@@ -152,6 +175,9 @@ class ScaffoldTokens(NamedTuple):
     source: str
     row: int
     split: str
+    doc_id: str
+    words: int
+    mismatch: int
 
 
 class DocumentCounts(NamedTuple):
@@ -229,21 +255,30 @@ class WordEncoder:
         return out
 
 
-def words_of(doc: Document, annotate_plain: bool) -> ParsedWords:
-    return ParsedWords(annotate(doc.text), False) if annotate_plain else parse_annotated(doc.text)
+def words_of(doc: Document, annotate_plain: bool, limit: int | None = None) -> ParsedWords:
+    """The document's words (at most ``limit``, see annotate and parse_annotated)."""
+    if annotate_plain:
+        return ParsedWords(annotate(doc.text, limit), False)
+    return parse_annotated(doc.text, limit)
 
 
 def encode_document(doc: Document, config: ScaffoldConfig, words_encoder: WordEncoder) -> Encoded:
-    """One source document to its sequences (or a drop reason). Plain function: no Beam."""
-    parsed = words_of(doc, config.annotate)
+    """One source document to its sequences (or a drop reason). Plain function: no Beam.
+
+    The reasons, checked in this order: ``no_words``; ``too_many_words`` (under ``skip``: the
+    words are only read up to the 1,001st, so a 50 MB document costs no more than a short one);
+    ``word_too_long``.
+    """
+    skip = config.long_docs == "skip"
+    parsed = words_of(doc, config.annotate, llmc.MAX_WORDS + 1 if skip else None)
     words = parsed.words
     if not words:
         return Encoded([], "no_words", None)
+    if skip and len(words) > llmc.MAX_WORDS:
+        return Encoded([], "too_many_words", None)
     if config.max_word_chars and max(len(w) for w in words) > config.max_word_chars:
         return Encoded([], "word_too_long", None)
     plan = plan_sequences(words, config.long_docs)
-    if plan is None:
-        return Encoded([], "too_many_words", None)
     split = llmc.split_of(doc.id, config.val_fraction)
     ids = words_encoder.encode(words)
     sequences, start = [], 0
@@ -251,7 +286,8 @@ def encode_document(doc: Document, config: ScaffoldConfig, words_encoder: WordEn
         tokens = countdown_tokens(ids[start:start + len(chunk)])
         start += len(chunk)
         seq_id = doc.id if len(plan) == 1 else f"{doc.id}#{k}"
-        sequences.append(ScaffoldTokens(seq_id, tokens, doc.source, doc.row, split))
+        sequences.append(ScaffoldTokens(seq_id, tokens, doc.source, doc.row, split, doc.id, len(chunk),
+                                        int(parsed.mismatch)))
     counts = DocumentCounts(1, len(sequences), len(words), sum(len(s.tokens) for s in sequences), int(parsed.mismatch))
     return Encoded(sequences, None, counts)
 

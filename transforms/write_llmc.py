@@ -6,29 +6,42 @@ tokens, the last holding the rest, so a document may continue in the next shard 
 data files do). Tokens are never shuffled through Beam; only small references are:
 
     SpillTokens       each bundle appends its sequences' tokens to a spill file of its own (the
-                      bucketed job's SpillTokensFn) and emits ((split, range), DocRef). The range is
-                      the top bits of the 63-bit sort key, so ranges are contiguous stretches of the
-                      stream order and about equally full.
-    SumRangeTokens    tokens per (split, range), a combine; from these, each range's first position
-    RangeOffsets      in its split's stream (one small dict, a side input)
-    GroupByRange      a range's DocRefs: sorted, they get their stream positions, and each is cut
-    PlaceDocuments    where it crosses a shard boundary: ((split, shard), (position in shard, DocRef
-                      of the piece)) out
+                      bucketed job's SpillTokensFn) and emits ((split, range), SequenceRef). The
+                      range is the top bits of the 63-bit sort key, so ranges are contiguous
+                      stretches of the stream order and about equally full.
+    GroupByRange      a range's SequenceRefs. Every copy of an id has the id's split and sort key,
+    DropDuplicateIds  so copies meet here: the first by (input file, row) is kept, as in the
+                      bucketed job (transforms.write.drop_duplicates), each other copy is counted
+                      as ``duplicate_id`` and its counts are taken back
+    RangeTokens       tokens per deduplicated range; from these, each range's first position in
+    RangeOffsets      its split's stream (one small dict, a side input)
+    PlaceDocuments    a range's refs, sorted, get their stream positions, and each is cut where it
+                      crosses a shard boundary: ((split, shard), (position in shard, DocRef of
+                      the piece)) out
     GroupByShardFile  one shard's pieces: sorted by position, checked to tile the shard exactly,
     WriteShardFiles   streamed from the spill files behind a header into the staged shard file
     PublishLlmcOutput once every shard is staged: accounts for every document, moves the shards to
                       train/shard_NNN.bin and val/shard_NNN.bin, writes dataset_stats.txt last
 
+With ``chunked_documents`` (--long-docs chunk) a document may be several sequences ``{id}#k``,
+each with its own sort key and so its own range: copies of a document would not all meet in one
+range, nor would copies that were cut differently (same id, other text). There the spilled refs
+are first grouped by (split, source id) (``GroupCopiesById``, ``KeepFirstCopies``): every
+sequence of the first copy is kept, every sequence of the others dropped, and the copy counted
+once; the refs then go on to GroupByRange, which has no copies left to drop.
+
 The bytes depend only on the documents and the options, never on bundles, workers or the number
-of ranges. A worker holds at most one range's DocRefs (about documents / ranges of them) or one
+of ranges. A worker holds at most one range's refs (about documents / ranges of them) or one
 shard's (at most its documents + 1), plus a read buffer of 64 MB.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import posixpath
+import time
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
@@ -38,9 +51,9 @@ from shards import layout, llmc, storage
 from shards.llmc import ScaffoldStats, SplitStats
 from transforms.progress import Progress
 from transforms.publish import UnaccountedDocumentsError
-from transforms.records import DocRef
-from transforms.scaffold import DocumentCounts, ScaffoldTokens, sum_counts
-from transforms.write import SpillTokensFn, _AtomicFile, _SpillReader, ref_order
+from transforms.records import DROPPED, DocRef
+from transforms.scaffold import COUNTS, DocumentCounts, ScaffoldTokens, sum_counts
+from transforms.write import DUPLICATE_ID, SpillTokensFn, _AtomicFile, _SpillReader, drop_duplicates, ref_order
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +67,8 @@ class LlmcShardConfig:
 
     ``order_ranges`` (a power of two) is how many pieces each split's ordering is cut into: more
     ranges, fewer references per worker; the output bytes are the same for every value.
+    ``chunked_documents``: a source document may be several sequences (--long-docs chunk), so
+    copies of an id are found by grouping by id before the ranges (one more shuffle of refs).
     """
 
     output: str
@@ -61,6 +76,19 @@ class LlmcShardConfig:
     shard_tokens: int = llmc.DEFAULT_SHARD_TOKENS
     seed: int = layout.DEFAULT_SEED
     order_ranges: int = DEFAULT_ORDER_RANGES
+    chunked_documents: bool = False
+    # Tests only: the first N spill, dedupe and write steps in this process fail once, after doing
+    # part of their work, as a crashing worker would; a runner that retries bundles must then lose
+    # and duplicate nothing (see transforms.write.ShardConfig, the bucketed job's twin).
+    test_fail_first_attempts: int = 0
+    # Tests only: seconds to wait after each shard moved into place, so a test can kill the job in
+    # the middle of publishing.
+    test_publish_delay: float = 0.0
+
+    def inject_failure(self, where: str) -> None:
+        if self.test_fail_first_attempts and _INJECTED[where] < self.test_fail_first_attempts:
+            _INJECTED[where] += 1
+            raise RuntimeError(f"injected failure #{_INJECTED[where]} in {where} (--test-fail-first-attempts)")
 
     def __post_init__(self):
         if not 1 <= self.shard_tokens <= llmc.MAX_SHARD_TOKENS:
@@ -70,6 +98,8 @@ class LlmcShardConfig:
         r = self.order_ranges
         if r < 1 or r > 1 << 20 or r & (r - 1):
             raise ValueError(f"order_ranges must be a power of two within 1..{1 << 20}, got {r}")
+        if self.test_fail_first_attempts < 0:
+            raise ValueError("test_fail_first_attempts must be >= 0")
 
     @property
     def range_shift(self) -> int:
@@ -88,10 +118,129 @@ class LlmcShardConfig:
         return storage.join(self.run_url, "staged")
 
 
-def llmc_spill_key(seq: ScaffoldTokens, config: LlmcShardConfig) -> tuple[tuple[str, int], int]:
-    """(split, range) and the sort key of a sequence: a seeded hash of its id, as in the bucketed job."""
+_INJECTED: collections.Counter = collections.Counter()
+
+
+class SequenceRef(NamedTuple):
+    """A DocRef (where a spilled sequence's tokens are, where it sorts) and what its copy added to
+    the counts: its words, and its source document's countdown-mismatch flag (0 or 1)."""
+
+    sort_key: int
+    id: str
+    length: int
+    spill_path: str
+    offset: int
+    source: str
+    row: int
+    words: int
+    mismatch: int
+
+
+beam.coders.registry.register_coder(SequenceRef, beam.coders.RowCoder)
+
+
+def llmc_spill_key(seq: ScaffoldTokens, config: LlmcShardConfig) -> tuple[tuple[str, int | str], int]:
+    """The group a spilled sequence joins and its sort key, a seeded hash of its id (as in the
+    bucketed job). The group is (split, range), or (split, source id) with chunked_documents."""
+    config.inject_failure("spill")
     sort_key = layout.shuffle_key(seq.id, config.seed)
-    return (seq.split, sort_key >> config.range_shift), sort_key
+    if config.chunked_documents:
+        return (seq.split, seq.doc_id), sort_key
+    return range_key(seq.split, sort_key, config), sort_key
+
+
+def range_key(split: str, sort_key: int, config: LlmcShardConfig) -> tuple[str, int]:
+    return split, sort_key >> config.range_shift
+
+
+class SpillSequencesFn(SpillTokensFn):
+    """The bucketed job's SpillTokensFn, each DocRef completed into a SequenceRef."""
+
+    def process(self, seq: ScaffoldTokens):
+        for key, ref in super().process(seq):
+            yield key, SequenceRef(*ref, seq.words, seq.mismatch)
+
+
+def copy_counts(refs: list[SequenceRef]) -> DocumentCounts:
+    """What the sequences of one copy of a document added to its split's counts."""
+    return DocumentCounts(1, len(refs), sum(r.words for r in refs), sum(r.length for r in refs), refs[0].mismatch)
+
+
+class Deduplicated(NamedTuple):
+    kept: list[SequenceRef]
+    dropped_copies: list[DocumentCounts]  # one per copy left out
+
+
+def drop_duplicate_sequences(refs: Iterable[SequenceRef]) -> Deduplicated:
+    """Refs of whole documents (one sequence each): one per id, the first by (input file, row)."""
+    refs = list(refs)
+    kept, _ = drop_duplicates(refs)
+    keep = {id(r) for r in kept}
+    return Deduplicated(kept, [copy_counts([r]) for r in refs if id(r) not in keep])
+
+
+def keep_first_copy(doc_id: str, refs: Iterable[SequenceRef]) -> Deduplicated:
+    """Refs of the sequences of every copy of one source id: every sequence of the first copy by
+    (input file, row), the rule of transforms.write.drop_duplicates, and the others' counts."""
+    copies: dict[tuple[str, int], list[SequenceRef]] = {}
+    for ref in refs:
+        copies.setdefault((ref.source, ref.row), []).append(ref)
+    if len(copies) == 1:
+        return Deduplicated(next(iter(copies.values())), [])
+    # One stand-in per copy under the source id, so that the bucketed job's rule picks the copy.
+    [first], _ = drop_duplicates(seqs[0]._replace(id=doc_id) for seqs in copies.values())
+    winner = (first.source, first.row)
+    return Deduplicated(copies[winner], [copy_counts(seqs) for origin, seqs in copies.items() if origin != winner])
+
+
+class _DropCopiesFn(beam.DoFn):
+    """Counts the copies a deduplicating step leaves out: a ``duplicate_id`` drop each, and the
+    negative of its counts, so that the split's totals are those of the documents kept."""
+
+    def __init__(self, config: LlmcShardConfig):
+        self._config = config
+        self._duplicates = beam.metrics.Metrics.counter("pretokenize", f"dropped_{DUPLICATE_ID}")
+
+    def setup(self):
+        self._reported = 0
+
+    def _dropped(self, split: str, result: Deduplicated, where: str) -> Iterator:
+        if not result.dropped_copies:
+            return
+        self._duplicates.inc(len(result.dropped_copies))
+        if self._reported < 20:
+            self._reported += 1
+            log.warning("%s: %d documents dropped as copies of an id already kept", where, len(result.dropped_copies))
+        for c in result.dropped_copies:
+            yield beam.pvalue.TaggedOutput(DROPPED, DUPLICATE_ID)
+            yield beam.pvalue.TaggedOutput(COUNTS, (split, DocumentCounts(*(-x for x in c))))
+
+
+class KeepFirstCopiesFn(_DropCopiesFn):
+    """((split, source id), refs of every copy) in; ((split, range), ref) of the first copy out."""
+
+    def process(self, element):
+        (split, doc_id), refs = element
+        result = keep_first_copy(doc_id, refs)
+        self._config.inject_failure("dedupe")
+        for ref in result.kept:
+            yield range_key(split, ref.sort_key, self._config), ref
+        yield from self._dropped(split, result, f"{split} id {doc_id!r}")
+
+
+class DropDuplicateIdsFn(_DropCopiesFn):
+    """((split, range), refs) in; ((split, range), the refs kept) out. Without
+    chunked_documents, copies of an id are dropped here; with it, KeepFirstCopies did that."""
+
+    def process(self, element):
+        (split, rng), refs = element
+        if self._config.chunked_documents:
+            result = Deduplicated(list(refs), [])
+        else:
+            result = drop_duplicate_sequences(refs)
+        self._config.inject_failure("dedupe")
+        yield (split, rng), result.kept
+        yield from self._dropped(split, result, f"{split} range {rng}")
 
 
 class Placement(NamedTuple):
@@ -192,18 +341,29 @@ class WriteShardFileFn(beam.DoFn):
     def process(self, element, placement: Placement) -> Iterator[StagedShard]:
         (split, index), pieces = element
         staged = write_shard(split, index, pieces, placement, self._config, self._fs)
+        self._config.inject_failure("write")
         self._tokens.inc(staged.tokens)
         self._files.inc()
         self._progress.add(files=1, tokens=staged.tokens)
         yield staged
 
 
+class WrittenLlmcShards(NamedTuple):
+    """What WriteLlmcShards gives: a StagedShard per shard, a ``duplicate_id`` per copy of an id
+    left out, and a (split, negative DocumentCounts) per such copy, to add to the encoded counts."""
+
+    staged: beam.PCollection
+    dropped: beam.PCollection
+    counts: beam.PCollection
+
+
 class WriteLlmcShards(beam.PTransform):
-    """ScaffoldTokens in, one StagedShard per shard out, files staged (PublishLlmcOutput publishes).
+    """ScaffoldTokens in; WrittenLlmcShards out, files staged (PublishLlmcOutput publishes).
 
     Example::
 
-        staged = sequences | "WriteLlmcShards" >> WriteLlmcShards(LlmcShardConfig("out/", run_id="r1"))
+        written = sequences | "WriteLlmcShards" >> WriteLlmcShards(LlmcShardConfig("out/", run_id="r1"))
+        staged, duplicates, taken_back = written.staged, written.dropped, written.counts
     """
 
     def __init__(self, config: LlmcShardConfig):
@@ -211,27 +371,51 @@ class WriteLlmcShards(beam.PTransform):
         self._config = config
 
     def expand(self, sequences):
-        refs = sequences | "SpillTokens" >> beam.ParDo(SpillTokensFn(self._config, llmc_spill_key)).with_output_types(
-            tuple[tuple[str, int], DocRef]
-        )
-        placement = (
+        group = tuple[str, str] if self._config.chunked_documents else tuple[str, int]
+        refs = sequences | "SpillTokens" >> beam.ParDo(
+            SpillSequencesFn(self._config, llmc_spill_key)).with_output_types(tuple[group, SequenceRef])
+        drops, counts = [], []
+        if self._config.chunked_documents:
+            firsts = (
+                refs
+                | "GroupCopiesById" >> beam.GroupByKey()
+                | "KeepFirstCopies" >> beam.ParDo(KeepFirstCopiesFn(self._config))
+                .with_output_types(tuple[tuple[str, int], SequenceRef])
+                .with_outputs(DROPPED, COUNTS, main="refs")
+            )
+            refs = firsts.refs
+            drops.append(firsts[DROPPED])
+            counts.append(firsts[COUNTS])
+        ranges = (
             refs
-            | "RangeLengths"
-            >> beam.Map(lambda kv: (kv[0], kv[1].length)).with_output_types(tuple[tuple[str, int], int])
-            | "SumRangeTokens" >> beam.CombinePerKey(sum)
+            | "GroupByRange" >> beam.GroupByKey()
+            | "DropDuplicateIds" >> beam.ParDo(DropDuplicateIdsFn(self._config))
+            .with_output_types(tuple[tuple[str, int], list[SequenceRef]])
+            .with_outputs(DROPPED, COUNTS, main="ranges")
+        )
+        drops.append(ranges[DROPPED])
+        counts.append(ranges[COUNTS])
+        # Positions come from the ranges as deduplicated: a dropped copy takes no room in the stream.
+        placement = (
+            ranges.ranges
+            | "RangeTokens" >> beam.MapTuple(lambda key, kept: (key, sum(r.length for r in kept)))
             | "CollectRangeTokens" >> beam.combiners.ToList()
             | "RangeOffsets" >> beam.Map(make_placement)
         )
         side = beam.pvalue.AsSingleton(placement)
-        return (
-            refs
-            | "GroupByRange" >> beam.GroupByKey()
+        staged = (
+            ranges.ranges
             | "PlaceDocuments"
             >> beam.ParDo(PlaceDocumentsFn(self._config), side).with_output_types(
                 tuple[tuple[str, int], tuple[int, DocRef]]
             )
             | "GroupByShardFile" >> beam.GroupByKey()
             | "WriteShardFiles" >> beam.ParDo(WriteShardFileFn(self._config), side)
+        )
+        return WrittenLlmcShards(
+            staged,
+            tuple(drops) | "CollectDuplicates" >> beam.Flatten(),
+            tuple(counts) | "CollectTakenBack" >> beam.Flatten(),
         )
 
 
@@ -336,6 +520,8 @@ def publish(
         if fs.exists(src):
             fs.makedirs(posixpath.dirname(dst), exist_ok=True)
             fs.mv(src, dst)
+            if config.test_publish_delay:
+                time.sleep(config.test_publish_delay)
         elif not fs.exists(dst):
             raise FileNotFoundError(f"staged shard {src} is missing and was never published")
 
@@ -362,7 +548,8 @@ class PublishLlmcOutput(beam.PTransform):
     """StagedShards in; publishes once all are staged and yields the ScaffoldStats.
 
     ``raw_documents`` is a PCollection of one count, ``drop_reasons`` one reason string per dropped
-    document, ``counts`` one (split, DocumentCounts) per kept document.
+    document, ``counts`` one (split, DocumentCounts) per encoded document and one negative per
+    copy of an id WriteLlmcShards left out (their sums are the documents kept).
     """
 
     def __init__(self, config: LlmcShardConfig, settings: LlmcSettings, raw_documents, drop_reasons, counts):

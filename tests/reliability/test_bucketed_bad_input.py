@@ -220,3 +220,14 @@ def test_50_mb_documents_with_and_without_whitespace_come_out_whole(big_document
     for doc_id, text in texts.items():
         assert docs[doc_id].tolist() == encoder.encode_batch([text])[0] + [EOS], doc_id
         assert layout.bucket_name(len(docs[doc_id])) == "beyond"
+
+
+@pytest.mark.parametrize("field, reason", [("id", "bad_id"), ("text", "invalid_utf8")])
+def test_a_lone_surrogate_is_bad_input(field, reason, tmp_path, good_only):
+    # JSON can escape a lone surrogate, which no UTF-8 can store: a tokenizer would make it U+FFFD.
+    row = finepdfs_row("x", "text") | ({"id": "x\ud800"} if field == "id" else {"text": "a\udc00b"})
+    line = json.dumps(row).encode("ascii") + b"\n"
+    src = write_jsonl(tmp_path / "in.jsonl", [jsonl_line(r) for r in GOOD] + [line])
+    out = tmp_path / "out"
+    assert run_cli(src, out, "--on-bad-record", "skip") == 0
+    assert stats(out).drops == {reason: 1} and shard_hashes(out) == shard_hashes(good_only)

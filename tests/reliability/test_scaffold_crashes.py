@@ -1,0 +1,220 @@
+"""Crashes, retries and failing storage: the scaffold job's output is exactly right or absent."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import apache_beam as beam
+import fsspec
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+from conftest import REPO
+from fsspec.implementations.memory import MemoryFileSystem
+
+from pipelines import scaffold
+from shards import layout, llmc
+from shards.llmc import ScaffoldStats
+from transforms import write_llmc
+from transforms.records import BadInputError
+
+PLAIN = REPO / "tests" / "data" / "scaffold" / "por_plain.jsonl"
+FLAGS = ["--annotate", "--shard-tokens", "700", "--val-fraction", "0.2"]
+
+
+def tree_hashes(root) -> dict[str, str]:
+    out = {}
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            with open(os.path.join(dirpath, name), "rb") as f:
+                out[os.path.relpath(os.path.join(dirpath, name), root)] = hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+@pytest.fixture(scope="module")
+def with_copies(tmp_path_factory) -> Path:
+    """The Portuguese sample, and a second file repeating some of its ids (one copy with other
+    text, one long enough to be cut under --long-docs chunk), so that dropping copies is retried too."""
+    d = tmp_path_factory.mktemp("input")
+    records = [json.loads(line) for line in PLAIN.read_text(encoding="utf-8").splitlines()]
+    (d / "a.jsonl").write_text(PLAIN.read_text(encoding="utf-8"), encoding="utf-8")
+    copies = records[3:9] + [dict(records[10], text="outra versão " * 700), dict(records[12], text="curto")]
+    (d / "b.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in copies), encoding="utf-8")
+    return d
+
+
+def run_job(input_path, output, gpt2_spec, *flags) -> ScaffoldStats:
+    return scaffold.run(["--input", str(input_path), "--output", str(output), "--tokenizer", gpt2_spec, *FLAGS,
+                         *flags])
+
+
+@pytest.mark.parametrize("long_docs", ["skip", "chunk"])
+def test_bundles_that_fail_once_and_are_retried_change_nothing(long_docs, tmp_path, gpt2_spec, with_copies):
+    clean = run_job(with_copies, tmp_path / "clean", gpt2_spec, "--long-docs", long_docs, "--runner=FnApiRunner")
+    assert clean.drops.get("duplicate_id", 0) >= 7
+    # The BundleBasedDirectRunner retries a failed bundle; the first two spill, dedupe and write
+    # attempts in this process fail after doing part of their work (a spill file written, a shard
+    # file staged).
+    write_llmc._INJECTED.clear()
+    run_job(with_copies, tmp_path / "retried", gpt2_spec, "--long-docs", long_docs,
+            "--runner=BundleBasedDirectRunner", "--test-fail-first-attempts", "2")
+    assert write_llmc._INJECTED == {"spill": 2, "dedupe": 2, "write": 2}, "the failures were not injected"
+    retried = tree_hashes(tmp_path / "retried")
+    assert retried == tree_hashes(tmp_path / "clean")
+    assert len([k for k in retried if k.startswith("train/")]) > 10
+    assert llmc.check_llmc_tree(str(tmp_path / "retried")) == []
+
+
+class _Watcher(threading.Thread):
+    """Polls an output tree while a job runs: whenever dataset_stats.txt exists, every shard it
+    counts must be there, whole. Records any moment the tree looked complete but was not."""
+
+    def __init__(self, root: Path):
+        super().__init__(daemon=True)
+        self.root = root
+        self.violations: list[str] = []
+        self.stop = threading.Event()
+
+    def run(self):
+        while not self.stop.is_set():
+            self.check()
+            time.sleep(0.005)
+
+    def check(self):
+        stats_path = self.root / layout.STATS_NAME
+        try:
+            stats = ScaffoldStats.from_text(stats_path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return
+        for split, s in stats.splits.items():
+            for i, n in enumerate(llmc.shard_lengths(s.tokens, stats.shard_tokens)):
+                path = self.root / llmc.shard_rel_path(split, i)
+                size = path.stat().st_size if path.exists() else -1
+                if size != llmc.HEADER_BYTES + 2 * n and stats_path.exists():  # still claimed complete
+                    self.violations.append(f"{path.name} incomplete while {layout.STATS_NAME} existed")
+
+
+def _start_job(out, gpt2_spec, *extra) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "pipelines.cli", "scaffold", "--input", str(PLAIN), "--output", str(out),
+           "--tokenizer", gpt2_spec, "--runner=FnApiRunner", *FLAGS, *extra]
+    return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+
+
+def _kill_when(proc: subprocess.Popen, condition, timeout: float = 120.0) -> bool:
+    """SIGKILL the job's process group as soon as ``condition()`` holds; False if it ended first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return False
+        if condition():
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return True
+        time.sleep(0.002)
+    os.killpg(proc.pid, signal.SIGKILL)
+    raise AssertionError("the job neither reached the kill point nor ended")
+
+
+def _has_files(root: Path, part: str) -> bool:
+    for dirpath, _, files in os.walk(root):
+        if part in dirpath and any(".bin" in f for f in files):
+            return True
+    return False
+
+
+KILL_POINTS = {
+    "spilling": lambda out: _has_files(out, os.path.join(layout.TEMP_DIR_NAME, "")) and _has_files(out, "spill"),
+    "writing_shards": lambda out: _has_files(out, "staged"),
+    "publishing": lambda out: (out / "train").is_dir() and any((out / "train").iterdir()),
+}
+
+
+@pytest.fixture(scope="module")
+def clean_plain(tmp_path_factory, gpt2_spec) -> dict[str, str]:
+    out = tmp_path_factory.mktemp("clean") / "out"
+    run_job(PLAIN, out, gpt2_spec, "--runner=FnApiRunner")
+    return tree_hashes(out)
+
+
+@pytest.mark.parametrize("point", sorted(KILL_POINTS))
+def test_a_job_killed_midway_never_looks_finished_and_a_rerun_matches_a_clean_run(point, tmp_path, gpt2_spec,
+                                                                                  clean_plain):
+    out = tmp_path / "out"
+    watcher = _Watcher(out)
+    watcher.start()
+    try:
+        # A slow publish (50 ms per shard moved) so the kill can land in the middle of it.
+        killed = _kill_when(_start_job(out, gpt2_spec, "--test-publish-delay", "0.05"),
+                            lambda: KILL_POINTS[point](out))
+        assert killed, f"the job finished before reaching {point}"
+        assert not (out / layout.STATS_NAME).exists(), f"killed while {point}, yet the tree looks finished"
+        run_job(PLAIN, out, gpt2_spec, "--runner=FnApiRunner")
+    finally:
+        watcher.stop.set()
+        watcher.join()
+    assert watcher.violations == []
+    assert tree_hashes(out) == clean_plain
+
+
+def test_a_rerun_killed_while_publishing_over_a_finished_output(tmp_path, gpt2_spec, clean_plain):
+    out = tmp_path / "out"
+    # A finished output with other shard sizes: the re-run must remove what it does not write.
+    run_job(PLAIN, out, gpt2_spec, "--runner=FnApiRunner", "--shard-tokens", "300")
+    proc = _start_job(out, gpt2_spec, "--test-publish-delay", "0.05")
+    # The old output is complete until the new run starts publishing; from then on it is not.
+    assert _kill_when(proc, lambda: not (out / layout.STATS_NAME).exists())
+    time.sleep(0.2)
+    assert not (out / layout.STATS_NAME).exists()
+    run_job(PLAIN, out, gpt2_spec, "--runner=FnApiRunner")
+    assert tree_hashes(out) == clean_plain
+
+
+class FaultyFileSystem(MemoryFileSystem):
+    """An in-memory filesystem whose writes fail once a given number of files have been opened for
+    writing under a path that contains ``FAIL_UNDER``."""
+
+    protocol = "faulty-scaffold"
+    FAIL_UNDER = "/staged/"
+    FAIL_AFTER = 3
+    opened = 0
+
+    def _open(self, path, mode="rb", **kwargs):
+        if "w" in mode and self.FAIL_UNDER in path:
+            FaultyFileSystem.opened += 1
+            if FaultyFileSystem.opened > self.FAIL_AFTER:
+                raise OSError(f"injected storage failure writing {path}")
+        return super()._open(path, mode, **kwargs)
+
+
+def test_output_storage_failing_on_write_fails_the_job_and_publishes_nothing(gpt2_spec):
+    fsspec.register_implementation("faulty-scaffold", FaultyFileSystem, clobber=True)
+    FaultyFileSystem.opened = 0
+    with pytest.raises(Exception, match="injected storage failure writing"):
+        run_job(PLAIN, "faulty-scaffold://failing-out", gpt2_spec, "--runner=FnApiRunner")
+    assert FaultyFileSystem.opened > FaultyFileSystem.FAIL_AFTER
+    fs = fsspec.filesystem("faulty-scaffold")
+    assert not fs.exists("/failing-out/" + layout.STATS_NAME)
+    assert not fs.exists("/failing-out/train") and not fs.exists("/failing-out/val")
+
+
+def test_an_input_file_changed_while_the_job_runs_is_reported(tmp_path, gpt2_spec):
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"id": "a", "content-ff": "<ff_1> primeira <ff_0> versão"}\n', encoding="utf-8")
+    options, _ = scaffold.parse_args(["--input", str(src), "--output", str(tmp_path / "out"),
+                                      "--tokenizer", gpt2_spec])
+    pipeline = beam.Pipeline(options=PipelineOptions(["--runner=FnApiRunner"]))
+    scaffold.build(pipeline, options)  # the input is planned (and fingerprinted) here
+    with open(src, "a", encoding="utf-8") as f:
+        f.write('{"id": "b", "content-ff": "<ff_0> depois"}\n')
+    with pytest.raises(Exception, match=r"in\.jsonl: changed while the job ran") as info:
+        pipeline.run().wait_until_finish()
+    assert BadInputError.PREFIX in str(info.value)
+    assert not (tmp_path / "out" / layout.STATS_NAME).exists()
