@@ -10,18 +10,26 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-import time
-import uuid
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from pipelines.common import (
+    add_common_flags,
+    add_flag,
+    clear_interrupted_runs,
+    drop_lines,
+    new_run_id,
+    read_text,
+    run_job,
+    timing_lines,
+)
 from shards import layout, storage
 from shards.manifest import DatasetStats
 from shards.removal import read_removal_list
 from transforms.filter import DROPPED, FilterLanguage, LidFilterConfig
 from transforms.publish import PublishOutput, StatsSettings
-from transforms.read import ReadConfig, ReadDocuments
+from transforms.read import CountRecords, ReadConfig, ReadDocuments
 from transforms.removal import MATCHED, DropRemoved
 from transforms.tokenize import TokenizeDocuments, TokenizerConfig
 from transforms.write import ShardConfig, WriteShards
@@ -49,11 +57,6 @@ class BucketedOptions:
     test_publish_delay: float = 0.0
 
 
-def add_flag(parser: argparse.ArgumentParser, name: str, **kwargs) -> None:
-    # Both spellings: --lid-threshold on the command line, --lid_threshold from templates.
-    parser.add_argument(f"--{name}", f"--{name.replace('-', '_')}", dest=name.replace("-", "_"), **kwargs)
-
-
 def make_parser() -> argparse.ArgumentParser:
     d = BucketedOptions("", "")
     p = argparse.ArgumentParser(
@@ -75,12 +78,7 @@ def make_parser() -> argparse.ArgumentParser:
     add_flag(p, "seed", type=int, default=d.seed, help="seed of the order inside each partition")
     add_flag(p, "batch-docs", type=int, default=d.batch_docs, help="documents per tokenizer batch")
     add_flag(p, "removal-list", default=None, help="file of ids to leave out, one per line ('#' comments)")
-    add_flag(p, "on-bad-record", default=d.on_bad_record, choices=("fail", "skip"),
-          help="a record that cannot be read (bad JSON or UTF-8, null or mistyped field, bad id): "
-          "stop naming it, or drop and count it")
-    # Tests only (see ShardConfig.test_fail_first_attempts); not shown in --help.
-    add_flag(p, "test-fail-first-attempts", type=int, default=0, help=argparse.SUPPRESS)
-    add_flag(p, "test-publish-delay", type=float, default=0.0, help=argparse.SUPPRESS)
+    add_common_flags(p)
     return p
 
 
@@ -105,7 +103,7 @@ def build(pipeline: beam.Pipeline, options: BucketedOptions, run_id: str | None 
     lid = LidFilterConfig(options.language, options.lid_threshold, options.min_token_count)
     shards = ShardConfig(
         output=output,
-        run_id=run_id or f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}",
+        run_id=run_id or new_run_id(),
         partitions=options.partitions,
         max_shard_bytes=options.max_shard_bytes,
         seed=options.seed,
@@ -125,16 +123,11 @@ def build(pipeline: beam.Pipeline, options: BucketedOptions, run_id: str | None 
     )
     read = ReadDocuments(ReadConfig(storage.normalize(options.input), on_bad_record=options.on_bad_record))
     removal = DropRemoved(storage.normalize(options.removal_list)) if options.removal_list else None
-    clear_interrupted_runs(shards)
+    clear_interrupted_runs(shards.output)
 
     read_result = pipeline | "ReadDocuments" >> read
     docs = read_result.docs
-    # Every record read counts, the skipped bad ones too: read = written + dropped.
-    raw = (
-        (docs, read_result[DROPPED])
-        | "AllRecords" >> beam.Flatten()
-        | "CountDocuments" >> beam.combiners.Count.Globally()
-    )
+    raw = (docs, read_result[DROPPED]) | "CountDocuments" >> CountRecords()
     drops = [read_result[DROPPED]]
     removal_found = None
     if removal is not None:
@@ -158,23 +151,8 @@ def build(pipeline: beam.Pipeline, options: BucketedOptions, run_id: str | None 
     return written.groups | "PublishOutput" >> PublishOutput(shards, settings, raw, all_drops, removal_found)
 
 
-def clear_interrupted_runs(config: ShardConfig) -> None:
-    """Remove what runs that died before publishing left in the output's temporary directory.
-
-    Two runs into one output at the same time are not supported; this is where they would collide.
-    """
-    fs, root = storage.filesystem(config.output)
-    temp_root = f"{root.rstrip('/')}/{layout.TEMP_DIR_NAME}"
-    if fs.isdir(temp_root):
-        for leftover in fs.ls(temp_root, detail=False):
-            log.warning("removing %s, left by an interrupted run", leftover)
-            fs.rm(leftover, recursive=True)
-
-
 def read_stats(output: str) -> DatasetStats:
-    fs, root = storage.filesystem(storage.normalize(output))
-    with fs.open(f"{root.rstrip('/')}/{layout.STATS_NAME}", "r", encoding="utf-8") as f:
-        return DatasetStats.from_text(f.read())
+    return DatasetStats.from_text(read_text(output, layout.STATS_NAME))
 
 
 def summary_table(stats: DatasetStats, output: str, seconds: float) -> str:
@@ -185,28 +163,14 @@ def summary_table(stats: DatasetStats, output: str, seconds: float) -> str:
             lines.append(f"{name:>8} {b.documents:>12,} {b.tokens:>16,} {b.files:>6}")
     lines.append(f"{'total':>8} {stats.kept_documents:>12,} {stats.total_tokens:>16,} {stats.total_files:>6}")
     lines.append("")
-    lines.append(
-        f"documents read {stats.raw_documents:,}, kept {stats.kept_documents:,}, "
-        f"dropped {stats.dropped_documents:,}"
-    )
-    for reason, n in stats.drops.items():
-        lines.append(f"  dropped ({reason}): {n:,}")
+    lines += drop_lines(stats.raw_documents, stats.kept_documents, stats.drops)
     if stats.removal_list_ids is not None:
         lines.append(
             f"removal list: {stats.removal_list_ids:,} ids, {stats.removal_ids_not_found:,} of them not in the input"
         )
-    rate = stats.total_tokens / seconds if seconds > 0 else 0.0
-    lines.append(f"wall time {seconds:.1f} s, {rate:,.0f} tokens/s")
-    lines.append(f"output: {output}")
+    lines += timing_lines(stats.total_tokens, seconds, output)
     return "\n".join(lines)
 
 
 def run(argv: list[str] | None = None) -> DatasetStats:
-    options, pipeline_options = parse_args(argv or [])
-    start = time.monotonic()
-    with beam.Pipeline(options=pipeline_options) as pipeline:
-        build(pipeline, options)
-    seconds = time.monotonic() - start
-    stats = read_stats(options.output)
-    print(summary_table(stats, storage.normalize(options.output), seconds), flush=True)
-    return stats
+    return run_job(argv or [], parse_args, build, read_stats, summary_table)

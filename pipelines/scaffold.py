@@ -10,16 +10,23 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-import time
-import uuid
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.bucketed import add_flag, clear_interrupted_runs
+from pipelines.common import (
+    add_common_flags,
+    add_flag,
+    clear_interrupted_runs,
+    drop_lines,
+    new_run_id,
+    read_text,
+    run_job,
+    timing_lines,
+)
 from shards import layout, llmc, storage
 from shards.llmc import ScaffoldStats
-from transforms.read import ReadConfig, ReadDocuments
+from transforms.read import CountRecords, ReadConfig, ReadDocuments
 from transforms.scaffold import (
     COUNTS,
     DEFAULT_MAX_WORD_CHARS,
@@ -90,12 +97,7 @@ def make_parser() -> argparse.ArgumentParser:
     add_flag(p, "seed", type=int, default=d.seed, help="seed of the document order")
     add_flag(p, "order-ranges", type=int, default=d.order_ranges,
           help="pieces (a power of two) each split's ordering is cut into; changes memory, never the bytes")
-    add_flag(p, "on-bad-record", default=d.on_bad_record, choices=("fail", "skip"),
-             help="a record that cannot be read (bad JSON or UTF-8, null or mistyped field, bad id): "
-             "stop naming it, or drop and count it")
-    # Tests only (see LlmcShardConfig.test_fail_first_attempts, test_publish_delay); not shown in --help.
-    add_flag(p, "test-fail-first-attempts", type=int, default=0, help=argparse.SUPPRESS)
-    add_flag(p, "test-publish-delay", type=float, default=0.0, help=argparse.SUPPRESS)
+    add_common_flags(p)
     return p
 
 
@@ -122,7 +124,7 @@ def build(pipeline: beam.Pipeline, options: ScaffoldOptions, run_id: str | None 
     )
     shards = LlmcShardConfig(
         output=output,
-        run_id=run_id or f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}",
+        run_id=run_id or new_run_id(),
         shard_tokens=options.shard_tokens,
         seed=options.seed,
         order_ranges=options.order_ranges,
@@ -148,16 +150,11 @@ def build(pipeline: beam.Pipeline, options: ScaffoldOptions, run_id: str | None 
             on_bad_record=options.on_bad_record,
         )
     )
-    clear_interrupted_runs(shards)
+    clear_interrupted_runs(shards.output)
 
     read_result = pipeline | "ReadDocuments" >> read
     docs = read_result.docs
-    # Every record read counts, the skipped bad ones too: read = written + dropped.
-    raw = (
-        (docs, read_result[DROPPED])
-        | "AllRecords" >> beam.Flatten()
-        | "CountDocuments" >> beam.combiners.Count.Globally()
-    )
+    raw = (docs, read_result[DROPPED]) | "CountDocuments" >> CountRecords()
     encoded = docs | "EncodeScaffold" >> EncodeScaffold(scaffold)
     written = encoded.sequences | "WriteLlmcShards" >> WriteLlmcShards(shards)
     drops = (read_result[DROPPED], encoded[DROPPED], written.dropped) | "CollectDropReasons" >> beam.Flatten()
@@ -167,9 +164,7 @@ def build(pipeline: beam.Pipeline, options: ScaffoldOptions, run_id: str | None 
 
 
 def read_stats(output: str) -> ScaffoldStats:
-    fs, root = storage.filesystem(storage.normalize(output))
-    with fs.open(f"{root.rstrip('/')}/{layout.STATS_NAME}", "r", encoding="utf-8") as f:
-        return ScaffoldStats.from_text(f.read())
+    return ScaffoldStats.from_text(read_text(output, layout.STATS_NAME))
 
 
 def summary_table(stats: ScaffoldStats, output: str, seconds: float) -> str:
@@ -179,11 +174,7 @@ def summary_table(stats: ScaffoldStats, output: str, seconds: float) -> str:
         if s:
             lines.append(f"{name:>6} {s.documents:>11,} {s.sequences:>11,} {s.words:>13,} {s.tokens:>15,} {s.files:>6}")
     lines.append("")
-    lines.append(
-        f"documents read {stats.raw_documents:,}, kept {stats.kept_documents:,}, dropped {stats.dropped_documents:,}"
-    )
-    for reason, n in stats.drops.items():
-        lines.append(f"  dropped ({reason}): {n:,}")
+    lines += drop_lines(stats.raw_documents, stats.kept_documents, stats.drops)
     lines.append(f"input countdown differed from the words (recomputed): {stats.countdown_mismatches:,} documents")
     for name in llmc.SPLITS:
         s = stats.splits.get(name)
@@ -191,18 +182,9 @@ def summary_table(stats: ScaffoldStats, output: str, seconds: float) -> str:
             # llm.c's loader (and the published train.py) wants at least T + 1 tokens in every shard.
             lines.append(f"the last {name} shard holds {s.tokens % stats.shard_tokens:,} tokens: a loader that "
                          f"reads windows of T + 1 tokens from each shard needs T < that")
-    rate = stats.total_tokens / seconds if seconds > 0 else 0.0
-    lines.append(f"wall time {seconds:.1f} s, {rate:,.0f} tokens/s")
-    lines.append(f"output: {output}")
+    lines += timing_lines(stats.total_tokens, seconds, output)
     return "\n".join(lines)
 
 
 def run(argv: list[str] | None = None) -> ScaffoldStats:
-    options, pipeline_options = parse_args(argv or [])
-    start = time.monotonic()
-    with beam.Pipeline(options=pipeline_options) as pipeline:
-        build(pipeline, options)
-    seconds = time.monotonic() - start
-    stats = read_stats(options.output)
-    print(summary_table(stats, storage.normalize(options.output), seconds), flush=True)
-    return stats
+    return run_job(argv or [], parse_args, build, read_stats, summary_table)

@@ -27,7 +27,7 @@ import apache_beam as beam
 
 from shards import layout, storage
 from shards.manifest import MANIFEST_HEADER, BucketStats, DatasetStats
-from transforms.write import ShardConfig, ShardGroup
+from transforms.write import RunPaths, ShardConfig, ShardGroup
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +107,6 @@ def publish(
     stats = compute_stats(groups, raw_documents, drops, settings, config, removal_found)
     fs, root = storage.filesystem(config.output)
     _, staged = storage.filesystem(config.staged_url)
-    _, run_dir = storage.filesystem(config.run_url)
 
     # 1. The manifest, streamed together from the groups' rows, in the staging area.
     staged_manifest = posixpath.join(staged, layout.MANIFEST_NAME)
@@ -128,27 +127,43 @@ def publish(
         if fs.exists(marker):
             fs.rm(marker)
 
-    # 3. Shards an earlier run left that this run does not write.
+    # 3. and 4. Shards of an earlier run this run does not write go; the staged ones move in.
     new_files = {f.rel_path for g in groups for f in g.files}
-    for bucket in layout.BUCKET_NAMES:
-        bucket_dir = posixpath.join(root, bucket)
-        if not fs.isdir(bucket_dir):
+    replace_files(config, new_files, [f"{b}/p*{layout.SHARD_SUFFIX}" for b in layout.BUCKET_NAMES])
+
+    # 5. The manifest, then the stats: the commit point. 6. The run's temporary files go.
+    if fs.exists(staged_manifest):
+        fs.mv(staged_manifest, final_manifest)
+    commit(config, stats.to_text())
+    log.info("published %d files, %d documents to %s", stats.total_files, stats.kept_documents, config.output)
+    return stats
+
+
+def replace_files(config: RunPaths, new_files: set[str], old_patterns: list[str]) -> None:
+    """Delete files matching ``old_patterns`` (relative globs) that are not in ``new_files``, then
+    move each staged file of ``new_files`` to its name. Both jobs' publish steps 3 and 4.
+
+    Renames on a local disk; on object stores, where a move is a copy and a delete, all copies at
+    once (s3fs and gcsfs run them concurrently). A file already moved by an earlier attempt is
+    skipped, so a retried publish finishes the job.
+    """
+    fs, root = storage.filesystem(config.output)
+    _, staged = storage.filesystem(config.staged_url)
+    for pattern in old_patterns:
+        if not fs.isdir(posixpath.join(root, posixpath.dirname(pattern))):
             continue
-        for path in fs.glob(posixpath.join(bucket_dir, "p*" + layout.SHARD_SUFFIX)):
+        for path in fs.glob(posixpath.join(root, pattern)):
             rel = posixpath.relpath(path, root) if path.startswith(root) else path
             if rel not in new_files:
                 log.info("removing %s, left by an earlier run", rel)
                 fs.rm(path)
-
-    # 4. Staged shards to their final names: renames on a local disk; on object stores, where a
-    #    move is a copy and a delete, all copies at once (s3fs and gcsfs run them concurrently).
     moves = []
     for rel in sorted(new_files):
         src, dst = posixpath.join(staged, rel), posixpath.join(root, rel)
         if fs.exists(src):
             moves.append((src, dst))
         elif not fs.exists(dst):
-            raise FileNotFoundError(f"staged shard {src} is missing and was never published")
+            raise FileNotFoundError(f"staged file {src} is missing and was never published")
     if storage.renames_atomically(fs):
         for src, dst in moves:
             fs.makedirs(posixpath.dirname(dst), exist_ok=True)
@@ -159,18 +174,15 @@ def publish(
         fs.copy([s for s, _ in moves], [d for _, d in moves])
         fs.rm([s for s, _ in moves])
 
-    # 5. The manifest, then the stats: the commit point.
-    if fs.exists(staged_manifest):
-        fs.mv(staged_manifest, final_manifest)
-    storage.write_atomic(storage.join(config.output, layout.STATS_NAME), stats.to_text().encode())
 
-    # 6. Spill files and staging are no longer needed.
-    fs.rm(run_dir, recursive=True)
+def commit(config: RunPaths, stats_text: str) -> None:
+    """Write dataset_stats.txt, the commit point, then remove the run's temporary directory."""
+    fs, root = storage.filesystem(config.output)
+    storage.write_atomic(storage.join(config.output, layout.STATS_NAME), stats_text.encode())
+    fs.rm(storage.filesystem(config.run_url)[1], recursive=True)
     temp_root = posixpath.join(root, layout.TEMP_DIR_NAME)
     if fs.isdir(temp_root) and not fs.ls(temp_root):
         fs.rmdir(temp_root)
-    log.info("published %d files, %d documents to %s", stats.total_files, stats.kept_documents, config.output)
-    return stats
 
 
 class PublishFn(beam.DoFn):

@@ -454,3 +454,18 @@ class ReadDocuments(beam.PTransform):
             | "SpreadInputUnits" >> beam.Reshuffle()
             | "ReadUnits" >> beam.ParDo(ReadUnitFn(self._config)).with_outputs(DROPPED, main="docs")
         )
+
+
+class CountRecords(beam.PTransform):
+    """(documents, skipped bad records) in; the number of records read, one element, out.
+
+    Every record counts, the skipped ones too, so that read = written + dropped can be checked.
+
+    Example::
+
+        read = pipeline | ReadDocuments(config)
+        raw = (read.docs, read.dropped) | "CountDocuments" >> CountRecords()
+    """
+
+    def expand(self, pcolls):
+        return pcolls | "AllRecords" >> beam.Flatten() | "Count" >> beam.combiners.Count.Globally()

@@ -37,8 +37,34 @@ from transforms.records import DROPPED, DocRef, TokenizedDocument
 log = logging.getLogger(__name__)
 
 
+# Failures injected so far in this process, by step (tests only).
+_INJECTED: collections.Counter = collections.Counter()
+
+
+class RunPaths:
+    """What a job's writer config shares: where its run's temporary files go, and the test-only
+    failure injection. Needs ``output``, ``run_id`` and ``test_fail_first_attempts``."""
+
+    @property
+    def run_url(self) -> str:
+        return storage.join(self.output, layout.TEMP_DIR_NAME, self.run_id)
+
+    @property
+    def spill_url(self) -> str:
+        return storage.join(self.run_url, "spill")
+
+    @property
+    def staged_url(self) -> str:
+        return storage.join(self.run_url, "staged")
+
+    def inject_failure(self, where: str) -> None:
+        if self.test_fail_first_attempts and _INJECTED[where] < self.test_fail_first_attempts:
+            _INJECTED[where] += 1
+            raise RuntimeError(f"injected failure #{_INJECTED[where]} in {where} (--test-fail-first-attempts)")
+
+
 @dataclasses.dataclass(frozen=True)
-class ShardConfig:
+class ShardConfig(RunPaths):
     """Where and how shards are written. ``output`` is a local path or an fsspec URL."""
 
     output: str
@@ -54,11 +80,6 @@ class ShardConfig:
     # in the middle of publishing.
     test_publish_delay: float = 0.0
 
-    def inject_failure(self, where: str) -> None:
-        if self.test_fail_first_attempts and _INJECTED[where] < self.test_fail_first_attempts:
-            _INJECTED[where] += 1
-            raise RuntimeError(f"injected failure #{_INJECTED[where]} in {where} (--test-fail-first-attempts)")
-
     def __post_init__(self):
         if not 1 <= self.partitions <= 100_000:
             raise ValueError(f"partitions must be within 1..100000, got {self.partitions}")
@@ -69,20 +90,7 @@ class ShardConfig:
         if self.seed < 0:
             raise ValueError(f"seed must be >= 0, got {self.seed}")
 
-    @property
-    def run_url(self) -> str:
-        return storage.join(self.output, layout.TEMP_DIR_NAME, self.run_id)
 
-    @property
-    def spill_url(self) -> str:
-        return storage.join(self.run_url, "spill")
-
-    @property
-    def staged_url(self) -> str:
-        return storage.join(self.run_url, "staged")
-
-
-_INJECTED: collections.Counter = collections.Counter()
 
 
 class ShardFile(NamedTuple):

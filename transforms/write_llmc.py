@@ -37,11 +37,9 @@ shard's (at most its documents + 1), plus a read buffer of 64 MB.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import logging
 import posixpath
-import time
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
@@ -50,10 +48,19 @@ import apache_beam as beam
 from shards import layout, llmc, storage
 from shards.llmc import ScaffoldStats, SplitStats
 from transforms.progress import Progress
-from transforms.publish import UnaccountedDocumentsError
+from transforms.publish import UnaccountedDocumentsError, commit, replace_files
 from transforms.records import DROPPED, DocRef
 from transforms.scaffold import COUNTS, DocumentCounts, ScaffoldTokens, sum_counts
-from transforms.write import DUPLICATE_ID, SpillTokensFn, _AtomicFile, _SpillReader, drop_duplicates, ref_order
+from transforms.write import (  # noqa: F401 - _INJECTED: tests read the injected failures here too
+    _INJECTED,
+    DUPLICATE_ID,
+    RunPaths,
+    SpillTokensFn,
+    _AtomicFile,
+    _SpillReader,
+    drop_duplicates,
+    ref_order,
+)
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +69,7 @@ ITEMSIZE = llmc.TOKEN_DTYPE.itemsize
 
 
 @dataclasses.dataclass(frozen=True)
-class LlmcShardConfig:
+class LlmcShardConfig(RunPaths):
     """Where and how llm.c shards are written. ``output`` is a local path or an fsspec URL.
 
     ``order_ranges`` (a power of two) is how many pieces each split's ordering is cut into: more
@@ -85,11 +92,6 @@ class LlmcShardConfig:
     # the middle of publishing.
     test_publish_delay: float = 0.0
 
-    def inject_failure(self, where: str) -> None:
-        if self.test_fail_first_attempts and _INJECTED[where] < self.test_fail_first_attempts:
-            _INJECTED[where] += 1
-            raise RuntimeError(f"injected failure #{_INJECTED[where]} in {where} (--test-fail-first-attempts)")
-
     def __post_init__(self):
         if not 1 <= self.shard_tokens <= llmc.MAX_SHARD_TOKENS:
             raise ValueError(f"--shard-tokens must be within 1..{llmc.MAX_SHARD_TOKENS}, got {self.shard_tokens}")
@@ -105,20 +107,7 @@ class LlmcShardConfig:
     def range_shift(self) -> int:
         return 63 - (self.order_ranges.bit_length() - 1)
 
-    @property
-    def run_url(self) -> str:
-        return storage.join(self.output, layout.TEMP_DIR_NAME, self.run_id)
 
-    @property
-    def spill_url(self) -> str:
-        return storage.join(self.run_url, "spill")
-
-    @property
-    def staged_url(self) -> str:
-        return storage.join(self.run_url, "staged")
-
-
-_INJECTED: collections.Counter = collections.Counter()
 
 
 class SequenceRef(NamedTuple):
@@ -497,40 +486,11 @@ def publish(
     """
     stats = compute_stats(staged, raw_documents, drops, counts, settings, config)
     fs, root = storage.filesystem(config.output)
-    _, staged_root = storage.filesystem(config.staged_url)
-    _, run_dir = storage.filesystem(config.run_url)
-
     final_stats = posixpath.join(root, layout.STATS_NAME)
     if fs.exists(final_stats):
         fs.rm(final_stats)
-
-    new_files = {s.rel_path for s in staged}
-    for split in llmc.SPLITS:
-        split_dir = posixpath.join(root, split)
-        if not fs.isdir(split_dir):
-            continue
-        for path in fs.glob(posixpath.join(split_dir, "shard_*.bin")):
-            rel = f"{split}/{posixpath.basename(path)}"
-            if rel not in new_files:
-                log.info("removing %s, left by an earlier run", rel)
-                fs.rm(path)
-
-    for rel in sorted(new_files):
-        src, dst = posixpath.join(staged_root, rel), posixpath.join(root, rel)
-        if fs.exists(src):
-            fs.makedirs(posixpath.dirname(dst), exist_ok=True)
-            fs.mv(src, dst)
-            if config.test_publish_delay:
-                time.sleep(config.test_publish_delay)
-        elif not fs.exists(dst):
-            raise FileNotFoundError(f"staged shard {src} is missing and was never published")
-
-    storage.write_atomic(storage.join(config.output, layout.STATS_NAME), stats.to_text().encode())
-
-    fs.rm(run_dir, recursive=True)
-    temp_root = posixpath.join(root, layout.TEMP_DIR_NAME)
-    if fs.isdir(temp_root) and not fs.ls(temp_root):
-        fs.rmdir(temp_root)
+    replace_files(config, {s.rel_path for s in staged}, [f"{split}/shard_*.bin" for split in llmc.SPLITS])
+    commit(config, stats.to_text())
     log.info("published %d files, %d documents to %s", stats.total_files, stats.kept_documents, config.output)
     return stats
 
