@@ -57,3 +57,19 @@ def _restore_logging():
     yield
     root.handlers[:], root.filters[:] = handlers, filters
     root.setLevel(level)
+
+
+def tree_hashes(root, skip: tuple[str, ...] = ()) -> dict[str, str]:
+    """sha256 of every file under ``root`` by relative path, but the relative paths in ``skip``."""
+    import hashlib
+    import os
+
+    out = {}
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            path = os.path.join(dirpath, name)
+            rel = os.path.relpath(path, root)
+            if rel not in skip:
+                with open(path, "rb") as f:
+                    out[rel] = hashlib.sha256(f.read()).hexdigest()
+    return out

@@ -3,7 +3,6 @@ derivation, determinism across worker counts, re-runs and failed runs, and bad i
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import unicodedata
@@ -12,7 +11,7 @@ import fsspec
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from conftest import SAMPLE_PARQUET, finepdfs_row
+from conftest import SAMPLE_PARQUET, finepdfs_row, tree_hashes
 
 from pipelines import bucketed, cli
 from shards import layout, manifest
@@ -23,17 +22,6 @@ RUNNER = ["--runner=FnApiRunner"]
 
 def run_job(input_path, output, *flags) -> DatasetStats:
     return bucketed.run(["--input", str(input_path), "--output", str(output), *RUNNER, *flags])
-
-
-def tree_hashes(root) -> dict[str, str]:
-    """sha256 of every file under root, by relative path."""
-    out = {}
-    for dirpath, _, files in os.walk(root):
-        for name in files:
-            path = os.path.join(dirpath, name)
-            with open(path, "rb") as f:
-                out[os.path.relpath(path, root)] = hashlib.sha256(f.read()).hexdigest()
-    return out
 
 
 def read_documents(root) -> dict[str, list[tuple[str, np.ndarray]]]:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 
 import pytest
-from conftest import finepdfs_row
+from conftest import finepdfs_row, tree_hashes
 
 from pipelines import bucketed, remove, verify
 from shards import layout, manifest
@@ -48,15 +47,6 @@ def flagged_ids(out) -> list[str]:
     return [shared[0], shared[2], other[1], "long-one"]
 
 
-def hashes(root) -> dict[str, str]:
-    out = {}
-    for dirpath, _, files in os.walk(root):
-        for name in files:
-            with open(os.path.join(dirpath, name), "rb") as f:
-                out[os.path.relpath(os.path.join(dirpath, name), root)] = hashlib.sha256(f.read()).hexdigest()
-    return out
-
-
 def stored_ids(out) -> set[str]:
     with open(os.path.join(out, layout.MANIFEST_NAME), encoding="utf-8") as f:
         return {doc_id for _, doc_id, _ in manifest.read_rows(f)}
@@ -79,10 +69,10 @@ def test_both_ways_give_the_same_shards_and_every_other_document(original, sourc
 
     surgical = tmp_path / "surgical"
     shutil.copytree(original, surgical)
-    before = hashes(surgical)
+    before = tree_hashes(surgical)
     plan = remove.run(["--output", str(surgical), "--removal-list", removal_list, *RUNNER])
     assert plan.not_found == ("never-stored-id",)
-    after = hashes(surgical)
+    after = tree_hashes(surgical)
 
     # The surgical tree records its removals in removals.txt; a re-run is told its list.
     assert verify.run(["--output", str(surgical), "--input", str(source), *RUNNER]) == 0
@@ -98,7 +88,7 @@ def test_both_ways_give_the_same_shards_and_every_other_document(original, sourc
             assert after[rel] == digest, f"{rel} changed"
     assert not (surgical / "2048").exists() or not os.listdir(surgical / "2048")
     # Surgery and a re-run agree byte for byte on shards and manifest, and on every count.
-    shard_and_manifest = {k: v for k, v in hashes(rerun).items() if k != layout.STATS_NAME}
+    shard_and_manifest = {k: v for k, v in tree_hashes(rerun).items() if k != layout.STATS_NAME}
     assert shard_and_manifest == {k: v for k, v in after.items() if k not in (layout.STATS_NAME, REMOVALS_NAME)}
     a = DatasetStats.from_text((rerun / layout.STATS_NAME).read_text())
     b = DatasetStats.from_text((surgical / layout.STATS_NAME).read_text())
@@ -109,7 +99,7 @@ def test_both_ways_give_the_same_shards_and_every_other_document(original, sourc
 
     # The same list again changes nothing at all.
     assert remove.run(["--output", str(surgical), "--removal-list", removal_list, *RUNNER]) is None
-    assert hashes(surgical) == after
+    assert tree_hashes(surgical) == after
 
 
 def test_a_removal_interrupted_after_the_first_shard_is_finished_by_a_rerun(original, tmp_path):
@@ -129,7 +119,7 @@ def test_a_removal_interrupted_after_the_first_shard_is_finished_by_a_rerun(orig
     resumed = remove.run(["--output", str(crashed), "--removal-list", removal_list, *RUNNER])
     assert resumed.run == plan.run
     strip = lambda h: {k: v for k, v in h.items() if k != REMOVALS_NAME}  # noqa: E731 - run ids differ
-    assert strip(hashes(crashed)) == strip(hashes(clean))
+    assert strip(tree_hashes(crashed)) == strip(tree_hashes(clean))
     lines = lambda p: sorted(parse_removal_line(x)[2:] for x in p.read_text().splitlines()[1:])  # noqa: E731
     assert lines(crashed / REMOVALS_NAME) == lines(clean / REMOVALS_NAME)
     assert not (crashed / layout.TEMP_DIR_NAME).exists()

@@ -8,13 +8,12 @@ import base64
 import hashlib
 import io
 import json
-import os
 import re
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import GPT2_RANKS, REPO
+from conftest import GPT2_RANKS, REPO, tree_hashes
 
 from pipelines import cli, decode, scaffold
 from shards import layout, llmc
@@ -39,15 +38,6 @@ def rows(path) -> list[dict]:
 def write_jsonl(path, records) -> Path:
     Path(path).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
     return Path(path)
-
-
-def tree_hashes(root) -> dict[str, str]:
-    out = {}
-    for dirpath, _, files in os.walk(root):
-        for name in files:
-            with open(os.path.join(dirpath, name), "rb") as f:
-                out[os.path.relpath(os.path.join(dirpath, name), root)] = hashlib.sha256(f.read()).hexdigest()
-    return out
 
 
 def load_shard_as_the_card_does(path) -> np.ndarray:

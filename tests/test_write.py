@@ -7,7 +7,7 @@ import os
 import apache_beam as beam
 import numpy as np
 import pytest
-from conftest import fnapi_pipeline
+from conftest import fnapi_pipeline, tree_hashes
 
 from shards import layout, manifest
 from shards.manifest import DatasetStats
@@ -122,15 +122,6 @@ def _stage_by_hand(out: str, run_id: str, docs=DOCS) -> tuple[ShardConfig, list]
     return config, staged
 
 
-def _hashes(root: str) -> dict[str, bytes]:
-    out = {}
-    for dirpath, _, files in os.walk(root):
-        for name in files:
-            with open(os.path.join(dirpath, name), "rb") as f:
-                out[os.path.relpath(os.path.join(dirpath, name), root)] = f.read()
-    return out
-
-
 def test_a_publish_that_dies_midway_looks_unfinished_and_a_retry_completes_it(tmp_path, monkeypatch):
     from fsspec.implementations.local import LocalFileSystem
 
@@ -159,4 +150,4 @@ def test_a_publish_that_dies_midway_looks_unfinished_and_a_retry_completes_it(tm
     assert not os.path.exists(os.path.join(out, layout.MANIFEST_NAME))
     monkeypatch.setattr(LocalFileSystem, "mv", real_mv)
     publish(groups, len(DOCS), {}, SETTINGS, config)  # the retry finishes the job
-    assert _hashes(out) == _hashes(str(tmp_path / "clean"))
+    assert tree_hashes(out) == tree_hashes(str(tmp_path / "clean"))

@@ -10,7 +10,6 @@ skip into a failure, so CI cannot pass by quietly skipping an engine it meant to
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 import re
 import shutil
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import apache_beam
 import pytest
+from conftest import tree_hashes  # noqa: F401 - the engine tests compare trees with it
 
 BEAM_VERSION = apache_beam.version.__version__
 FLINK_VERSION = os.environ.get("FLINK_VERSION", "2.2")  # Beam 2.77 publishes 1.19, 1.20, 2.0, 2.1, 2.2
@@ -123,14 +123,3 @@ def _missing(name: str) -> str | None:
         if not jar.is_file():
             return f"no job-server jar at {jar}; {_fetch_failure(name + '.log')}"
     return None
-
-
-def tree_hashes(root) -> dict[str, str]:
-    """sha256 of every file under root, by relative path."""
-    out = {}
-    for dirpath, _, files in os.walk(root):
-        for name in files:
-            path = os.path.join(dirpath, name)
-            with open(path, "rb") as f:
-                out[os.path.relpath(path, root)] = hashlib.sha256(f.read()).hexdigest()
-    return out

@@ -3,16 +3,14 @@ file and row, or a counted drop), and every good document still comes out exactl
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import time
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import finepdfs_row
+from conftest import finepdfs_row, tree_hashes
 
 from pipelines import cli
 from shards import layout, manifest
@@ -41,14 +39,7 @@ def run_cli(input_pattern, out, *flags) -> int:
 
 def shard_hashes(out) -> dict[str, str]:
     """sha256 of the shards and the manifest: what a reader takes (the stats also count the drops)."""
-    found = {}
-    for dirpath, _, files in os.walk(out):
-        for name in files:
-            rel = os.path.relpath(os.path.join(dirpath, name), out)
-            if rel != layout.STATS_NAME:
-                with open(os.path.join(dirpath, name), "rb") as f:
-                    found[rel] = hashlib.sha256(f.read()).hexdigest()
-    return found
+    return tree_hashes(out, skip=(layout.STATS_NAME,))
 
 
 def stats(out) -> DatasetStats:

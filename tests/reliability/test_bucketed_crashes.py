@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import signal
 import subprocess
@@ -14,7 +13,7 @@ import apache_beam as beam
 import fsspec
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
-from conftest import REPO, SAMPLE_PARQUET
+from conftest import REPO, SAMPLE_PARQUET, tree_hashes
 from fsspec.implementations.memory import MemoryFileSystem
 
 from pipelines import bucketed
@@ -23,15 +22,6 @@ from transforms import write
 from transforms.records import BadInputError
 
 FLAGS = ["--partitions", "4", "--max-shard-bytes", "150000"]
-
-
-def tree_hashes(root) -> dict[str, str]:
-    out = {}
-    for dirpath, _, files in os.walk(root):
-        for name in files:
-            with open(os.path.join(dirpath, name), "rb") as f:
-                out[os.path.relpath(os.path.join(dirpath, name), root)] = hashlib.sha256(f.read()).hexdigest()
-    return out
 
 
 @pytest.fixture(scope="module")

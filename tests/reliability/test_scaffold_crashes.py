@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
@@ -16,7 +15,7 @@ import apache_beam as beam
 import fsspec
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
-from conftest import REPO
+from conftest import REPO, tree_hashes
 from fsspec.implementations.memory import MemoryFileSystem
 
 from pipelines import scaffold
@@ -27,15 +26,6 @@ from transforms.records import BadInputError
 
 PLAIN = REPO / "tests" / "data" / "scaffold" / "por_plain.jsonl"
 FLAGS = ["--annotate", "--shard-tokens", "700", "--val-fraction", "0.2"]
-
-
-def tree_hashes(root) -> dict[str, str]:
-    out = {}
-    for dirpath, _, files in os.walk(root):
-        for name in files:
-            with open(os.path.join(dirpath, name), "rb") as f:
-                out[os.path.relpath(os.path.join(dirpath, name), root)] = hashlib.sha256(f.read()).hexdigest()
-    return out
 
 
 @pytest.fixture(scope="module")
