@@ -164,3 +164,13 @@ def test_verify_checks_a_scaffold_tree_too(tmp_path, capsys, gpt2_spec):
     shard.write_bytes(bytes(data[: llmc.HEADER_BYTES]) + tokens.tobytes())
     code, text = run_verify(out, capsys)
     assert code == 1 and "verify: FAILED" in text and "countdown" in text
+
+
+def test_an_input_with_a_repeated_id_verifies_against_the_copy_the_job_kept(tmp_path, capsys):
+    rows = ROWS[:6] + [finepdfs_row("v-02", "A later copy of an id, with other text. " * 30)]
+    src = tmp_path / "dup.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    out = tmp_path / "out"
+    bucketed.run(["--input", str(src), "--output", str(out), "--partitions", "2", *RUNNER])
+    code, text = run_verify(out, capsys, "--input", str(src))
+    assert code == 0, text
