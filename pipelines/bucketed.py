@@ -17,16 +17,17 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pipelines.common import (
     add_common_flags,
     add_flag,
-    clear_interrupted_runs,
     drop_lines,
     new_run_id,
+    parse_job_args,
+    prepare_output,
     read_text,
     run_job,
     timing_lines,
 )
-from shards import layout, storage
+from shards import layout, llmc, storage
 from shards.manifest import DatasetStats
-from shards.removal import read_removal_list
+from shards.removal import REMOVALS_NAME
 from transforms.filter import DROPPED, FilterLanguage, LidFilterConfig
 from transforms.publish import PublishOutput, StatsSettings
 from transforms.read import CountRecords, ReadConfig, ReadDocuments
@@ -83,7 +84,7 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def parse_args(argv: list[str]) -> tuple[BucketedOptions, PipelineOptions]:
-    ours, beam_args = make_parser().parse_known_args(argv)
+    ours, beam_args = parse_job_args(make_parser(), argv)
     values = vars(ours)
     values["max_shard_bytes"] = int(values["max_shard_bytes"])
     return BucketedOptions(**values), PipelineOptions(beam_args)
@@ -111,7 +112,13 @@ def build(pipeline: beam.Pipeline, options: BucketedOptions, run_id: str | None 
         test_fail_first_attempts=options.test_fail_first_attempts,
         test_publish_delay=options.test_publish_delay,
     )
-    removal_ids = len(read_removal_list(options.removal_list)) if options.removal_list else None
+    # Documents a surgical removal took out of this output stay out when it is written again.
+    sources = [storage.normalize(options.removal_list)] if options.removal_list else []
+    fs, root = storage.filesystem(output)
+    if fs.exists(f"{root.rstrip('/')}/{REMOVALS_NAME}"):
+        sources.append(storage.join(output, REMOVALS_NAME))
+        log.warning("%s has a %s: the documents it lists stay out", output, REMOVALS_NAME)
+    removal = DropRemoved(*sources) if sources else None
     settings = StatsSettings(
         language=lid.language,
         lid_threshold=lid.threshold,
@@ -119,11 +126,10 @@ def build(pipeline: beam.Pipeline, options: BucketedOptions, run_id: str | None 
         tokenizer=options.tokenizer,
         eos_id=encoder.eos_id,
         vocab_size=encoder.max_token_id + 1,
-        removal_list_ids=removal_ids,
+        removal_list_ids=len(removal.ids) if removal else None,
     )
     read = ReadDocuments(ReadConfig(storage.normalize(options.input), on_bad_record=options.on_bad_record))
-    removal = DropRemoved(storage.normalize(options.removal_list)) if options.removal_list else None
-    clear_interrupted_runs(shards.output)
+    prepare_output(shards.output, other_format=llmc.is_scaffold_stats)
 
     read_result = pipeline | "ReadDocuments" >> read
     docs = read_result.docs

@@ -14,7 +14,8 @@ import sys
 # tool cannot act on; drop that one message (the filter must be in place before the import).
 logging.getLogger().addFilter(lambda record: "apitools not found" not in record.getMessage())
 
-from transforms.records import BadInputError  # noqa: E402
+from pipelines.common import launching  # noqa: E402
+from transforms.records import BadInputError, UsageError  # noqa: E402
 
 JOBS = {
     "bucketed": ("pipelines.bucketed", "documents to length-bucketed token shards (FinePDFs-Edu layout)"),
@@ -29,6 +30,11 @@ JOBS = {
 # A runner may keep only the text of a worker's exception: "bad input: FILE: PROBLEM [while running
 # 'Step']", perhaps inside the repr of another error. The message ends at the runner's suffix, a
 # line break, or the end of the text.
+# Jobs that publish an output tree: a failure leaves the previous output as it was.
+PUBLISHING = {"bucketed", "scaffold", "remove"}
+# Plain tools without a pipeline: any ValueError or OSError they raise is about how they were asked.
+PLAIN_TOOLS = {"decode", "export", "stats"}
+
 _BAD_INPUT = re.compile(re.escape(BadInputError.PREFIX) + r"(.+?)(?: \[while running |\\n|\n|$)")
 
 
@@ -68,17 +74,27 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
     for ours in ("pretokenize", "transforms", "pipelines"):
         logging.getLogger(ours).setLevel(logging.INFO)
+    # A worker's error reaches us as an exception; Beam would also log it with its traceback
+    # first, which buries the one line that says what is wrong.
+    logging.getLogger("apache_beam.runners.common").setLevel(logging.CRITICAL)
     module = __import__(JOBS[job][0], fromlist=["run"])
+    published = "\nNothing was published." if job in PUBLISHING else ""
     try:
-        result = module.run(rest)
+        if job in PLAIN_TOOLS:
+            with launching():
+                result = module.run(rest)
+        else:
+            result = module.run(rest)
+    except UsageError as e:
+        print(f"pretokenize {job}: {e}{published}", file=sys.stderr)
+        return 2
     except Exception as e:  # noqa: BLE001 - reported below, never swallowed
         message = bad_input_message(e)
         if message is None:
             raise
-        print(f"pretokenize {job}: {message}\nNothing was published.", file=sys.stderr)
+        print(f"pretokenize {job}: {message}{published}", file=sys.stderr)
         return 2
     return result if isinstance(result, int) else 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

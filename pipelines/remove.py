@@ -18,6 +18,7 @@ import uuid
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from pipelines.common import add_flag, launching, parse_job_args
 from shards import layout, storage
 from shards.manifest import DatasetStats
 from shards.removal import read_removal_list
@@ -38,10 +39,9 @@ def parse_args(argv: list[str]) -> tuple[RemoveOptions, PipelineOptions]:
         description="Remove the documents a list of original ids names from a bucketed output, in place.",
         epilog="Other flags go to Beam's PipelineOptions (--runner, ...).",
     )
-    p.add_argument("--output", required=True, help="the output tree of pretokenize bucketed")
-    p.add_argument("--removal-list", "--removal_list", dest="removal_list", required=True,
-                   help="ids to remove, one per line ('#' comments); local or fsspec URL")
-    ours, beam_args = p.parse_known_args(argv)
+    add_flag(p, "output", required=True, help="the output tree of pretokenize bucketed")
+    add_flag(p, "removal-list", required=True, help="ids to remove, one per line ('#' comments); local or fsspec URL")
+    ours, beam_args = parse_job_args(p, argv)
     return RemoveOptions(storage.normalize(ours.output), storage.normalize(ours.removal_list)), PipelineOptions(
         beam_args
     )
@@ -89,8 +89,12 @@ def build(pipeline: beam.Pipeline, options: RemoveOptions, plan: RemovalPlan):
 
 
 def run(argv: list[str] | None = None) -> RemovalPlan | None:
-    options, pipeline_options = parse_args(argv or [])
-    plan = prepare(options)
+    with launching():
+        options, pipeline_options = parse_args(argv or [])
+        fs, path = storage.filesystem(options.output)
+        if not fs.isdir(path):
+            raise FileNotFoundError(f"--output {options.output} is not a directory")
+        plan = prepare(options)
     if plan is None:
         print("nothing to remove: no listed id is in the output; nothing was changed", flush=True)
         return None

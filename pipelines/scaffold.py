@@ -17,9 +17,10 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pipelines.common import (
     add_common_flags,
     add_flag,
-    clear_interrupted_runs,
     drop_lines,
     new_run_id,
+    parse_job_args,
+    prepare_output,
     read_text,
     run_job,
     timing_lines,
@@ -102,7 +103,7 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def parse_args(argv: list[str]) -> tuple[ScaffoldOptions, PipelineOptions]:
-    ours, beam_args = make_parser().parse_known_args(argv)
+    ours, beam_args = parse_job_args(make_parser(), argv)
     values = vars(ours)
     values["shard_tokens"] = int(values["shard_tokens"])
     return ScaffoldOptions(**values), PipelineOptions(beam_args)
@@ -150,7 +151,7 @@ def build(pipeline: beam.Pipeline, options: ScaffoldOptions, run_id: str | None 
             on_bad_record=options.on_bad_record,
         )
     )
-    clear_interrupted_runs(shards.output)
+    prepare_output(shards.output, other_format=lambda stats: not llmc.is_scaffold_stats(stats))
 
     read_result = pipeline | "ReadDocuments" >> read
     docs = read_result.docs

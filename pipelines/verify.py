@@ -16,6 +16,7 @@ import uuid
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from pipelines.common import add_flag, launching, parse_job_args
 from shards import layout, llmc, storage
 from shards.manifest import DatasetStats
 from shards.removal import REMOVALS_NAME, parse_removal_line, read_removal_list
@@ -28,14 +29,14 @@ def parse_args(argv: list[str]):
         description="Check a bucketed output tree against its format (and its source with --input).",
         epilog="Other flags go to Beam's PipelineOptions (--runner, ...).",
     )
-    p.add_argument("--output", required=True, help="the output tree to check")
-    p.add_argument("--input", default=None, help="the source documents, to re-tokenize and compare")
-    p.add_argument("--sample", type=float, default=1.0, help="fraction of ids to compare with the source")
-    p.add_argument("--removal-list", "--removal_list", dest="removal_list", default=None,
-                   help="the list the job ran with: its ids are not expected in the output")
-    p.add_argument("--report", default=None, help="where to write the JSON report (default: a temporary "
-                   "file under the output, removed afterwards)")
-    return p.parse_known_args(argv)
+    add_flag(p, "output", required=True, help="the output tree to check (bucketed or scaffold)")
+    add_flag(p, "input", default=None, help="the source documents, to re-tokenize and compare")
+    add_flag(p, "sample", type=float, default=1.0, help="fraction of ids to compare with the source (default 1)")
+    add_flag(p, "removal-list", default=None,
+             help="the --removal-list the job ran with: its ids are not expected in the output")
+    add_flag(p, "report", default=None, help="where to write the JSON report (default: a temporary "
+             "file under the output, removed afterwards)")
+    return parse_job_args(p, argv)
 
 
 def _read_stats(output: str) -> DatasetStats | str:
@@ -81,25 +82,31 @@ def _removed_ids(output: str, removal_list: str | None) -> frozenset[str]:
 
 
 def run(argv: list[str] | None = None) -> int:
-    args, beam_args = parse_args(argv or [])
-    if not 0.0 < args.sample <= 1.0:
-        raise ValueError(f"--sample must be within (0, 1], got {args.sample}")
-    output = storage.normalize(args.output)
+    with launching():
+        args, beam_args = parse_args(argv or [])
+        if not 0.0 < args.sample <= 1.0:
+            raise ValueError(f"--sample must be within (0, 1], got {args.sample}")
+        output = storage.normalize(args.output)
+        fs, path = storage.filesystem(output)
+        if not fs.isdir(path):
+            raise FileNotFoundError(f"--output {output} is not a directory")
     if _is_scaffold_tree(output):
         return _verify_scaffold(output, args)
     stats = _read_stats(output)
     if isinstance(stats, str):
         print(f"  {stats}\nverify: FAILED, 1 problem in {output}", flush=True)
         return 1
-    config = VerifyConfig(output, stats.dtype, stats.eos_id, stats.vocab_size, stats.partitions, args.sample)
-    units, launch_problems, rows = plan_units(output)
-    report_url = storage.normalize(args.report) if args.report else storage.join(
-        output, layout.TEMP_DIR_NAME, f"verify-{uuid.uuid4().hex[:8]}", "report.json")
-    source = storage.normalize(args.input) if args.input else None
-    with beam.Pipeline(options=PipelineOptions(beam_args)) as pipeline:
+    with launching():
+        config = VerifyConfig(output, stats.dtype, stats.eos_id, stats.vocab_size, stats.partitions, args.sample)
+        units, launch_problems, rows = plan_units(output)
+        report_url = storage.normalize(args.report) if args.report else storage.join(
+            output, layout.TEMP_DIR_NAME, f"verify-{uuid.uuid4().hex[:8]}", "report.json")
+        source = storage.normalize(args.input) if args.input else None
+        pipeline = beam.Pipeline(options=PipelineOptions(beam_args))
         report = pipeline | "VerifyOutput" >> VerifyOutput(
             config, units, launch_problems, stats, source, _removed_ids(output, args.removal_list))
         report | "WriteReport" >> beam.Map(write_report, report_url)
+    pipeline.run().wait_until_finish()
     fs, path = storage.filesystem(report_url)
     with fs.open(path, "r", encoding="utf-8") as f:
         result = json.load(f)

@@ -29,6 +29,9 @@ DEFAULT_SEED = 0
 SHARD_SUFFIX = ".npy"
 MANIFEST_NAME = "processed_spec.txt"
 STATS_NAME = "dataset_stats.txt"
+# Files other tools derive from a finished tree (pretokenize export megatron, pretokenize stats):
+# a new run's publish deletes them, since they would describe the old shards.
+DERIVED_NAMES = ("megatron", "length_stats.txt", "length_histogram.png")
 # Work in progress of a run lives here, on the output filesystem, until it is published.
 TEMP_DIR_NAME = ".pretokenize-tmp"
 

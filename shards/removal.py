@@ -40,6 +40,20 @@ def read_removal_list(url: str) -> list[str]:
         raise ValueError(f"removal list {url} is not UTF-8 text ({e.reason} at byte {e.start})") from None
 
 
+def read_removal_log(url: str) -> list[str]:
+    """The ids a removals.txt records as removed, in order, each once."""
+    with fsspec.open(url, "rt", encoding="utf-8") as f:
+        lines = f.read().splitlines()[1:]
+    return list(dict.fromkeys(parse_removal_line(line)[2] for line in lines if line.strip()))
+
+
+def load_removal_ids(url: str) -> list[str]:
+    """The ids of a removal list, or of a removals.txt audit log (told apart by the file name)."""
+    if url.rstrip("/").rsplit("/", 1)[-1] == REMOVALS_NAME:
+        return read_removal_log(url)
+    return read_removal_list(url)
+
+
 def format_removal_line(utc_time: str, run: str, doc_id: str, rel_path: str, tokens: int) -> str:
     return f"{utc_time} | {run} | {doc_id} | {rel_path} | {tokens}\n"
 

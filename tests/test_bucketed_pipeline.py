@@ -16,6 +16,7 @@ from conftest import SAMPLE_PARQUET, finepdfs_row, tree_hashes
 from pipelines import bucketed, cli
 from shards import layout, manifest
 from shards.manifest import DatasetStats
+from transforms.records import UsageError
 
 RUNNER = ["--runner=FnApiRunner"]
 
@@ -193,7 +194,7 @@ def test_missing_column_fails_before_the_pipeline_starts(tmp_path, capsys):
 
 def test_uint16_with_the_default_tokenizer_is_a_clear_error(tmp_path):
     _jsonl(tmp_path / "in.jsonl", GOOD)
-    with pytest.raises(ValueError, match="use --dtype uint32"):
+    with pytest.raises(UsageError, match="use --dtype uint32"):
         run_job(tmp_path / "in.jsonl", tmp_path / "out", "--dtype", "uint16")
 
 

@@ -204,3 +204,10 @@ def test_the_export_needs_a_finished_tree(tmp_path, capsys):
     assert not (tmp_path / "megatron").exists()
     with pytest.raises(IncompleteTreeError):
         open_tree(str(tmp_path))
+
+
+def test_the_derived_names_publish_removes_are_the_ones_the_tools_write():
+    from pipelines import export, stats
+    from shards import layout
+
+    assert set(layout.DERIVED_NAMES) == {export.EXPORT_DIR, stats.TABLE_NAME, stats.PNG_NAME}

@@ -13,6 +13,7 @@ from pipelines import bucketed, remove, verify
 from shards import layout, manifest
 from shards.manifest import DatasetStats
 from shards.removal import REMOVALS_NAME, parse_removal_line, read_removal_list
+from transforms.records import UsageError
 from transforms.surgery import rewrite_file
 
 RUNNER = ["--runner=FnApiRunner"]
@@ -137,5 +138,22 @@ def test_remove_refuses_an_unfinished_tree(original, tmp_path):
     out = tmp_path / "unfinished"
     shutil.copytree(original, out)
     (out / layout.STATS_NAME).unlink()
-    with pytest.raises(FileNotFoundError, match="not a finished output tree"):
+    with pytest.raises(UsageError, match="not a finished output tree"):
         remove.run(["--output", str(out), "--removal-list", write_list(tmp_path / "l.txt", ["doc-01"]), *RUNNER])
+
+
+def test_a_rerun_after_surgery_keeps_the_removed_documents_out(original, source, tmp_path):
+    flagged = flagged_ids(original)
+    out = tmp_path / "out"
+    shutil.copytree(original, out)
+    remove.run(["--output", str(out), "--removal-list", write_list(tmp_path / "f.txt", flagged), *RUNNER])
+    after_surgery = tree_hashes(out)
+    (out / "megatron").mkdir()
+    (out / "megatron" / "stale.idx").write_bytes(b"x")
+    stats = bucketed.run(["--input", str(source), "--output", str(out), "--partitions", "4", *RUNNER])
+    assert stored_ids(out) == {r["id"] for r in ROWS} - set(flagged)
+    assert stats.drops == {"removed": 4}
+    assert not (out / "megatron").exists(), "an index of the old shards must not survive a re-run"
+    rerun = tree_hashes(out)
+    assert {k: v for k, v in rerun.items() if k != layout.STATS_NAME} == {
+        k: v for k, v in after_surgery.items() if k != layout.STATS_NAME}

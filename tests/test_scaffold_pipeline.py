@@ -18,6 +18,7 @@ from conftest import GPT2_RANKS, REPO, tree_hashes
 from pipelines import cli, decode, scaffold
 from shards import layout, llmc
 from shards.llmc import ScaffoldStats
+from transforms.records import UsageError
 from transforms.scaffold import annotate, format_annotated
 
 SAMPLE = REPO / "tests" / "data" / "scaffold"
@@ -337,7 +338,7 @@ def test_bad_input_exits_2_naming_the_file(tmp_path, capsys, monkeypatch, gpt2_s
 
 
 def test_a_tokenizer_that_is_not_gpt2_fails_before_the_pipeline_starts(tmp_path):
-    with pytest.raises(ValueError, match="GPT-2's vocabulary"):
+    with pytest.raises(UsageError, match="GPT-2's vocabulary"):
         run_job(ANNOTATED, tmp_path / "out", "jet-nemotron")
     assert not (tmp_path / "out").exists()
 

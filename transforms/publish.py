@@ -127,6 +127,12 @@ def publish(
         if fs.exists(marker):
             fs.rm(marker)
 
+    for name in layout.DERIVED_NAMES:
+        derived = posixpath.join(root, name)
+        if fs.exists(derived):
+            log.info("removing %s, derived from the earlier output", name)
+            fs.rm(derived, recursive=True)
+
     # 3. and 4. Shards of an earlier run this run does not write go; the staged ones move in.
     new_files = {f.rel_path for g in groups for f in g.files}
     replace_files(config, new_files, [f"{b}/p*{layout.SHARD_SUFFIX}" for b in layout.BUCKET_NAMES])

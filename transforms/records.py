@@ -11,6 +11,10 @@ import numpy as np
 DROPPED = "dropped"
 
 
+class UsageError(Exception):
+    """A mistake in how a job was asked for (a flag, a path, a setting), found before it ran."""
+
+
 class BadInputError(ValueError):
     """Input the job cannot use. The message names the file (and row) and what is wrong with it."""
 

@@ -1,5 +1,8 @@
 """DropRemoved: documents whose id is on a removal list leave before they are tokenized.
 
+The sources are removal lists (ids one per line) and the output's own removals.txt, so a re-run
+into an output that had documents removed from it keeps them out.
+
 Each is counted with the reason ``removed``; the ids that matched go to a second output so the
 job can count the listed ids that never appeared in the input.
 """
@@ -8,7 +11,7 @@ from __future__ import annotations
 
 import apache_beam as beam
 
-from shards.removal import read_removal_list
+from shards.removal import load_removal_ids
 from transforms.filter import DROPPED
 from transforms.records import Document
 
@@ -17,13 +20,13 @@ REMOVED = "removed"
 
 
 class DropRemovedFn(beam.DoFn):
-    def __init__(self, removal_list: str):
-        self._url = removal_list
+    def __init__(self, sources: tuple[str, ...]):
+        self._sources = sources
         self._removed = beam.metrics.Metrics.counter("pretokenize", f"dropped_{REMOVED}")
 
     def setup(self):
-        # Read once per worker from the list's URL: nothing large travels in the pickled DoFn.
-        self._ids = frozenset(read_removal_list(self._url))
+        # Read once per worker from the lists' URLs: nothing large travels in the pickled DoFn.
+        self._ids = frozenset(i for url in self._sources for i in load_removal_ids(url))
 
     def process(self, doc: Document):
         if doc.id in self._ids:
@@ -39,16 +42,17 @@ class DropRemoved(beam.PTransform):
 
     Example::
 
-        result = docs | "DropRemoved" >> DropRemoved("gs://bucket/removal.txt")
+        result = docs | "DropRemoved" >> DropRemoved("gs://bucket/removal.txt", "out/removals.txt")
         kept, reasons, seen = result.kept, result.dropped, result.matched
     """
 
-    def __init__(self, removal_list: str):
+    def __init__(self, *sources: str):
         super().__init__()
-        read_removal_list(removal_list)  # a missing or unreadable list fails at launch
-        self._url = removal_list
+        # A missing or unreadable list fails at launch.
+        self.ids = list(dict.fromkeys(i for url in sources for i in load_removal_ids(url)))
+        self._sources = sources
 
     def expand(self, docs):
-        return docs | "MatchRemovalList" >> beam.ParDo(DropRemovedFn(self._url)).with_outputs(
+        return docs | "MatchRemovalList" >> beam.ParDo(DropRemovedFn(self._sources)).with_outputs(
             DROPPED, MATCHED, main="kept"
         )
