@@ -14,7 +14,7 @@ import pytest
 from conftest import SAMPLE_PARQUET, finepdfs_row, tree_hashes
 
 from pipelines import bucketed, cli
-from shards import layout, manifest
+from shards import layout, llmc, manifest
 from shards.manifest import DatasetStats
 from transforms.records import UsageError
 
@@ -210,3 +210,34 @@ def test_gpt2_uint16_and_fsspec_urls_end_to_end(tmp_path, gpt2_spec):
     stored = sum(len(fs.cat(f"/e2e/out/{rel}")) for rel in {r[0] for r in rows})
     assert stored == 2 * total
     assert not fs.exists(f"/e2e/out/{layout.TEMP_DIR_NAME}")
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--lid-treshold", "0.5"], "unknown flag or argument: --lid-treshold (did you mean --lid-threshold?)"),
+        (["--runer=FnApiRunner"], "--runer=FnApiRunner (did you mean --runner?)"),
+        (["--partitions", "0"], "partitions must be within 1..100000, got 0"),
+        (["--removal-list", "/no/such/list.txt"], "removal list not found: /no/such/list.txt"),
+    ],
+)
+def test_usage_mistakes_are_one_line_and_publish_nothing(tmp_path, capsys, flags, message):
+    code = cli.main(["bucketed", "--input", str(SAMPLE_PARQUET), "--output", str(tmp_path / "out"), *RUNNER, *flags])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and "Traceback" not in err
+    assert not (tmp_path / "out" / layout.STATS_NAME).exists()
+
+
+def test_output_that_is_a_file_or_the_other_jobs_tree_is_refused(tmp_path, capsys):
+    (tmp_path / "afile").write_text("x")
+    assert cli.main(["bucketed", "--input", str(SAMPLE_PARQUET), "--output", str(tmp_path / "afile"), *RUNNER]) == 2
+    assert "is a file, not a directory" in capsys.readouterr().err
+    (tmp_path / "scaffold").mkdir()
+    (tmp_path / "scaffold" / layout.STATS_NAME).write_text(f"# scaffold\nformat: {llmc.STATS_FORMAT}\n")
+    assert cli.main(["bucketed", "--input", str(SAMPLE_PARQUET), "--output", str(tmp_path / "scaffold"), *RUNNER]) == 2
+    assert "holds the other job's output" in capsys.readouterr().err
+
+
+def test_flags_take_underscores_as_templates_pass_them(tmp_path):
+    stats = run_job(SAMPLE_PARQUET, tmp_path / "out", "--lid_threshold", "0.5", "--min_token_count=2")
+    assert (stats.lid_threshold, stats.min_token_count) == (0.5, 2)
