@@ -20,7 +20,7 @@ from pipelines.common import add_flag, launching, parse_job_args
 from shards import layout, llmc, storage
 from shards.manifest import DatasetStats
 from shards.removal import REMOVALS_NAME, parse_removal_line, read_removal_list
-from transforms.verify import MAX_REPORTED, VerifyConfig, VerifyOutput, plan_units, write_report
+from transforms.verify import MAX_REPORTED, VerifyConfig, VerifyOutput, plan_units, read_checksums, write_report
 
 
 def parse_args(argv: list[str]):
@@ -97,8 +97,14 @@ def run(argv: list[str] | None = None) -> int:
         print(f"  {stats}\nverify: FAILED, 1 problem in {output}", flush=True)
         return 1
     with launching():
-        config = VerifyConfig(output, stats.dtype, stats.eos_id, stats.vocab_size, stats.partitions, args.sample)
+        checksums, checksum_problems = read_checksums(output)
+        config = VerifyConfig(output, stats.dtype, stats.eos_id, stats.vocab_size, stats.partitions, args.sample,
+                              checksums)
         units, launch_problems, rows = plan_units(output)
+        launch_problems += checksum_problems
+        if checksums is not None:
+            launch_problems += [f"{layout.CHECKSUMS_NAME} names {rel}, which is not in the tree"
+                                for rel in sorted(set(checksums) - {u.rel_path for u in units})]
         report_url = storage.normalize(args.report) if args.report else storage.join(
             output, layout.TEMP_DIR_NAME, f"verify-{uuid.uuid4().hex[:8]}", "report.json")
         source = storage.normalize(args.input) if args.input else None

@@ -28,6 +28,8 @@ DEFAULT_SEED = 0
 
 SHARD_SUFFIX = ".npy"
 MANIFEST_NAME = "processed_spec.txt"
+# sha256 of every shard, in sha256sum's format ("HEX  rel_path"): `sha256sum -c` checks a tree.
+CHECKSUMS_NAME = "checksums.sha256"
 STATS_NAME = "dataset_stats.txt"
 # Files other tools derive from a finished tree (pretokenize export megatron, pretokenize stats):
 # a new run's publish deletes them, since they would describe the old shards.

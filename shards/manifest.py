@@ -56,6 +56,22 @@ def format_row(rel_path: str, doc_id: str, token_count: int) -> str:
     return f"{rel_path}{_SEP}{doc_id}{_SEP}{token_count}\n"
 
 
+def format_checksums(sums: dict[str, str]) -> str:
+    """checksums.sha256: one "HEX  rel_path" line a shard, in path order (sha256sum's format)."""
+    return "".join(f"{sums[rel]}  {rel}\n" for rel in sorted(sums))
+
+
+def parse_checksums(text: str) -> dict[str, str]:
+    sums = {}
+    for line in text.splitlines():
+        if line.strip():
+            digest, sep, rel = line.partition("  ")
+            if not sep or len(digest) != 64:
+                raise ValueError(f"not a sha256sum line: {line!r}")
+            sums[rel] = digest
+    return sums
+
+
 def parse_row(line: str) -> tuple[str, str, int]:
     """(rel_path, original_id, processed_token_count) of one manifest line."""
     parts = line.rstrip("\n").split(_SEP)

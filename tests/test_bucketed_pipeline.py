@@ -119,7 +119,7 @@ def test_files_follow_the_layout(sample_run):
             docs, tokens, nfiles)
     assert "beyond" in per_bucket, "the sample's long document should reach the last bucket"
     on_disk = {os.path.relpath(os.path.join(d, f), out) for d, _, fs in os.walk(out) for f in fs}
-    assert on_disk == set(files) | {layout.MANIFEST_NAME, layout.STATS_NAME}
+    assert on_disk == set(files) | {layout.MANIFEST_NAME, layout.STATS_NAME, layout.CHECKSUMS_NAME}
 
 
 def test_one_and_two_workers_give_identical_bytes(tmp_path):

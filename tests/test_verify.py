@@ -67,15 +67,17 @@ def test_a_good_tree_passes_with_and_without_its_source(tree, capsys):
     assert not (out / layout.TEMP_DIR_NAME).exists()
 
 
-def test_flipped_token_is_caught_against_the_source(damaged, capsys):
+def test_flipped_token_is_caught_by_the_checksums_and_against_the_source(damaged, capsys):
     src, out = damaged
     path = out / first_file(out)
     data = np.fromfile(path, dtype="<u4")
     data[1] = data[1] + 1 if data[1] + 1 != EOS else data[1] + 2
     data.tofile(path)
+    code, text = run_verify(out, capsys)
+    assert code == 1 and f"{first_file(out)}: content differs from its sha256 in checksums.sha256" in text
     code, text = run_verify(out, capsys, "--input", str(src))
     assert code == 1 and "stored tokens differ from the re-tokenized input at token 1" in text
-    assert "verify: FAILED, 1 problems" in text
+    assert "verify: FAILED, 2 problems" in text
 
 
 def test_truncated_file_is_caught(damaged, capsys):

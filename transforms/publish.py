@@ -9,7 +9,8 @@ Runs once, after every shard group is staged. The order is what makes the output
        moment the tree no longer looks complete
     3. shard files of an earlier run that this run does not write are deleted
     4. staged shards are moved to their final names (a rename on local disks)
-    5. processed_spec.txt, then dataset_stats.txt: the stats file is the commit point
+    5. processed_spec.txt and checksums.sha256, then dataset_stats.txt: the stats file is the
+       commit point
     6. the run's temporary directory (spill files, staging) is removed
 
 A reader that finds dataset_stats.txt may trust every file the manifest names. Every step can be
@@ -26,7 +27,7 @@ import time
 import apache_beam as beam
 
 from shards import layout, storage
-from shards.manifest import MANIFEST_HEADER, BucketStats, DatasetStats
+from shards.manifest import MANIFEST_HEADER, BucketStats, DatasetStats, format_checksums
 from transforms.write import RunPaths, ShardConfig, ShardGroup
 
 log = logging.getLogger(__name__)
@@ -137,9 +138,11 @@ def publish(
     new_files = {f.rel_path for g in groups for f in g.files}
     replace_files(config, new_files, [f"{b}/p*{layout.SHARD_SUFFIX}" for b in layout.BUCKET_NAMES])
 
-    # 5. The manifest, then the stats: the commit point. 6. The run's temporary files go.
+    # 5. The manifest and the checksums, then the stats: the commit point. 6. Temporary files go.
     if fs.exists(staged_manifest):
         fs.mv(staged_manifest, final_manifest)
+    sums = {f.rel_path: f.sha256 for g in groups for f in g.files}
+    storage.write_atomic(storage.join(config.output, layout.CHECKSUMS_NAME), format_checksums(sums).encode())
     commit(config, stats.to_text())
     log.info("published %d files, %d documents to %s", stats.total_files, stats.kept_documents, config.output)
     return stats

@@ -21,6 +21,7 @@ A run that finds a journal resumes it before anything else.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 import posixpath
@@ -144,18 +145,29 @@ def write_journal(output: str, plan: RemovalPlan) -> None:
     storage.write_atomic(storage.join(journal_url(output), PLAN_NAME), plan.to_json().encode("utf-8"))
 
 
-def rewrite_file(output: str, plan: FilePlan, itemsize: int) -> str:
-    """Rewrite one affected file without its removed documents; what was done, for the log."""
+def _sha256_of(fs, path: str) -> str:
+    digest = hashlib.sha256()
+    with fs.open(path, "rb") as f:
+        while chunk := f.read(COPY_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def rewrite_file(output: str, plan: FilePlan, itemsize: int) -> tuple[str, str | None]:
+    """Rewrite one affected file without its removed documents.
+
+    Returns what was done (for the log) and the new file's sha256 (None when it was deleted).
+    """
     fs, root = storage.filesystem(output)
     path = posixpath.join(root, plan.rel_path)
     before, after = plan.tokens_before * itemsize, plan.tokens_after * itemsize
     if not fs.exists(path):
         if after == 0:
-            return "deleted earlier"
+            return "deleted earlier", None
         raise FileNotFoundError(f"{plan.rel_path} is missing, but {plan.tokens_after} of its tokens must stay")
     size = fs.size(path)
     if size == after and after != before:
-        return "rewritten earlier"
+        return "rewritten earlier", _sha256_of(fs, path)
     if size != before:
         raise ValueError(
             f"{plan.rel_path} holds {size} bytes; the manifest says {before} before removal and {after} after; "
@@ -163,8 +175,9 @@ def rewrite_file(output: str, plan: FilePlan, itemsize: int) -> str:
         )
     if after == 0:
         fs.rm(path)
-        return "deleted"
+        return "deleted", None
     tmp = f"{path}.partial-{uuid.uuid4().hex[:12]}"
+    digest = hashlib.sha256()
     try:
         with fs.open(path, "rb") as src, fs.open(tmp, "wb") as dst:
             for _, n, removed in plan.rows:
@@ -177,17 +190,21 @@ def rewrite_file(output: str, plan: FilePlan, itemsize: int) -> str:
                     if not chunk:
                         raise OSError(f"{plan.rel_path} ended early while copying")
                     dst.write(chunk)
+                    digest.update(chunk)
                     remaining -= len(chunk)
         fs.mv(tmp, path)
     except BaseException:
         if fs.exists(tmp):
             fs.rm(tmp)
         raise
-    return "rewritten"
+    return "rewritten", digest.hexdigest()
 
 
-def finish_removal(output: str, plan: RemovalPlan) -> DatasetStats:
-    """Manifest, audit log, stats, in that order; then the journal goes. Safe to repeat."""
+def finish_removal(output: str, plan: RemovalPlan, sums: dict[str, str | None] | None = None) -> DatasetStats:
+    """Manifest, checksums, audit log, stats, in that order; then the journal goes. Safe to repeat.
+
+    ``sums`` holds the new sha256 of each rewritten file (None for a deleted one).
+    """
     fs, root = storage.filesystem(output)
     removed = {(rel, doc_id) for rel, doc_id, _ in plan.removed_rows}
 
@@ -199,6 +216,16 @@ def finish_removal(output: str, plan: RemovalPlan) -> DatasetStats:
             if (rel, doc_id) not in removed:
                 dst.write(manifest.format_row(rel, doc_id, n))
     fs.mv(tmp, manifest_path)
+
+    checksums_path = posixpath.join(root, layout.CHECKSUMS_NAME)
+    if sums and fs.exists(checksums_path):
+        table = manifest.parse_checksums(fs.cat_file(checksums_path).decode("utf-8"))
+        for rel, digest in sums.items():
+            if digest is None:
+                table.pop(rel, None)
+            else:
+                table[rel] = digest
+        storage.write_atomic(storage.join(output, layout.CHECKSUMS_NAME), manifest.format_checksums(table).encode())
 
     log_path = posixpath.join(root, REMOVALS_NAME)
     existing = fs.cat_file(log_path).decode("utf-8") if fs.exists(log_path) else REMOVALS_HEADER + "\n"
@@ -232,10 +259,10 @@ class RewriteFileFn(beam.DoFn):
         self._rewritten = beam.metrics.Metrics.counter("pretokenize", "files_rewritten")
 
     def process(self, plan: FilePlan):
-        outcome = rewrite_file(self._output, plan, self._itemsize)
+        outcome, digest = rewrite_file(self._output, plan, self._itemsize)
         self._rewritten.inc()
         log.info("%s: %s", plan.rel_path, outcome)
-        yield plan.rel_path, outcome
+        yield plan.rel_path, digest
 
 
 class FinishRemovalFn(beam.DoFn):
@@ -243,8 +270,8 @@ class FinishRemovalFn(beam.DoFn):
         self._output = output
         self._plan = plan
 
-    def process(self, outcomes: list[tuple[str, str]]):
-        yield finish_removal(self._output, self._plan)
+    def process(self, outcomes: list[tuple[str, str | None]]):
+        yield finish_removal(self._output, self._plan, dict(outcomes))
 
 
 class RemoveDocuments(beam.PTransform):

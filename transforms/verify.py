@@ -57,6 +57,8 @@ class VerifyConfig:
     vocab_size: int
     partitions: int
     sample: float = 1.0
+    # rel_path -> sha256 from checksums.sha256; None when the tree has no such file.
+    checksums: dict[str, str] | None = None
 
     def sampled(self, doc_id: str) -> bool:
         """A stable choice of ids for --sample, independent of the layout's hashes."""
@@ -124,6 +126,18 @@ def list_shard_files(output: str) -> set[str]:
     return found
 
 
+def read_checksums(output: str) -> tuple[dict[str, str] | None, list[str]]:
+    """The tree's checksums (None when it has none: trees of earlier versions) and their problems."""
+    fs, root = storage.filesystem(output)
+    path = posixpath.join(root, layout.CHECKSUMS_NAME)
+    if not fs.exists(path):
+        return None, []
+    try:
+        return manifest.parse_checksums(fs.cat_file(path).decode("utf-8")), []
+    except (ValueError, UnicodeDecodeError) as e:
+        return None, [f"{layout.CHECKSUMS_NAME}: unreadable: {e}"]
+
+
 def plan_units(output: str) -> tuple[list[FileUnit], list[str], int]:
     scan = scan_manifest(output)
     on_disk = list_shard_files(output)
@@ -165,12 +179,14 @@ def check_file(unit: FileUnit, config: VerifyConfig) -> Iterator[tuple[str, obje
         yield "problem", f"{rel}: holds {size // dtype.itemsize} tokens, its manifest rows count {expected}"
     low, high = layout.bucket_range(name.bucket)
     tokens_seen = 0
+    digest = hashlib.sha256()
     with fs.open(posixpath.join(root, rel), "rb") as f:
         for k, (_, doc_id, n) in enumerate(rows):
             where = f"{rel} document {k} ({doc_id})"
             if n < low or (high is not None and n > high):
                 yield "problem", f"{where}: {n} tokens do not belong in bucket {name.bucket} ({low}..{high or 'inf'})"
             data = f.read(n * dtype.itemsize)
+            digest.update(data)
             doc = np.frombuffer(data[: len(data) - len(data) % dtype.itemsize], dtype=dtype)
             if len(doc) < n:
                 yield "problem", f"{where}: the file ends after {len(doc)} of its {n} tokens"
@@ -186,6 +202,14 @@ def check_file(unit: FileUnit, config: VerifyConfig) -> Iterator[tuple[str, obje
                 yield "problem", f"{where}: token id {int(doc.max())} is not below the vocabulary {config.vocab_size}"
             if config.sample > 0 and config.sampled(doc_id):
                 yield "tokens", (doc_id, doc.tolist())
+        while rest := f.read(1 << 20):
+            digest.update(rest)
+    if config.checksums is not None:
+        want = config.checksums.get(rel)
+        if want is None:
+            yield "problem", f"{rel}: not listed in {layout.CHECKSUMS_NAME}"
+        elif digest.hexdigest() != want:
+            yield "problem", f"{rel}: content differs from its sha256 in {layout.CHECKSUMS_NAME}"
     yield "summary", FileSummary(name.bucket, len(rows), tokens_seen)
 
 

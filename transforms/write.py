@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import hashlib
 import logging
 import posixpath
 import uuid
@@ -97,6 +98,7 @@ class ShardFile(NamedTuple):
     rel_path: str
     documents: int
     tokens: int
+    sha256: str = ""
 
 
 class ShardGroup(NamedTuple):
@@ -271,26 +273,29 @@ def write_group(bucket: str, partition: int, refs: Iterable[DocRef], config: Sha
     files: list[ShardFile] = []
     rows: list[str] = []
     current: _AtomicFile | None = None
+    digest = hashlib.sha256()
     rel_path = ""
     nbytes = docs = tokens = 0
     try:
         for ref, data in reader.stream(ordered):
             if current is not None and nbytes + len(data) > config.max_shard_bytes:
                 current.commit()
-                files.append(ShardFile(rel_path, docs, tokens))
+                files.append(ShardFile(rel_path, docs, tokens, digest.hexdigest()))
                 current = None
             if current is None:
                 rel_path = layout.shard_rel_path(bucket, partition, len(files), config.partitions)
                 current = _AtomicFile(fs, posixpath.join(staged, rel_path))
+                digest = hashlib.sha256()
                 nbytes = docs = tokens = 0
             current.file.write(data)
+            digest.update(data)
             rows.append(manifest.format_row(rel_path, ref.id, ref.length))
             nbytes += len(data)
             docs += 1
             tokens += ref.length
         if current is not None:
             current.commit()
-            files.append(ShardFile(rel_path, docs, tokens))
+            files.append(ShardFile(rel_path, docs, tokens, digest.hexdigest()))
             current = None
     finally:
         reader.close()
