@@ -468,4 +468,7 @@ class CountRecords(beam.PTransform):
     """
 
     def expand(self, pcolls):
-        return pcolls | "AllRecords" >> beam.Flatten() | "Count" >> beam.combiners.Count.Globally()
+        # One small value per record into the Flatten, never the records: a Flatten of outputs of a
+        # fused stage is materialized by the FnApiRunner, and that would hold every document's text.
+        ones = [pc | f"OnePerRecord{i}" >> beam.Map(lambda _: 1) for i, pc in enumerate(pcolls)]
+        return ones | "AllRecords" >> beam.Flatten() | "Count" >> beam.combiners.Count.Globally()
