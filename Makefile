@@ -4,14 +4,15 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 OUT    ?= out/sample
 
-.PHONY: help venv demo demo-scaffold test lint clean venv-cloud engines prism flink-job-server spark-job-server
+.PHONY: help venv demo demo-scaffold test lint bench clean venv-cloud engines prism flink-job-server spark-job-server
 
 help:
 	@echo "make demo   set up .venv and run the bucketed job on the bundled sample into $(OUT)"
 	@echo "make demo-scaffold  the scaffold job on the Portuguese sample into $(SCAFFOLD_OUT)"
 	@echo "make test   set up .venv and run the test suite"
 	@echo "make lint   ruff over the code"
-	@echo "make venv-cloud  add the gcp extra to .venv (Dataflow dry-run test, launching on Dataflow)"
+	@echo "make bench  the performance benchmark (tests/bench/README.md): writes BENCHMARKS.md, ~10 minutes"
+	@echo "make venv-cloud  add the gcp and aws extras to .venv (Dataflow dry run, gs:// and s3://)"
 	@echo "make engines     fetch Prism and the Flink and Spark job servers for tests/engines (cached)"
 
 $(VENV)/.installed: pyproject.toml setup.py
@@ -28,6 +29,11 @@ $(VENV)/.installed-cloud: $(VENV)/.installed
 	touch $@
 
 venv-cloud: $(VENV)/.installed-cloud
+
+# The test extras plus bench (datatrove, py-spy, pyinstrument, psutil).
+$(VENV)/.installed-bench: $(VENV)/.installed
+	$(PY) -m pip install --quiet -e '.[test,bench]'
+	touch $@
 
 # Engines for tests/engines, each at the Beam version pyproject.toml pins: Prism built from the Go
 # module proxy, the Flink and Spark job servers copied from Maven Central into Beam's own jar cache
@@ -86,6 +92,10 @@ test: venv
 
 lint: venv
 	$(VENV)/bin/ruff check .
+
+# Builds its corpus once under ~/.cache/beam-pretokenize/bench (BENCH_ARGS, e.g. --cache DIR, go to the script).
+bench: $(VENV)/.installed-bench
+	$(PY) tests/bench/run_bench.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) out .pytest_cache

@@ -43,7 +43,7 @@ class TokenizerConfig:
 def encode_documents(encoder: Encoder, docs: Sequence[Document], dtype: np.dtype) -> list[TokenizedDocument]:
     """Each document's ids plus one EOS, as an array of ``dtype``."""
     out = []
-    for doc, ids in zip(docs, encoder.encode_batch([d.text for d in docs]), strict=True):
+    for doc, ids in zip(docs, encoder.encode_arrays([d.text for d in docs]), strict=True):
         tokens = np.empty(len(ids) + 1, dtype=dtype)
         tokens[:-1] = ids
         tokens[-1] = encoder.eos_id
