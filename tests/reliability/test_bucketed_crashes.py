@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-import threading
 import time
 
 import apache_beam as beam
@@ -14,7 +12,7 @@ import fsspec
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from conftest import REPO, SAMPLE_PARQUET, tree_hashes
-from fsspec.implementations.memory import MemoryFileSystem
+from crash_tools import FaultyFileSystem, TreeWatcher, has_files, kill_when
 
 from pipelines import bucketed
 from shards import layout, manifest
@@ -45,20 +43,9 @@ def test_bundles_that_fail_once_and_are_retried_change_nothing(tmp_path, clean):
     assert len(ids) == len(set(ids)), "a retried bundle duplicated documents"
 
 
-class _Watcher(threading.Thread):
+class _Watcher(TreeWatcher):
     """Polls an output tree while a job runs: whenever dataset_stats.txt exists, every file the
     manifest names must be there, whole. Records any moment the tree looked complete but was not."""
-
-    def __init__(self, root):
-        super().__init__(daemon=True)
-        self.root = root
-        self.violations: list[str] = []
-        self.stop = threading.Event()
-
-    def run(self):
-        while not self.stop.is_set():
-            self.check()
-            time.sleep(0.005)
 
     def check(self):
         stats = os.path.join(self.root, layout.STATS_NAME)
@@ -88,31 +75,10 @@ def _start_job(out, *extra) -> subprocess.Popen:
                             start_new_session=True)
 
 
-def _kill_when(proc: subprocess.Popen, condition, timeout: float = 60.0) -> bool:
-    """SIGKILL the job's process group as soon as ``condition()`` holds; False if it ended first."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            return False
-        if condition():
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            return True
-        time.sleep(0.002)
-    os.killpg(proc.pid, signal.SIGKILL)
-    raise AssertionError("the job neither reached the kill point nor ended")
-
-
-def _has_files(root, part: str) -> bool:
-    for dirpath, _, files in os.walk(root):
-        if part in dirpath and any(f.endswith((".bin", ".npy")) for f in files):
-            return True
-    return False
-
 
 KILL_POINTS = {
-    "spilling": lambda out: _has_files(out, os.path.join(layout.TEMP_DIR_NAME, "")) and _has_files(out, "spill"),
-    "writing_shards": lambda out: _has_files(out, "staged"),
+    "spilling": lambda out: has_files(out, os.path.join(layout.TEMP_DIR_NAME, "")) and has_files(out, "spill"),
+    "writing_shards": lambda out: has_files(out, "staged"),
     "publishing": lambda out: os.path.isdir(os.path.join(out, "1024")) and os.listdir(os.path.join(out, "1024")),
 }
 
@@ -124,7 +90,7 @@ def test_a_job_killed_midway_never_looks_finished_and_a_rerun_matches_a_clean_ru
     watcher.start()
     try:
         # A slow publish (50 ms per shard moved) so the kill can land in the middle of it.
-        killed = _kill_when(_start_job(out, "--test-publish-delay", "0.05"), lambda: KILL_POINTS[point](out))
+        killed = kill_when(_start_job(out, "--test-publish-delay", "0.05"), lambda: KILL_POINTS[point](out))
         assert killed, f"the job finished before reaching {point}"
         assert not (out / layout.STATS_NAME).exists(), f"killed while {point}, yet the tree looks finished"
         bucketed.run(["--input", str(SAMPLE_PARQUET), "--output", str(out), "--runner=FnApiRunner", *FLAGS])
@@ -140,7 +106,7 @@ def test_a_rerun_killed_while_publishing_over_a_finished_output(tmp_path, clean)
     bucketed.run(["--input", str(SAMPLE_PARQUET), "--output", str(out), "--runner=FnApiRunner", *FLAGS])
     proc = _start_job(out, "--test-publish-delay", "0.05")
     # The old output is complete until the new run starts publishing; from then on it is not.
-    killed = _kill_when(proc, lambda: not (out / layout.STATS_NAME).exists())
+    killed = kill_when(proc, lambda: not (out / layout.STATS_NAME).exists())
     assert killed
     time.sleep(0.2)
     assert not (out / layout.STATS_NAME).exists()
@@ -148,25 +114,13 @@ def test_a_rerun_killed_while_publishing_over_a_finished_output(tmp_path, clean)
     assert tree_hashes(out) == clean
 
 
-class FaultyFileSystem(MemoryFileSystem):
-    """An in-memory filesystem whose writes fail once a given number of files have been opened for
-    writing under a path that contains ``FAIL_UNDER``."""
 
+class BucketedFaultyFS(FaultyFileSystem):
     protocol = "faulty"
-    FAIL_UNDER = "/staged/"
-    FAIL_AFTER = 3
-    opened = 0
-
-    def _open(self, path, mode="rb", **kwargs):
-        if "w" in mode and self.FAIL_UNDER in path:
-            FaultyFileSystem.opened += 1
-            if FaultyFileSystem.opened > self.FAIL_AFTER:
-                raise OSError(f"injected storage failure writing {path}")
-        return super()._open(path, mode, **kwargs)
 
 
 def test_output_storage_failing_on_write_fails_the_job_and_publishes_nothing():
-    fsspec.register_implementation("faulty", FaultyFileSystem, clobber=True)
+    fsspec.register_implementation("faulty", BucketedFaultyFS, clobber=True)
     FaultyFileSystem.opened = 0
     with pytest.raises(Exception, match="injected storage failure writing"):
         bucketed.run(["--input", str(SAMPLE_PARQUET), "--output", "faulty://failing-out", "--runner=FnApiRunner",

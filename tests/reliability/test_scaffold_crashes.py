@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -16,7 +14,7 @@ import fsspec
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from conftest import REPO, tree_hashes
-from fsspec.implementations.memory import MemoryFileSystem
+from crash_tools import FaultyFileSystem, TreeWatcher, has_files, kill_when
 
 from pipelines import scaffold
 from shards import layout, llmc
@@ -62,20 +60,9 @@ def test_bundles_that_fail_once_and_are_retried_change_nothing(long_docs, tmp_pa
     assert llmc.check_llmc_tree(str(tmp_path / "retried")) == []
 
 
-class _Watcher(threading.Thread):
+class _Watcher(TreeWatcher):
     """Polls an output tree while a job runs: whenever dataset_stats.txt exists, every shard it
     counts must be there, whole. Records any moment the tree looked complete but was not."""
-
-    def __init__(self, root: Path):
-        super().__init__(daemon=True)
-        self.root = root
-        self.violations: list[str] = []
-        self.stop = threading.Event()
-
-    def run(self):
-        while not self.stop.is_set():
-            self.check()
-            time.sleep(0.005)
 
     def check(self):
         stats_path = self.root / layout.STATS_NAME
@@ -98,31 +85,10 @@ def _start_job(out, gpt2_spec, *extra) -> subprocess.Popen:
                             start_new_session=True)
 
 
-def _kill_when(proc: subprocess.Popen, condition, timeout: float = 120.0) -> bool:
-    """SIGKILL the job's process group as soon as ``condition()`` holds; False if it ended first."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            return False
-        if condition():
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            return True
-        time.sleep(0.002)
-    os.killpg(proc.pid, signal.SIGKILL)
-    raise AssertionError("the job neither reached the kill point nor ended")
-
-
-def _has_files(root: Path, part: str) -> bool:
-    for dirpath, _, files in os.walk(root):
-        if part in dirpath and any(".bin" in f for f in files):
-            return True
-    return False
-
 
 KILL_POINTS = {
-    "spilling": lambda out: _has_files(out, os.path.join(layout.TEMP_DIR_NAME, "")) and _has_files(out, "spill"),
-    "writing_shards": lambda out: _has_files(out, "staged"),
+    "spilling": lambda out: has_files(out, os.path.join(layout.TEMP_DIR_NAME, "")) and has_files(out, "spill"),
+    "writing_shards": lambda out: has_files(out, "staged"),
     "publishing": lambda out: (out / "train").is_dir() and any((out / "train").iterdir()),
 }
 
@@ -142,7 +108,7 @@ def test_a_job_killed_midway_never_looks_finished_and_a_rerun_matches_a_clean_ru
     watcher.start()
     try:
         # A slow publish (50 ms per shard moved) so the kill can land in the middle of it.
-        killed = _kill_when(_start_job(out, gpt2_spec, "--test-publish-delay", "0.05"),
+        killed = kill_when(_start_job(out, gpt2_spec, "--test-publish-delay", "0.05"),
                             lambda: KILL_POINTS[point](out))
         assert killed, f"the job finished before reaching {point}"
         assert not (out / layout.STATS_NAME).exists(), f"killed while {point}, yet the tree looks finished"
@@ -160,32 +126,20 @@ def test_a_rerun_killed_while_publishing_over_a_finished_output(tmp_path, gpt2_s
     run_job(PLAIN, out, gpt2_spec, "--runner=FnApiRunner", "--shard-tokens", "300")
     proc = _start_job(out, gpt2_spec, "--test-publish-delay", "0.05")
     # The old output is complete until the new run starts publishing; from then on it is not.
-    assert _kill_when(proc, lambda: not (out / layout.STATS_NAME).exists())
+    assert kill_when(proc, lambda: not (out / layout.STATS_NAME).exists())
     time.sleep(0.2)
     assert not (out / layout.STATS_NAME).exists()
     run_job(PLAIN, out, gpt2_spec, "--runner=FnApiRunner")
     assert tree_hashes(out) == clean_plain
 
 
-class FaultyFileSystem(MemoryFileSystem):
-    """An in-memory filesystem whose writes fail once a given number of files have been opened for
-    writing under a path that contains ``FAIL_UNDER``."""
 
+class ScaffoldFaultyFS(FaultyFileSystem):
     protocol = "faulty-scaffold"
-    FAIL_UNDER = "/staged/"
-    FAIL_AFTER = 3
-    opened = 0
-
-    def _open(self, path, mode="rb", **kwargs):
-        if "w" in mode and self.FAIL_UNDER in path:
-            FaultyFileSystem.opened += 1
-            if FaultyFileSystem.opened > self.FAIL_AFTER:
-                raise OSError(f"injected storage failure writing {path}")
-        return super()._open(path, mode, **kwargs)
 
 
 def test_output_storage_failing_on_write_fails_the_job_and_publishes_nothing(gpt2_spec):
-    fsspec.register_implementation("faulty-scaffold", FaultyFileSystem, clobber=True)
+    fsspec.register_implementation("faulty-scaffold", ScaffoldFaultyFS, clobber=True)
     FaultyFileSystem.opened = 0
     with pytest.raises(Exception, match="injected storage failure writing"):
         run_job(PLAIN, "faulty-scaffold://failing-out", gpt2_spec, "--runner=FnApiRunner")
