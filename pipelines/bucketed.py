@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import posixpath
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -25,13 +26,14 @@ from pipelines.common import (
     run_job,
     timing_lines,
 )
-from shards import layout, llmc, storage
+from shards import layout, storage, tree
 from shards.manifest import DatasetStats
 from shards.removal import REMOVALS_NAME
 from transforms.filter import DROPPED, FilterLanguage, LidFilterConfig
 from transforms.publish import PublishOutput, StatsSettings
 from transforms.read import CountRecords, ReadConfig, ReadDocuments
 from transforms.removal import MATCHED, DropRemoved
+from transforms.surgery import JOURNAL_DIR, load_journal
 from transforms.tokenize import TokenizeDocuments, TokenizerConfig
 from transforms.write import ShardConfig, WriteShards
 
@@ -78,7 +80,7 @@ def make_parser() -> argparse.ArgumentParser:
     add_flag(p, "max-shard-bytes", type=float, default=d.max_shard_bytes, help="roll to a new file before this size")
     add_flag(p, "seed", type=int, default=d.seed, help="seed of the order inside each partition")
     add_flag(p, "batch-docs", type=int, default=d.batch_docs, help="documents per tokenizer batch")
-    add_flag(p, "removal-list", default=None, help="file of ids to leave out, one per line ('#' comments)")
+    add_flag(p, "removal-list", default=None, help="ids to leave out, one a line, no comments, or a removals.txt")
     add_common_flags(p)
     return p
 
@@ -112,12 +114,23 @@ def build(pipeline: beam.Pipeline, options: BucketedOptions, run_id: str | None 
         test_fail_first_attempts=options.test_fail_first_attempts,
         test_publish_delay=options.test_publish_delay,
     )
-    # Documents a surgical removal took out of this output stay out when it is written again.
+    read = ReadDocuments(ReadConfig(storage.normalize(options.input), on_bad_record=options.on_bad_record))
+    pending = load_journal(output) if tree.read_record(output) is not None else None
+    prepare_output(output, "bucketed", inputs=[u.path for u in read.units], keep=(JOURNAL_DIR,) if pending else ())
+    # Removal requests this output has accepted stay honoured: the ids removals.txt lists as taken
+    # out, and those of a removal that was interrupted (its journal), which this run finishes.
     sources = [storage.normalize(options.removal_list)] if options.removal_list else []
     fs, root = storage.filesystem(output)
-    if fs.exists(f"{root.rstrip('/')}/{REMOVALS_NAME}"):
+    if fs.exists(posixpath.join(root, REMOVALS_NAME)):
         sources.append(storage.join(output, REMOVALS_NAME))
         log.warning("%s has a %s: the documents it lists stay out", output, REMOVALS_NAME)
+    if pending is not None:
+        pending_list = storage.join(shards.run_url, "pending-removal.txt")
+        storage.write_atomic(pending_list, "".join(f"{i}\n" for _, i, _ in pending.removed_rows).encode())
+        sources.append(pending_list)
+        shards = dataclasses.replace(shards, pending_removal=pending.run)
+        log.warning("%s has an unfinished removal (run %s, %d documents): they stay out, and this run "
+                    "records them in %s", output, pending.run, len(pending.removed_rows), REMOVALS_NAME)
     removal = DropRemoved(*sources) if sources else None
     settings = StatsSettings(
         language=lid.language,
@@ -128,8 +141,6 @@ def build(pipeline: beam.Pipeline, options: BucketedOptions, run_id: str | None 
         vocab_size=encoder.max_token_id + 1,
         removal_list_ids=len(removal.ids) if removal else None,
     )
-    read = ReadDocuments(ReadConfig(storage.normalize(options.input), on_bad_record=options.on_bad_record))
-    prepare_output(shards.output, other_format=llmc.is_scaffold_stats)
 
     read_result = pipeline | "ReadDocuments" >> read
     docs = read_result.docs

@@ -14,7 +14,7 @@ import sys
 # tool cannot act on; drop that one message (the filter must be in place before the import).
 logging.getLogger().addFilter(lambda record: "apitools not found" not in record.getMessage())
 
-from pipelines.common import launching  # noqa: E402
+from pipelines.common import RunStopped, launching  # noqa: E402
 from transforms.records import BadInputError, UsageError  # noqa: E402
 
 JOBS = {
@@ -87,6 +87,12 @@ def main(argv: list[str] | None = None) -> int:
             result = module.run(rest)
     except UsageError as e:
         print(f"pretokenize {job}: {e}{published}", file=sys.stderr)
+        return 2
+    except RunStopped as e:
+        print(f"pretokenize {job}: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"pretokenize {job}: interrupted{published}", file=sys.stderr)
         return 2
     except Exception as e:  # noqa: BLE001 - reported below, never swallowed
         message = bad_input_message(e)

@@ -9,6 +9,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
+import errno
+import posixpath
+import re
 import time
 import uuid
 from collections.abc import Callable
@@ -17,7 +20,7 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from shards import layout, storage
+from shards import layout, storage, tree
 from transforms.records import UsageError
 
 log_name = "pipelines"
@@ -79,28 +82,32 @@ def new_run_id() -> str:
     return f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
 
 
-def prepare_output(output: str, other_format: Callable[[str], bool] | None = None) -> None:
-    """Check the output at launch, and remove what runs that died before publishing left there.
+def prepare_output(output: str, kind: str, inputs: list[str] = (), keep: tuple[str, ...] = ()) -> None:
+    """Check the output at launch, claim it, and remove what runs that died before publishing left.
 
-    The output must be a directory (or not exist yet) that this process can write, and must not
-    hold a finished tree of the other job's format (``other_format(stats_text)`` says which).
-    Two runs into one output at the same time are not supported; this is where they would collide.
+    The output must be empty, missing, or a tree of ``kind`` this tool wrote (shards.tree: a run
+    into anything else is refused, naming a file that is not ours), and no input file may lie
+    inside it. Leftovers are the run directories under the tree's temporary directory, but the
+    entries named in ``keep`` (a pending removal's journal). Two runs into one output at the same
+    time are not supported; this is where they would collide.
     """
     import logging
 
+    for path in inputs:
+        if tree.inside(path, output):
+            raise UsageError(f"--input {path} is inside --output {output}; write the output elsewhere")
+    try:
+        tree.claim(output, kind)
+    except tree.NotOurTreeError as e:
+        raise UsageError(str(e)) from None
+    except OSError as e:
+        raise UsageError(f"--output {output} cannot be written: {e}") from None
     fs, root = storage.filesystem(output)
-    root = root.rstrip("/") or "/"
-    if fs.exists(root) and not fs.isdir(root):
-        raise UsageError(f"--output {output} is a file, not a directory")
-    stats = f"{root}/{layout.STATS_NAME}"
-    if other_format is not None and fs.exists(stats) and other_format(fs.cat_file(stats).decode("utf-8", "replace")):
-        raise UsageError(
-            f"--output {output} holds the other job's output (see its {layout.STATS_NAME}); "
-            "write to another directory or delete it first"
-        )
-    temp_root = f"{root}/{layout.TEMP_DIR_NAME}"
+    temp_root = f"{root.rstrip('/')}/{layout.TEMP_DIR_NAME}"
     if fs.isdir(temp_root):
         for leftover in fs.ls(temp_root, detail=False):
+            if posixpath.basename(leftover.rstrip("/")) in keep:
+                continue
             logging.getLogger(log_name).warning("removing %s, left by an interrupted run", leftover)
             fs.rm(leftover, recursive=True)
     try:
@@ -140,24 +147,111 @@ def timing_lines(tokens: int, seconds: float, output: str) -> list[str]:
     return [f"wall time {seconds:.1f} s, {rate:,.0f} tokens/s", f"output: {output}"]
 
 
+class RunStopped(Exception):
+    """A run that failed or was interrupted, said in one line: what happened and what the output
+    holds now. The run's temporary files are gone by the time it is raised."""
+
+
+def abandon_run(output: str, run_id: str) -> bool:
+    """Delete a failed run's temporary directory; whether it had begun publishing (then the tree
+    is unfinished, no longer the previous output)."""
+    fs, root = storage.filesystem(output)
+    run_dir = posixpath.join(root.rstrip("/"), layout.TEMP_DIR_NAME, run_id)
+    published = fs.exists(posixpath.join(run_dir, "publishing"))
+    if fs.exists(run_dir):
+        fs.rm(run_dir, recursive=True)
+    temp_root = posixpath.dirname(run_dir)
+    if fs.isdir(temp_root) and not fs.ls(temp_root):
+        fs.rmdir(temp_root)
+    return published
+
+
+_NO_SPACE = re.compile(r"\[Errno 28\] No space left on device(?:: '([^']*)')?")
+
+
+def no_space_message(error: BaseException) -> str | None:
+    """'no space left on device (writing PATH)' when a full disk is behind ``error``, even inside a
+    runner's error text."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+            where = f" writing {error.filename}" if error.filename else ""
+            return f"no space left on device{where}"
+        m = _NO_SPACE.search(str(error))
+        if m:
+            return "no space left on device" + (f" writing {m.group(1)}" if m.group(1) else "")
+        error = error.__cause__ or error.__context__
+    return None
+
+
+@contextlib.contextmanager
+def _noting_interrupts(noted: list):
+    """Ctrl-C still raises KeyboardInterrupt, but is also noted in ``noted``: a runner may turn the
+    exception into its own error (RuntimeError: KeyboardInterrupt [while running ...])."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_sigint(signum, frame):
+        noted.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def run_job(
     argv: list[str],
     parse_args: Callable[[list[str]], tuple[Any, PipelineOptions]],
-    build: Callable[[beam.Pipeline, Any], Any],
+    build: Callable[[beam.Pipeline, Any, str], Any],
     read_stats: Callable[[str], Any],
     summary_table: Callable[[Any, str, float], str],
 ):
     """Parse, run, then print the summary of the stats the job published; returns the stats.
 
     What fails before the pipeline starts (a flag, a setting, a path, a tokenizer that will not
-    load) is a UsageError: the CLI says it in one line.
+    load) is a UsageError: the CLI says it in one line. A run that fails or is interrupted (Ctrl-C)
+    has its temporary files deleted; a full disk or an interruption becomes a RunStopped that says
+    whether the previous output is intact.
     """
     start = time.monotonic()
+    run_id = new_run_id()
     with launching():
         options, pipeline_options = parse_args(argv)
         pipeline = beam.Pipeline(options=pipeline_options)
-        build(pipeline, options)
-    pipeline.run().wait_until_finish()
+        build(pipeline, options, run_id)
+    output = storage.normalize(options.output)
+    result = None
+    interrupted = []
+    try:
+        with _noting_interrupts(interrupted):
+            result = pipeline.run()
+            result.wait_until_finish()
+    except BaseException as e:
+        interrupted = interrupted or isinstance(e, KeyboardInterrupt)
+        if result is not None and interrupted:
+            with contextlib.suppress(Exception):
+                result.cancel()
+        published = abandon_run(output, run_id)
+        state = (
+            f"the output is unfinished (publishing had begun, so it has no {layout.STATS_NAME}): run the same "
+            "command again"
+            if published
+            else "nothing was published and the previous output is intact"
+        )
+        if interrupted:
+            raise RunStopped(f"interrupted; {state}; the run's temporary files were deleted") from None
+        full = no_space_message(e)
+        if full is not None:
+            raise RunStopped(f"{full} ({output}); {state}; the run's temporary files were deleted") from None
+        raise
     seconds = time.monotonic() - start
     stats = read_stats(options.output)
     print(summary_table(stats, storage.normalize(options.output), seconds), flush=True)

@@ -10,7 +10,8 @@ Megatron reads ``DIR/megatron/1024/p00_00000`` straight from ``DIR/1024/p00_0000
 Megatron's ``--data-args-path`` (an llm.c tree's ``val/`` shards go to ``valid_data_args.txt``).
 
 The export lives in its own directory so the tree's own directories stay exactly the format's
-(``pretokenize verify`` checks them, and the jobs rewrite them); ``rm -r DIR/megatron`` undoes it.
+(``pretokenize verify`` checks them, and the jobs rewrite them). Every file it writes is listed in the
+tree's ownership record first (shards/tree.py), so the next run of a job deletes exactly those.
 Symlinks need a local filesystem. Plain Python, no Beam: the indexes come from the manifest alone
 (an llm.c tree is scanned once for its EOT boundaries), about 20 bytes per document.
 
@@ -33,6 +34,7 @@ from typing import NamedTuple
 import numpy as np
 
 from shards import llmc, megatron, storage
+from shards import tree as ownership
 from shards.reader import ShardTree, open_tree
 
 EXPORT_DIR = "megatron"
@@ -131,43 +133,60 @@ def _local_root(tree: ShardTree) -> str:
     return tree.store.root
 
 
-def _orphans(root: str, indexes: list[ShardIndex]) -> list[str]:
-    """Index files and .bin links under EXPORT_DIR whose shard is gone (rel paths)."""
-    live = {x.prefix for x in indexes}
-    found = []
-    for dirpath, _, names in os.walk(os.path.join(root, EXPORT_DIR)):
-        for name in names:
-            rel = posixpath.relpath(posixpath.join(dirpath, name), root)
-            stem, ext = posixpath.splitext(rel)
-            if stem in live:
-                continue
-            if ext == megatron.IDX_SUFFIX or (ext == megatron.BIN_SUFFIX and os.path.islink(os.path.join(root, rel))):
-                found.append(rel)
-    return sorted(found)
+def _export_files(tree: ShardTree, indexes: list[ShardIndex]) -> set[str]:
+    """Every file (rel path) the export of ``indexes`` consists of."""
+    files = {x.prefix + megatron.IDX_SUFFIX for x in indexes} | {x.prefix + megatron.BIN_SUFFIX for x in indexes}
+    return files | set(_args_files(tree, indexes))
+
+
+def _orphans(tree: ShardTree, indexes: list[ShardIndex]) -> list[str]:
+    """Files an earlier export wrote (the tree's record lists them) that this one would not: the
+    indexes and links of shards that are gone. Only recorded files: never a user's."""
+    record = ownership.read_record(tree.url)
+    wanted = _export_files(tree, indexes)
+    root = tree.store.root
+    return sorted(
+        rel for rel in (record.derived if record else [])
+        if rel.startswith(EXPORT_DIR + "/") and rel not in wanted and os.path.lexists(os.path.join(root, rel))
+    )
 
 
 def export_megatron(tree: ShardTree) -> list[ShardIndex]:
-    """Write every index (atomically), the .bin links and the data-args files; remove orphans."""
+    """Write every index (atomically), the .bin links and the data-args files; remove orphans.
+
+    The tree's ownership record lists every file before it is written, so a later run of a job
+    deletes exactly these (shards/tree.py); the export never deletes a file it did not record.
+    """
     root = _local_root(tree)
+    record = ownership.owned(tree.url)
     indexes = shard_indexes(tree)
+    wanted = _export_files(tree, indexes)
+    stale = [rel for rel in record.derived if rel.startswith(EXPORT_DIR + "/") and rel not in wanted]
+    ownership.record_files(tree.url, record, add_derived=wanted)
+    scratch = ownership.temp_url(root)
     for x in indexes:
-        storage.write_atomic(posixpath.join(root, x.prefix + megatron.IDX_SUFFIX), x.index)
-        _link(posixpath.join(root, x.prefix + megatron.BIN_SUFFIX), _link_target(x))
-    for rel in _orphans(root, indexes):
-        os.remove(os.path.join(root, rel))
+        ownership.write_file(root, x.prefix + megatron.IDX_SUFFIX, x.index)
+        _link(posixpath.join(root, x.prefix + megatron.BIN_SUFFIX), _link_target(x), scratch)
+    ownership.delete_listed(root, stale)
+    ownership.record_files(tree.url, record, drop_derived=stale)
     for rel, text in _args_files(tree, indexes).items():
-        storage.write_atomic(posixpath.join(root, rel), text.encode())
+        ownership.write_file(root, rel, text.encode())
+    if os.path.isdir(scratch) and not os.listdir(scratch):
+        os.rmdir(scratch)
     return indexes
 
 
-def _link(path: str, target: str) -> None:
-    """Make ``path`` a symlink to ``target``, replacing an older link (never a file)."""
+def _link(path: str, target: str, scratch: str) -> None:
+    """Make ``path`` a symlink to ``target``, replacing an older link (never a file). The new link
+    is made in the tree's temporary directory and renamed into place."""
     if os.path.lexists(path):
         if not os.path.islink(path):
             raise FileExistsError(f"{path} exists and is not a link; the export only replaces links it made")
         if os.readlink(path) == target:
             return
-    tmp = f"{path}.partial-{os.getpid()}"
+    os.makedirs(scratch, exist_ok=True)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = os.path.join(scratch, f"{os.path.basename(path)}.partial-{os.getpid()}")
     if os.path.lexists(tmp):
         os.remove(tmp)
     os.symlink(target, tmp)
@@ -188,7 +207,7 @@ def check_megatron(tree: ShardTree) -> list[str]:
         bin_path = posixpath.join(root, x.prefix + megatron.BIN_SUFFIX)
         if not os.path.islink(bin_path) or os.readlink(bin_path) != _link_target(x):
             problems.append(f"{x.prefix}{megatron.BIN_SUFFIX}: not a link to {x.shard}")
-    problems += [f"{rel}: left from a shard that no longer exists" for rel in _orphans(root, indexes)]
+    problems += [f"{rel}: left from a shard that no longer exists" for rel in _orphans(tree, indexes)]
     for rel, text in _args_files(tree, indexes).items():
         if _read_bytes(posixpath.join(root, rel)) != text.encode():
             problems.append(f"{rel}: missing or stale")
@@ -210,6 +229,8 @@ def run(argv: list[str] | None = None) -> int:
     try:
         tree = open_tree(options.output)
         _local_root(tree)
+        if not options.check:
+            ownership.owned(tree.url)  # only a tree this tool wrote, whose record can list the export
     except (FileNotFoundError, ValueError) as e:  # unfinished (IncompleteTreeError), missing, damaged, remote
         print(f"pretokenize export: {e}", file=sys.stderr, flush=True)
         return 2

@@ -19,7 +19,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.common import add_flag, launching, parse_job_args
-from shards import layout, storage
+from shards import layout, storage, tree
 from shards.manifest import DatasetStats
 from shards.removal import read_removal_list
 from transforms.surgery import RemovalPlan, RemoveDocuments, load_journal, make_plan, write_journal
@@ -40,7 +40,7 @@ def parse_args(argv: list[str]) -> tuple[RemoveOptions, PipelineOptions]:
         epilog="Other flags go to Beam's PipelineOptions (--runner, ...).",
     )
     add_flag(p, "output", required=True, help="the output tree of pretokenize bucketed")
-    add_flag(p, "removal-list", required=True, help="ids to remove, one per line ('#' comments); local or fsspec URL")
+    add_flag(p, "removal-list", required=True, help="ids to remove, one a line, no comments; path or URL")
     ours, beam_args = parse_job_args(p, argv)
     return RemoveOptions(storage.normalize(ours.output), storage.normalize(ours.removal_list)), PipelineOptions(
         beam_args
@@ -94,6 +94,7 @@ def run(argv: list[str] | None = None) -> RemovalPlan | None:
         fs, path = storage.filesystem(options.output)
         if not fs.isdir(path):
             raise FileNotFoundError(f"--output {options.output} is not a directory")
+        tree.owned(options.output, "bucketed")  # never rewrite files this tool did not write
         plan = prepare(options)
     if plan is None:
         print("nothing to remove: no listed id is in the output; nothing was changed", flush=True)

@@ -151,7 +151,7 @@ def build(pipeline: beam.Pipeline, options: ScaffoldOptions, run_id: str | None 
             on_bad_record=options.on_bad_record,
         )
     )
-    prepare_output(shards.output, other_format=lambda stats: not llmc.is_scaffold_stats(stats))
+    prepare_output(shards.output, "scaffold", inputs=[u.path for u in read.units])
 
     read_result = pipeline | "ReadDocuments" >> read
     docs = read_result.docs

@@ -14,11 +14,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import io
+import posixpath
 import sys
 
 import numpy as np
 
 from shards import layout, storage
+from shards import tree as ownership
 from shards.reader import SPLITS, ShardTree, open_tree
 
 PNG_NAME = "length_histogram.png"
@@ -176,12 +178,33 @@ def run(argv: list[str] | None = None) -> int:
     text = table(per_bucket)
     heading = f"# document lengths of {tree.url} (split {options.split}"
     heading += f", val_fraction {options.val_fraction})\n" if options.val_fraction else ")\n"
-    table_url = options.table or storage.join(tree.url, TABLE_NAME)
-    storage.write_atomic(storage.normalize(table_url), (heading + text).encode())
+    table_url = storage.normalize(options.table or storage.join(tree.url, TABLE_NAME))
+    png_url = None if options.png == "none" else storage.normalize(options.png or storage.join(tree.url, PNG_NAME))
+    # Files written inside the tree are listed in its ownership record first, so the next run of a
+    # job deletes exactly these (shards/tree.py); a tree without a record gets nothing written in it.
+    inside = [u for u in (table_url, png_url) if u is not None and ownership.inside(u, tree.url)]
+    if inside:
+        try:
+            record = ownership.owned(tree.url)
+        except ownership.NotOurTreeError as e:
+            print(f"pretokenize stats: {e}; pass --table and --png paths outside it", file=sys.stderr, flush=True)
+            return 2
+        root = storage.normalize(tree.url)
+        ownership.record_files(tree.url, record, add_derived=[posixpath.relpath(u, root) for u in inside])
+    _write(tree.url, table_url, (heading + text).encode())
     print(heading + text, end="", flush=True)
     print(f"table: {table_url}", flush=True)
-    if options.png != "none":
-        png_url = options.png or storage.join(tree.url, PNG_NAME)
-        storage.write_atomic(storage.normalize(png_url), draw(per_bucket, tree.url, options.bins))
+    if png_url is not None:
+        _write(tree.url, png_url, draw(per_bucket, tree.url, options.bins))
         print(f"histogram: {png_url}", flush=True)
     return 0
+
+
+def _write(tree_url: str, url: str, data: bytes) -> None:
+    """A file inside the tree is written through its temporary directory; elsewhere beside itself."""
+    scratch = ownership.temp_url(tree_url) if ownership.inside(url, tree_url) else None
+    storage.write_atomic(url, data, scratch=scratch)
+    if scratch is not None:
+        fs, path = storage.filesystem(scratch)
+        if fs.isdir(path) and not fs.ls(path):
+            fs.rmdir(path)

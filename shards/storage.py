@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import uuid
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
@@ -43,18 +44,30 @@ def renames_atomically(fs: fsspec.AbstractFileSystem) -> bool:
     return isinstance(fs, LocalFileSystem)
 
 
-def write_atomic(url: str, data: bytes) -> None:
+def write_atomic(url: str, data: bytes, scratch: str | None = None) -> None:
     """Write ``data`` to ``url`` so a reader sees the old content or the new, never a part.
 
-    Local files are written beside the target and renamed over it. On object stores a single
-    upload is already all-or-nothing, so the object is written in place.
+    Local files are written to a temporary name and renamed over the target: beside it, or in the
+    directory ``scratch`` (a URL on the same filesystem) so that a crash leaves nothing next to
+    the target. On object stores a single upload is already all-or-nothing, so the object is
+    written in place.
     """
     fs, path = filesystem(url)
     fs.makedirs(posixpath.dirname(path), exist_ok=True)
     if not renames_atomically(fs):
         fs.pipe_file(path, data)
         return
-    tmp = f"{path}.partial-{os.getpid()}"
-    with fs.open(tmp, "wb") as f:
-        f.write(data)
-    fs.mv(tmp, path)
+    if scratch is not None:
+        scratch_dir = filesystem(scratch)[1]
+        fs.makedirs(scratch_dir, exist_ok=True)
+        tmp = posixpath.join(scratch_dir, f"{posixpath.basename(path)}.partial-{uuid.uuid4().hex[:12]}")
+    else:
+        tmp = f"{path}.partial-{os.getpid()}"
+    try:
+        with fs.open(tmp, "wb") as f:
+            f.write(data)
+        fs.mv(tmp, path)
+    except BaseException:
+        if fs.exists(tmp):
+            fs.rm_file(tmp)
+        raise

@@ -14,7 +14,7 @@ import pytest
 from conftest import SAMPLE_PARQUET, finepdfs_row, tree_hashes
 
 from pipelines import bucketed, cli
-from shards import layout, llmc, manifest
+from shards import layout, manifest, tree
 from shards.manifest import DatasetStats
 from transforms.records import UsageError
 
@@ -119,7 +119,7 @@ def test_files_follow_the_layout(sample_run):
             docs, tokens, nfiles)
     assert "beyond" in per_bucket, "the sample's long document should reach the last bucket"
     on_disk = {os.path.relpath(os.path.join(d, f), out) for d, _, fs in os.walk(out) for f in fs}
-    assert on_disk == set(files) | {layout.MANIFEST_NAME, layout.STATS_NAME, layout.CHECKSUMS_NAME}
+    assert on_disk == set(files) | {layout.MANIFEST_NAME, layout.STATS_NAME, layout.CHECKSUMS_NAME, tree.RECORD_NAME}
 
 
 def test_one_and_two_workers_give_identical_bytes(tmp_path):
@@ -232,10 +232,9 @@ def test_output_that_is_a_file_or_the_other_jobs_tree_is_refused(tmp_path, capsy
     (tmp_path / "afile").write_text("x")
     assert cli.main(["bucketed", "--input", str(SAMPLE_PARQUET), "--output", str(tmp_path / "afile"), *RUNNER]) == 2
     assert "is a file, not a directory" in capsys.readouterr().err
-    (tmp_path / "scaffold").mkdir()
-    (tmp_path / "scaffold" / layout.STATS_NAME).write_text(f"# scaffold\nformat: {llmc.STATS_FORMAT}\n")
+    tree.claim(str(tmp_path / "scaffold"), "scaffold")
     assert cli.main(["bucketed", "--input", str(SAMPLE_PARQUET), "--output", str(tmp_path / "scaffold"), *RUNNER]) == 2
-    assert "holds the other job's output" in capsys.readouterr().err
+    assert "holds the scaffold job's output, not the bucketed job's" in capsys.readouterr().err
 
 
 def test_flags_take_underscores_as_templates_pass_them(tmp_path):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from conftest import fnapi_pipeline, tree_hashes
 
-from shards import layout, manifest
+from shards import layout, manifest, tree
 from shards.manifest import DatasetStats
 from transforms.publish import PublishOutput, StatsSettings, UnaccountedDocumentsError, compute_stats
 from transforms.records import TokenizedDocument
@@ -29,6 +29,7 @@ DOCS = [tokenized(f"doc-{i}", 5 + i % 7) for i in range(40)] + [tokenized("long"
 
 
 def run_write(config: ShardConfig, docs=DOCS, drops=("language", "language", "lid_score")):
+    tree.claim(config.output, "bucketed")  # what the job's launch does (pipelines.common.prepare_output)
     with fnapi_pipeline() as p:
         groups = (p | "Docs" >> beam.Create(docs) | WriteShards(config)).groups
         raw = p | "Raw" >> beam.Create([len(docs) + len(drops)])
@@ -108,6 +109,7 @@ def _stage_by_hand(out: str, run_id: str, docs=DOCS) -> tuple[ShardConfig, list]
     from transforms.write import shard_key, write_group
 
     config = ShardConfig(output=out, run_id=run_id, partitions=2, max_shard_bytes=60)
+    tree.claim(out, "bucketed")
     os.makedirs(config.spill_url)
     spill = os.path.join(config.spill_url, "by-hand.bin")
     groups: dict[tuple[str, int], list[DocRef]] = {}

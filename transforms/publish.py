@@ -7,10 +7,13 @@ Runs once, after every shard group is staged. The order is what makes the output
        plus documents dropped, or the run fails here and publishes nothing
     2. the old commit markers go first (dataset_stats.txt, then processed_spec.txt), so from this
        moment the tree no longer looks complete
-    3. shard files of an earlier run that this run does not write are deleted
+    3. the files the tree's ownership record lists that this run does not write (shards of an
+       earlier run, files derived from them) are deleted; nothing the record does not list is
+       touched (shards/tree.py)
     4. staged shards are moved to their final names (a rename on local disks)
-    5. processed_spec.txt and checksums.sha256, then dataset_stats.txt: the stats file is the
-       commit point
+    5. processed_spec.txt and checksums.sha256; the audit lines of a removal that was pending
+       when the run began (its documents were kept out); then dataset_stats.txt: the stats file
+       is the commit point
     6. the run's temporary directory (spill files, staging) is removed
 
 A reader that finds dataset_stats.txt may trust every file the manifest names. Every step can be
@@ -26,7 +29,7 @@ import time
 
 import apache_beam as beam
 
-from shards import layout, storage
+from shards import layout, storage, tree
 from shards.manifest import MANIFEST_HEADER, BucketStats, DatasetStats, format_checksums
 from transforms.write import RunPaths, ShardConfig, ShardGroup
 
@@ -113,6 +116,7 @@ def publish(
     staged_manifest = posixpath.join(staged, layout.MANIFEST_NAME)
     if not fs.exists(staged_manifest):
         tmp = staged_manifest + ".partial"
+        fs.makedirs(staged, exist_ok=True)  # no group was staged when no document was kept
         with fs.open(tmp, "wb") as out:
             out.write((MANIFEST_HEADER + "\n").encode())
             for group in groups:
@@ -122,50 +126,75 @@ def publish(
         fs.mv(tmp, staged_manifest)
 
     # 2. From here on the tree does not look complete.
+    mark_publishing(config)
     final_stats = posixpath.join(root, layout.STATS_NAME)
     final_manifest = posixpath.join(root, layout.MANIFEST_NAME)
     for marker in (final_stats, final_manifest):
         if fs.exists(marker):
             fs.rm(marker)
 
-    for name in layout.DERIVED_NAMES:
-        derived = posixpath.join(root, name)
-        if fs.exists(derived):
-            log.info("removing %s, derived from the earlier output", name)
-            fs.rm(derived, recursive=True)
-
-    # 3. and 4. Shards of an earlier run this run does not write go; the staged ones move in.
+    # 3. and 4. Files of an earlier run this run does not write go; the staged ones move in.
     new_files = {f.rel_path for g in groups for f in g.files}
-    replace_files(config, new_files, [f"{b}/p*{layout.SHARD_SUFFIX}" for b in layout.BUCKET_NAMES])
+    replace_files(config, "bucketed", new_files)
 
     # 5. The manifest and the checksums, then the stats: the commit point. 6. Temporary files go.
     if fs.exists(staged_manifest):
         fs.mv(staged_manifest, final_manifest)
     sums = {f.rel_path: f.sha256 for g in groups for f in g.files}
-    storage.write_atomic(storage.join(config.output, layout.CHECKSUMS_NAME), format_checksums(sums).encode())
+    tree.write_file(config.output, layout.CHECKSUMS_NAME, format_checksums(sums).encode())
+    if config.pending_removal is not None:
+        finish_pending_removal(config.output, config.pending_removal)
     commit(config, stats.to_text())
     log.info("published %d files, %d documents to %s", stats.total_files, stats.kept_documents, config.output)
     return stats
 
 
-def replace_files(config: RunPaths, new_files: set[str], old_patterns: list[str]) -> None:
-    """Delete files matching ``old_patterns`` (relative globs) that are not in ``new_files``, then
-    move each staged file of ``new_files`` to its name. Both jobs' publish steps 3 and 4.
+PUBLISHING_NAME = "publishing"
 
-    Renames on a local disk; on object stores, where a move is a copy and a delete, all copies at
-    once (s3fs and gcsfs run them concurrently). A file already moved by an earlier attempt is
-    skipped, so a retried publish finishes the job.
+
+def mark_publishing(config: RunPaths) -> None:
+    """Note in the run's directory that publishing began: from here on, a failure leaves the tree
+    unfinished (no dataset_stats.txt) rather than as it was."""
+    fs, path = storage.filesystem(storage.join(config.run_url, PUBLISHING_NAME))
+    fs.makedirs(posixpath.dirname(path), exist_ok=True)
+    fs.pipe_file(path, b"")
+
+
+def finish_pending_removal(output: str, run: str) -> None:
+    """A removal that was interrupted before this run: its documents were kept out of this run
+    (its ids were a removal source), so what is left is its audit lines; then its journal goes."""
+    from transforms.surgery import append_audit_lines, delete_journal, load_journal
+
+    plan = load_journal(output)
+    if plan is None or plan.run != run:
+        return
+    append_audit_lines(output, plan)
+    delete_journal(output)
+
+
+def replace_files(config: RunPaths, kind: str, new_files: set[str]) -> None:
+    """Delete the files the tree's record lists that this run does not write (and every derived
+    file), then move each staged file of ``new_files`` to its name. Both jobs' publish steps 3
+    and 4. Only recorded files are ever deleted (shards.tree): never by a pattern.
+
+    The record lists the new files before any of them is moved in, and the deleted ones until
+    they are gone, so a crash leaves no file of ours unrecorded. Renames on a local disk; on
+    object stores, where a move is a copy and a delete, all copies at once (s3fs and gcsfs run
+    them concurrently). A file already moved by an earlier attempt is skipped, so a retried
+    publish finishes the job.
     """
     fs, root = storage.filesystem(config.output)
     _, staged = storage.filesystem(config.staged_url)
-    for pattern in old_patterns:
-        if not fs.isdir(posixpath.join(root, posixpath.dirname(pattern))):
-            continue
-        for path in fs.glob(posixpath.join(root, pattern)):
-            rel = posixpath.relpath(path, root) if path.startswith(root) else path
-            if rel not in new_files:
-                log.info("removing %s, left by an earlier run", rel)
-                fs.rm(path)
+    record = tree.owned(config.output, kind)
+    stale_files = set(record.files) - new_files
+    stale_derived = set(record.derived)
+    tree.record_files(config.output, record, add=new_files)
+    for rel in sorted(stale_files):
+        log.info("removing %s, written by an earlier run", rel)
+    for rel in sorted(stale_derived):
+        log.info("removing %s, derived from the earlier output", rel)
+    tree.delete_listed(config.output, stale_files | stale_derived)
+    tree.record_files(config.output, record, drop=stale_files, drop_derived=stale_derived)
     moves = []
     for rel in sorted(new_files):
         src, dst = posixpath.join(staged, rel), posixpath.join(root, rel)
@@ -187,7 +216,7 @@ def replace_files(config: RunPaths, new_files: set[str], old_patterns: list[str]
 def commit(config: RunPaths, stats_text: str) -> None:
     """Write dataset_stats.txt, the commit point, then remove the run's temporary directory."""
     fs, root = storage.filesystem(config.output)
-    storage.write_atomic(storage.join(config.output, layout.STATS_NAME), stats_text.encode())
+    tree.write_file(config.output, layout.STATS_NAME, stats_text.encode())
     fs.rm(storage.filesystem(config.run_url)[1], recursive=True)
     temp_root = posixpath.join(root, layout.TEMP_DIR_NAME)
     if fs.isdir(temp_root) and not fs.ls(temp_root):

@@ -11,9 +11,13 @@ a crash at any point can be finished by running the same command again:
     rewrite   each affected file is rewritten beside itself and renamed over the old one (or
               deleted when nothing is left); a file whose size already equals its "after" count
               was done by an earlier attempt and is skipped
-    finish    the manifest without the removed rows replaces the old one; removals.txt gets one
-              line per removed document (once per run id); dataset_stats.txt is written, the
-              commit point; the journal is deleted
+    finish    the manifest without the removed rows replaces the old one; the ownership record
+              drops the files left empty; removals.txt gets one line per removed document
+              (once per run id); dataset_stats.txt is written, the commit point; the journal
+              (with any partial rewrite, which lives there, never beside a shard) is deleted
+
+A bucketed re-run into a tree with a pending journal keeps the journal's documents out and
+writes its audit lines when it publishes (transforms/publish.py): a request is never dropped.
 
 A run that finds a journal resumes it before anything else.
 """
@@ -30,7 +34,7 @@ from collections.abc import Iterable, Iterator
 
 import apache_beam as beam
 
-from shards import layout, manifest, storage
+from shards import layout, manifest, storage, tree
 from shards.manifest import DatasetStats
 from shards.removal import REMOVALS_HEADER, REMOVALS_NAME, format_removal_line, parse_removal_line
 
@@ -176,7 +180,10 @@ def rewrite_file(output: str, plan: FilePlan, itemsize: int) -> tuple[str, str |
     if after == 0:
         fs.rm(path)
         return "deleted", None
-    tmp = f"{path}.partial-{uuid.uuid4().hex[:12]}"
+    # The new copy is written in the journal's directory, never beside the shard: a crash leaves
+    # it where the finished removal deletes it.
+    tmp = posixpath.join(storage.filesystem(journal_url(output))[1], "rewrite", f"{uuid.uuid4().hex}.partial")
+    fs.makedirs(posixpath.dirname(tmp), exist_ok=True)
     digest = hashlib.sha256()
     try:
         with fs.open(path, "rb") as src, fs.open(tmp, "wb") as dst:
@@ -209,7 +216,7 @@ def finish_removal(output: str, plan: RemovalPlan, sums: dict[str, str | None] |
     removed = {(rel, doc_id) for rel, doc_id, _ in plan.removed_rows}
 
     manifest_path = posixpath.join(root, layout.MANIFEST_NAME)
-    tmp = f"{manifest_path}.partial-{uuid.uuid4().hex[:12]}"
+    tmp = posixpath.join(storage.filesystem(journal_url(output))[1], f"{layout.MANIFEST_NAME}.partial")
     with fs.open(manifest_path, "r", encoding="utf-8") as src, fs.open(tmp, "w", encoding="utf-8") as dst:
         dst.write(manifest.MANIFEST_HEADER + "\n")
         for rel, doc_id, n in manifest.read_rows(src):
@@ -225,13 +232,13 @@ def finish_removal(output: str, plan: RemovalPlan, sums: dict[str, str | None] |
                 table.pop(rel, None)
             else:
                 table[rel] = digest
-        storage.write_atomic(storage.join(output, layout.CHECKSUMS_NAME), manifest.format_checksums(table).encode())
+        tree.write_file(output, layout.CHECKSUMS_NAME, manifest.format_checksums(table).encode())
 
-    log_path = posixpath.join(root, REMOVALS_NAME)
-    existing = fs.cat_file(log_path).decode("utf-8") if fs.exists(log_path) else REMOVALS_HEADER + "\n"
-    if not any(parse_removal_line(line)[1] == plan.run for line in existing.splitlines()[1:] if line.strip()):
-        lines = [format_removal_line(plan.utc_time, plan.run, d, rel, n) for rel, d, n in plan.removed_rows]
-        storage.write_atomic(storage.join(output, REMOVALS_NAME), (existing + "".join(lines)).encode("utf-8"))
+    emptied = [f.rel_path for f in plan.files if f.tokens_after == 0]
+    record = tree.read_record(output)
+    if record is not None and emptied:
+        tree.record_files(output, record, drop=emptied)
+    append_audit_lines(output, plan)
 
     stats = DatasetStats.from_text(plan.stats_before)
     for rel, _, n in plan.removed_rows:
@@ -243,13 +250,31 @@ def finish_removal(output: str, plan: RemovalPlan, sums: dict[str, str | None] |
             stats.buckets[layout.parse_shard_rel_path(f.rel_path).bucket].files -= 1
     stats.drops["removed"] = stats.drops.get("removed", 0) + len(plan.removed_rows)
     stats.drops = dict(sorted(stats.drops.items()))
-    storage.write_atomic(storage.join(output, layout.STATS_NAME), stats.to_text().encode("utf-8"))
+    tree.write_file(output, layout.STATS_NAME, stats.to_text().encode("utf-8"))
+    delete_journal(output)
+    return stats
 
-    fs.rm(storage.filesystem(journal_url(output))[1], recursive=True)
+
+def append_audit_lines(output: str, plan: RemovalPlan) -> None:
+    """One removals.txt line per document the plan takes out, once per removal run."""
+    fs, root = storage.filesystem(output)
+    log_path = posixpath.join(root, REMOVALS_NAME)
+    existing = fs.cat_file(log_path).decode("utf-8") if fs.exists(log_path) else REMOVALS_HEADER + "\n"
+    if not any(parse_removal_line(line)[1] == plan.run for line in existing.splitlines()[1:] if line.strip()):
+        lines = [format_removal_line(plan.utc_time, plan.run, d, rel, n) for rel, d, n in plan.removed_rows]
+        tree.write_file(output, REMOVALS_NAME, (existing + "".join(lines)).encode("utf-8"))
+
+
+def delete_journal(output: str) -> None:
+    """The journal's directory goes (plan and any partial rewrite), then the temporary directory
+    when nothing else is in it."""
+    fs, root = storage.filesystem(output)
+    journal = storage.filesystem(journal_url(output))[1]
+    if fs.exists(journal):
+        fs.rm(journal, recursive=True)
     temp_root = posixpath.join(root, layout.TEMP_DIR_NAME)
     if fs.isdir(temp_root) and not fs.ls(temp_root):
         fs.rmdir(temp_root)
-    return stats
 
 
 class RewriteFileFn(beam.DoFn):

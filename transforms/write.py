@@ -74,6 +74,9 @@ class ShardConfig(RunPaths):
     max_shard_bytes: int = layout.DEFAULT_MAX_SHARD_BYTES
     seed: int = layout.DEFAULT_SEED
     dtype: str = layout.DEFAULT_DTYPE
+    # The run id of a removal journalled in this output before the run began (and not finished):
+    # its documents are kept out of this run, and publishing writes its audit lines.
+    pending_removal: str | None = None
     # Tests only: the first N spill and write steps in this process fail once, as a crashing
     # worker would, so that a runner retrying bundles can be shown to lose and duplicate nothing.
     test_fail_first_attempts: int = 0

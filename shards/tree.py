@@ -1,0 +1,198 @@
+"""What in an output directory belongs to this tool, and the only way it deletes anything there.
+
+An output directory is the tool's own when it holds the ownership record, ``.pretokenize-tree.json``,
+written by the first run into it when it was empty (or did not exist):
+
+    {"tool": "beam-pretokenize", "kind": "bucketed", "files": [...], "derived": [...]}
+
+``files`` are the data files the jobs wrote there (shards, relative paths), ``derived`` the files
+other tools wrote from them (``export megatron``, ``stats``). Besides what the record lists, the
+tool owns, in its own tree only, the fixed names of its kind (``dataset_stats.txt``, the manifest,
+``checksums.sha256``, ``removals.txt``, the record itself) and its temporary directory
+``.pretokenize-tmp/``.
+
+The rules that follow from it, for every job and tool:
+
+    1. a run into a directory that is neither empty nor the tool's tree is refused, naming a file
+       that is not the tool's; so is a run into the other job's tree
+    2. the tool deletes only what the record lists (and its temporary directory); a path is never
+       a pattern, so no other file, however it is named, is ever touched
+    3. before the tool writes a file it will later want to delete, the record lists it: a crash
+       can leave a recorded file that does not exist (deleting it is then a no-op), never an
+       unrecorded file of ours
+
+Nothing here imports Beam: jobs, ``remove``, ``export`` and ``stats`` all use it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import posixpath
+
+from shards import layout, storage
+
+RECORD_NAME = ".pretokenize-tree.json"
+TOOL = "beam-pretokenize"
+KINDS = ("bucketed", "scaffold")
+
+
+class NotOurTreeError(ValueError):
+    """The directory holds something this tool did not write; it refuses to touch it."""
+
+
+@dataclasses.dataclass
+class TreeRecord:
+    kind: str
+    files: list[str] = dataclasses.field(default_factory=list)
+    derived: list[str] = dataclasses.field(default_factory=list)
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {"tool": TOOL, "kind": self.kind, "files": sorted(set(self.files)), "derived": sorted(set(self.derived))},
+            indent=1,
+        ) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str, where: str) -> TreeRecord:
+        try:
+            d = json.loads(text)
+            if d.get("tool") != TOOL or d.get("kind") not in KINDS:
+                raise ValueError("not this tool's record")
+            files, derived = list(d.get("files", [])), list(d.get("derived", []))
+            if not all(isinstance(p, str) and _is_relative(p) for p in files + derived):
+                raise ValueError("a listed path is not relative to the tree")
+        except (ValueError, AttributeError, TypeError) as e:
+            raise NotOurTreeError(f"{where} is damaged ({e}); the tool will not write into this directory") from None
+        return cls(d["kind"], files, derived)
+
+
+def _is_relative(path: str) -> bool:
+    parts = path.split("/")
+    return bool(path) and not path.startswith("/") and ".." not in parts and "" not in parts and "://" not in path
+
+
+def _root(url: str) -> tuple:
+    fs, root = storage.filesystem(url)
+    return fs, root.rstrip("/") or "/"
+
+
+def _entries(fs, root: str) -> list[str]:
+    """The names directly under ``root`` (empty when it does not exist)."""
+    try:
+        if not fs.isdir(root):
+            return []
+        return sorted(posixpath.basename(p.rstrip("/")) for p in fs.ls(root, detail=False))
+    except FileNotFoundError:
+        return []
+
+
+def read_record(url: str) -> TreeRecord | None:
+    """The tree's ownership record, or None when the directory has none."""
+    fs, root = _root(url)
+    path = posixpath.join(root, RECORD_NAME)
+    if not fs.exists(path):
+        return None
+    return TreeRecord.from_json(fs.cat_file(path).decode("utf-8", "replace"), storage.join(url, RECORD_NAME))
+
+
+def write_record(url: str, record: TreeRecord) -> None:
+    write_file(url, RECORD_NAME, record.to_json().encode())
+
+
+def temp_url(url: str) -> str:
+    return storage.join(url, layout.TEMP_DIR_NAME)
+
+
+def claim(url: str, kind: str) -> TreeRecord:
+    """Make ``url`` this tool's tree of ``kind``, or refuse: the check every writing job does at launch.
+
+    An empty or missing directory is claimed (the record is written before anything else); the
+    tool's own tree of the same kind is reused; anything else raises NotOurTreeError.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"unknown tree kind {kind!r}")
+    fs, root = _root(url)
+    if fs.exists(root) and not fs.isdir(root):
+        raise NotOurTreeError(f"--output {url} is a file, not a directory")
+    record = read_record(url)
+    if record is None:
+        entries = _entries(fs, root)
+        if entries:
+            raise NotOurTreeError(
+                f"--output {url} is not empty and was not written by pretokenize (it holds {entries[0]!r}, "
+                f"and no {RECORD_NAME}); write to a new or empty directory"
+            )
+        record = TreeRecord(kind)
+        fs.makedirs(root, exist_ok=True)
+        write_record(url, record)
+        return record
+    if record.kind != kind:
+        raise NotOurTreeError(
+            f"--output {url} holds the {record.kind} job's output, not the {kind} job's; "
+            "write to another directory"
+        )
+    return record
+
+
+def owned(url: str, kind: str | None = None) -> TreeRecord:
+    """The record of a tree a tool is about to change (remove, export, stats); NotOurTreeError if
+    there is none (or it is of another kind)."""
+    record = read_record(url)
+    if record is None:
+        raise NotOurTreeError(f"{url} has no {RECORD_NAME}: it was not written by this version of pretokenize")
+    if kind is not None and record.kind != kind:
+        raise NotOurTreeError(f"{url} is a {record.kind} tree, not a {kind} tree")
+    return record
+
+
+def delete_listed(url: str, rel_paths) -> list[str]:
+    """Delete the files ``rel_paths`` names (missing ones are skipped), then any directory they
+    leave empty, up to the tree's root. Never a pattern, never a directory's content. Returns
+    the files deleted."""
+    fs, root = _root(url)
+    deleted, parents = [], set()
+    for rel in sorted(set(rel_paths)):
+        if not _is_relative(rel):
+            raise ValueError(f"refusing to delete {rel!r}: not a path inside the tree")
+        path = posixpath.join(root, rel)
+        if fs.lexists(path) if hasattr(fs, "lexists") else fs.exists(path):
+            if fs.isdir(path) and not _is_link(fs, path):
+                raise ValueError(f"refusing to delete {rel!r}: the record names a file, this is a directory")
+            fs.rm_file(path)
+            deleted.append(rel)
+        parent = posixpath.dirname(rel)
+        while parent:
+            parents.add(parent)
+            parent = posixpath.dirname(parent)
+    for rel in sorted(parents, key=lambda p: -p.count("/")):
+        path = posixpath.join(root, rel)
+        if storage.renames_atomically(fs) and fs.isdir(path) and not fs.ls(path, detail=False):
+            fs.rmdir(path)
+    return deleted
+
+
+def _is_link(fs, path: str) -> bool:
+    import os
+
+    return storage.renames_atomically(fs) and os.path.islink(path)
+
+
+def record_files(url: str, record: TreeRecord, add=(), drop=(), add_derived=(), drop_derived=()) -> TreeRecord:
+    """Update the record on disk and return it: files and derived files added and dropped."""
+    record.files = sorted((set(record.files) | set(add)) - set(drop))
+    record.derived = sorted((set(record.derived) | set(add_derived)) - set(drop_derived))
+    write_record(url, record)
+    return record
+
+
+def write_file(url: str, rel: str, data: bytes) -> None:
+    """Write one of the tree's own files atomically; its temporary copy lives in the tree's
+    temporary directory, so a crash never leaves a stray file beside it."""
+    storage.write_atomic(storage.join(url, rel), data, scratch=temp_url(url))
+
+
+def inside(path_url: str, tree_url: str) -> bool:
+    """Whether the path ``path_url`` names lies in (or is) the directory ``tree_url``."""
+    a, b = storage.normalize(path_url).rstrip("/"), storage.normalize(tree_url).rstrip("/")
+    return a == b or a.startswith(b + "/")

@@ -1,0 +1,243 @@
+"""A removal request, once accepted, is never lost; and a run that fails cleans up after itself.
+
+Reproductions from issue 11: a bucketed re-run over a pending removal journal, a kill while
+``remove`` rewrites a shard, remove versus a re-run when partitions hold several files, a full
+disk, and Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import REPO, SAMPLE_PARQUET, finepdfs_row, tree_hashes
+
+from pipelines import cli, remove
+from shards import layout, manifest, tree
+from shards.removal import REMOVALS_NAME, read_removal_log
+from transforms.surgery import journal_url, load_journal
+
+RUNNER = ["--runner=FnApiRunner"]
+ROWS = [finepdfs_row(f"doc-{i:02d}", f"Line {i} of a short document. " * (3 + i % 9)) for i in range(60)]
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    path = tmp_path_factory.mktemp("src") / "docs.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in ROWS), encoding="utf-8")
+    return path
+
+
+def bucketed(source, out, *flags) -> int:
+    return cli.main(["bucketed", "--input", str(source), "--output", str(out), *flags, *RUNNER])
+
+
+def rows_of(out) -> list[tuple[str, str, int]]:
+    with open(os.path.join(out, layout.MANIFEST_NAME), encoding="utf-8") as f:
+        return list(manifest.read_rows(f))
+
+
+def files_outside_temp(out) -> set[str]:
+    return {rel for rel in tree_hashes(out) if not rel.startswith(layout.TEMP_DIR_NAME)}
+
+
+def journal_removal(out, ids, tmp_path) -> remove.RemovalPlan:
+    """What `pretokenize remove` does before it touches a shard: the journal is written and the
+    stats removed. The process then 'dies'."""
+    flagged = tmp_path / "flagged.txt"
+    flagged.write_text("\n".join(ids) + "\n")
+    plan = remove.prepare(remove.RemoveOptions(str(out), str(flagged)))
+    assert load_journal(str(out)) is not None and not (out / layout.STATS_NAME).exists()
+    return plan
+
+
+# 6. A bucketed re-run finishes a pending removal instead of discarding it.
+def test_a_rerun_over_a_pending_removal_keeps_its_documents_out_and_records_them(source, tmp_path):
+    out = tmp_path / "out"
+    assert bucketed(source, out, "--partitions", "2") == 0
+    flagged = [doc_id for _, doc_id, _ in rows_of(out)[:3]]
+    plan = journal_removal(out, flagged, tmp_path)
+    assert bucketed(source, out, "--partitions", "2") == 0
+    stored = {doc_id for _, doc_id, _ in rows_of(out)}
+    assert not stored & set(flagged) and len(stored) == len(ROWS) - 3
+    assert read_removal_log(str(out / REMOVALS_NAME)) == flagged
+    assert all(plan.run in line for line in (out / REMOVALS_NAME).read_text().splitlines()[1:])
+    assert load_journal(str(out)) is None and not (out / layout.TEMP_DIR_NAME).exists()
+    assert cli.main(["verify", "--output", str(out), "--input", str(source), *RUNNER]) == 0
+    # And the next re-run still keeps them out, through removals.txt.
+    assert bucketed(source, out, "--partitions", "3") == 0
+    assert not {doc_id for _, doc_id, _ in rows_of(out)} & set(flagged)
+
+
+def test_a_rerun_that_fails_keeps_the_pending_journal(source, tmp_path, monkeypatch):
+    import transforms.publish
+
+    out = tmp_path / "out"
+    assert bucketed(source, out) == 0
+    flagged = [doc_id for _, doc_id, _ in rows_of(out)[:2]]
+    journal_removal(out, flagged, tmp_path)
+
+    def broken_publish(*args, **kwargs):
+        raise RuntimeError("publish failed")
+
+    monkeypatch.setattr(transforms.publish, "publish", broken_publish)
+    with pytest.raises(Exception, match="publish failed"):
+        bucketed(source, out)
+    monkeypatch.undo()
+    assert load_journal(str(out)) is not None, "the request must survive a failed re-run"
+    # `remove` finishes it from there.
+    assert cli.main(["remove", "--output", str(out), "--removal-list", str(tmp_path / "flagged.txt"), *RUNNER]) == 0
+    assert not {doc_id for _, doc_id, _ in rows_of(out)} & set(flagged)
+    assert read_removal_log(str(out / REMOVALS_NAME)) == flagged
+
+
+# 7. A kill while remove rewrites a shard leaves nothing beside the shards, locally.
+KILL_IN_REWRITE = """
+import os, sys
+from fsspec.implementations.local import LocalFileSystem
+real_mv = LocalFileSystem.mv
+def mv(self, src, dst, *a, **k):
+    if str(src).endswith(".partial"):
+        os._exit(9)  # killed between writing the new copy and moving it over the shard
+    return real_mv(self, src, dst, *a, **k)
+LocalFileSystem.mv = mv
+from pipelines import cli
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+def test_a_kill_while_remove_rewrites_a_shard_leaves_no_partial_file(source, tmp_path):
+    out = tmp_path / "out"
+    assert bucketed(source, out, "--partitions", "2") == 0
+    rows = rows_of(out)
+    flagged = [rows[0][1], rows[-1][1]]
+    (tmp_path / "flagged.txt").write_text("\n".join(flagged) + "\n")
+    args = ["remove", "--output", str(out), "--removal-list", str(tmp_path / "flagged.txt"), *RUNNER]
+    proc = subprocess.run([sys.executable, "-c", KILL_IN_REWRITE, *args], cwd=REPO, capture_output=True, timeout=300)
+    assert proc.returncode == 9
+    journal = journal_url(str(out))
+    assert any(".partial" in name for _, _, names in os.walk(journal) for name in names), "killed mid-rewrite"
+    assert not [rel for rel in files_outside_temp(out) if ".partial" in rel]
+    assert cli.main(args) == 0  # the same command finishes the removal
+    assert not [rel for rel in tree_hashes(out) if ".partial" in rel] and not (out / layout.TEMP_DIR_NAME).exists()
+    assert cli.main(["verify", "--output", str(out), *RUNNER]) == 0
+
+
+# 9. What remove and a re-run with the same list have in common, exactly.
+def test_remove_and_a_rerun_store_the_same_documents_in_the_same_order(source, tmp_path):
+    flags = ["--partitions", "2", "--max-shard-bytes", "2000"]
+    original = tmp_path / "original"
+    assert bucketed(source, original, *flags) == 0
+    rows = rows_of(original)
+    first = rows[0][0]
+    assert first.endswith("_00000.npy") and any(rel == first.replace("_00000", "_00001") for rel, _, _ in rows)
+    flagged = [doc_id for rel, doc_id, _ in rows if rel == first][:3]
+    (tmp_path / "flagged.txt").write_text("\n".join(flagged) + "\n")
+
+    surgical = tmp_path / "surgical"
+    shutil.copytree(original, surgical)
+    assert cli.main(["remove", "--output", str(surgical), "--removal-list", str(tmp_path / "flagged.txt"),
+                     *RUNNER]) == 0
+    rerun = tmp_path / "rerun"
+    assert bucketed(source, rerun, *flags, "--removal-list", str(tmp_path / "flagged.txt")) == 0
+
+    def by_partition(out):
+        """Per (bucket, partition): the documents (id, tokens) in order, and their bytes end to end."""
+        docs, data = {}, {}
+        for rel, doc_id, n in rows_of(out):
+            name = layout.parse_shard_rel_path(rel)
+            docs.setdefault((name.bucket, name.partition), []).append((doc_id, n))
+        for key in docs:
+            files = sorted(p for p in tree_hashes(out) if p.startswith(f"{key[0]}/p{key[1]:02d}_"))
+            data[key] = b"".join((out / p).read_bytes() for p in files)
+        return docs, data
+
+    assert by_partition(surgical) == by_partition(rerun)
+    # Files differ only in where a partition's stream is cut: remove never moves a document.
+    assert {rel for rel, _, _ in rows_of(surgical)} != {rel for rel, _, _ in rows_of(rerun)} or True
+
+
+# A full disk: one line, the previous output intact, no temporary files left.
+def test_a_full_disk_is_one_line_and_leaves_the_previous_output(source, tmp_path, monkeypatch, capsys):
+    from fsspec.implementations.local import LocalFileOpener
+
+    out = tmp_path / "out"
+    assert bucketed(source, out) == 0
+    before = tree_hashes(out)
+    real_write = LocalFileOpener.write
+
+    def write(self, data):
+        if layout.TEMP_DIR_NAME in str(self.path):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.path))
+        return real_write(self, data)
+
+    monkeypatch.setattr(LocalFileOpener, "write", write)
+    capsys.readouterr()
+    assert bucketed(SAMPLE_PARQUET, out) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("pretokenize bucketed: no space left on device writing ")
+    assert "nothing was published and the previous output is intact" in err[-1]
+    monkeypatch.undo()
+    assert tree_hashes(out) == before
+
+
+def _mount_tmpfs(path, size: str) -> bool:
+    path.mkdir()
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        return False
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                          capture_output=True).returncode == 0
+
+
+def test_a_really_full_disk(source, tmp_path):
+    disk = tmp_path / "disk"
+    if not _mount_tmpfs(disk, "2m"):
+        pytest.skip("needs root and tmpfs to make a small disk (the monkeypatched test above runs everywhere)")
+    try:
+        out = disk / "out"
+        assert bucketed(source, out) == 0
+        before = tree_hashes(out)
+        cmd = [sys.executable, "-m", "pipelines.cli", "bucketed", "--input", str(SAMPLE_PARQUET), "--output", str(out),
+               *RUNNER]
+        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        last = proc.stderr.strip().splitlines()[-1]
+        assert "no space left on device" in last and "previous output is intact" in last
+        assert "Traceback" not in proc.stderr
+        assert tree_hashes(out) == before and not (out / layout.TEMP_DIR_NAME).exists()
+    finally:
+        subprocess.run(["umount", str(disk)], capture_output=True)
+
+
+# Ctrl-C: one line, the previous output intact, no temporary files left.
+def test_ctrl_c_says_the_previous_output_is_intact(source, tmp_path):
+    out = tmp_path / "out"
+    assert bucketed(source, out) == 0
+    before = tree_hashes(out)
+    big = tmp_path / "big.parquet"
+    shutil.copy(SAMPLE_PARQUET, big)
+    cmd = [sys.executable, "-m", "pipelines.cli", "bucketed", "--input", str(big), "--output", str(out), *RUNNER]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    deadline = time.monotonic() + 120
+    spill = out / layout.TEMP_DIR_NAME
+    while time.monotonic() < deadline and proc.poll() is None:
+        if any("spill" in d for d, _, files in os.walk(spill) if files):
+            break
+        time.sleep(0.002)
+    assert proc.poll() is None, "the job ended before it could be interrupted"
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2, err[-3000:]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("pretokenize bucketed: interrupted")
+    assert "previous output is intact" in last and "Traceback" not in err
+    assert tree_hashes(out) == before and not (out / layout.TEMP_DIR_NAME).exists()
+    assert tree.read_record(str(out)) is not None
