@@ -78,8 +78,8 @@ $(FLINK_JAR) $(SPARK_JAR):
 demo: venv
 	$(VENV)/bin/pretokenize bucketed --input tests/data/finepdfs_sample.parquet --output $(OUT) --runner=FnApiRunner
 
-# GPT-2 ranks: the offline copy beside the checkout when there is one, else tiktoken's download.
-GPT2_TOKENIZER ?= $(if $(wildcard ../shared/tokenizers/gpt2.tiktoken),tiktoken:../shared/tokenizers/gpt2.tiktoken,gpt2)
+# GPT-2: the ranks shipped in the package (transforms/data/gpt2.tiktoken), so the demo runs offline.
+GPT2_TOKENIZER ?= gpt2
 SCAFFOLD_OUT   ?= out/scaffold-sample
 
 demo-scaffold: venv

@@ -33,9 +33,9 @@ def load_token_bytes(spec: str) -> Callable[[Sequence[int]], bytes]:
     """The bytes of BPE ids for a tokenizer spec: gpt2, tiktoken:PATH or hf:NAME_OR_PATH."""
     kind, _, arg = spec.partition(":")
     if kind == "gpt2" and not arg:
-        import tiktoken
+        from transforms.encoders import gpt2_ranks_path
 
-        return tiktoken.get_encoding("gpt2").decode_bytes
+        kind, arg = "tiktoken", gpt2_ranks_path()  # the ranks shipped in the package: offline
     if kind == "tiktoken" and arg:
         from transforms.encoders import _load_ranks  # the job's own reader of ranks files
 

@@ -1,4 +1,4 @@
-"""Shared test fixtures: paths to the bundled sample and the offline GPT-2 ranks."""
+"""Shared test fixtures: paths to the bundled sample and to the GPT-2 ranks shipped in the package."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from transforms.encoders import gpt2_ranks_path
+
 # Give the root logger a handler before anything imports Beam: otherwise the first warning Beam
 # logs installs one on the stream pytest is capturing at that moment, and Beam's last messages
 # at interpreter exit (stopping Prism) would be written to that stream after it is closed.
@@ -14,14 +16,13 @@ logging.getLogger().addHandler(logging.NullHandler())
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_PARQUET = REPO / "tests" / "data" / "finepdfs_sample.parquet"
-# CI clones the repo beside a copy of shared/, as in the development checkout.
-GPT2_RANKS = REPO.parent / "shared" / "tokenizers" / "gpt2.tiktoken"
+# The GPT-2 ranks of --tokenizer gpt2, package data (transforms/data/): every clone has them.
+GPT2_RANKS = Path(gpt2_ranks_path())
 
 
 @pytest.fixture(scope="session")
 def gpt2_spec() -> str:
-    if not GPT2_RANKS.is_file():
-        pytest.skip(f"offline GPT-2 ranks not found at {GPT2_RANKS}")
+    """GPT-2 by its ranks file, which `decode` reads as well (its plain `gpt2` is tiktoken's download)."""
     return f"tiktoken:{GPT2_RANKS}"
 
 

@@ -31,13 +31,14 @@ from transforms.encoders import (
     QWEN2_PATTERN,
     QWEN2_SPECIAL_START,
     Encoder,
+    gpt2_ranks_path,
     load_encoder,
     qwen_ranks_path,
 )
 
 TESTS_DIR = Path(__file__).parent
-# CI runs in a fresh clone with shared/ beside the repository.
-GPT2_RANKS = Path(__file__).parents[2] / "shared" / "tokenizers" / "gpt2.tiktoken"
+# The GPT-2 ranks shipped in the package (transforms/data/gpt2.tiktoken).
+GPT2_RANKS = Path(gpt2_ranks_path())
 SAMPLE_SOURCES = TESTS_DIR / "data" / "sample_sources"
 FINEPDFS_SAMPLE = TESTS_DIR / "data" / "finepdfs_sample.parquet"
 
@@ -372,8 +373,6 @@ def hf_encoder(hf_qwen: HFQwen) -> Encoder:
 
 @pytest.fixture(scope="session")
 def gpt2_file() -> Encoder:
-    if not GPT2_RANKS.is_file():
-        pytest.skip(f"{GPT2_RANKS} not found: clone the shared/ folder beside the repository")
     return load_encoder(f"tiktoken:{GPT2_RANKS}")
 
 
@@ -523,8 +522,6 @@ def test_jet_nemotron_pinned_ids(text, jet, qwen_reference):
 @pytest.fixture(scope="module")
 def hf_gpt2():
     """gpt2.tiktoken converted the way transformers converts a tiktoken file, with GPT-2's pattern."""
-    if not GPT2_RANKS.is_file():
-        pytest.skip(f"{GPT2_RANKS} not found: clone the shared/ folder beside the repository")
     pytest.importorskip("transformers")
     from transformers.convert_slow_tokenizer import TikTokenConverter
 
@@ -577,8 +574,6 @@ def test_eos_token_needs_an_hf_backend(spec):
 
 
 def test_jet_nemotron_rejects_ranks_of_another_vocabulary():
-    if not GPT2_RANKS.is_file():
-        pytest.skip(f"{GPT2_RANKS} not found: clone the shared/ folder beside the repository")
     with pytest.raises(ValueError, match=r"holds 50256 ranks; the Qwen2.5 vocabulary has 151643"):
         load_encoder(f"jet-nemotron:{GPT2_RANKS}")
 
@@ -624,8 +619,6 @@ def test_hf_unknown_eos_token_is_rejected(hf_qwen):
 def test_ranks_file_is_reread_when_it_changes(tmp_path, monkeypatch):
     """tiktoken's own loader caches local files by path (default /tmp/data-gym-cache) and would serve a
     replaced file's old ranks; encoders reads the file itself."""
-    if not GPT2_RANKS.is_file():
-        pytest.skip(f"{GPT2_RANKS} not found: clone the shared/ folder beside the repository")
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "tiktoken-cache"))  # keep /tmp clean if it regresses
     path = tmp_path / "ranks.tiktoken"
     shutil.copy(GPT2_RANKS, path)
@@ -638,7 +631,7 @@ def test_ranks_file_is_reread_when_it_changes(tmp_path, monkeypatch):
 
 
 def test_ranks_with_a_gap_are_refused(tmp_path):
-    lines = (Path(__file__).parents[2] / "shared" / "tokenizers" / "gpt2.tiktoken").read_text().splitlines()
+    lines = GPT2_RANKS.read_text().splitlines()
     path = tmp_path / "gap.tiktoken"
     path.write_text("\n".join(lines[:100] + lines[101:]) + "\n")
     with pytest.raises(ValueError, match=r"gap\.tiktoken: the ranks are not exactly 0\.\.50254"):

@@ -38,7 +38,6 @@ from transforms.encoders import (
 )
 
 SOURCES = Path(__file__).parent / "data" / "sample_sources"
-GPT2_RANKS = Path(__file__).parents[2] / "shared" / "tokenizers" / "gpt2.tiktoken"
 
 
 def _source(name: str) -> str:
@@ -103,9 +102,7 @@ def jet() -> Encoder:
 
 @pytest.fixture(scope="module")
 def gpt2() -> Encoder:
-    if not GPT2_RANKS.is_file():
-        pytest.skip(f"{GPT2_RANKS} not found: clone the shared/ folder beside the repository")
-    return load_encoder(f"tiktoken:{GPT2_RANKS}")
+    return load_encoder("gpt2")  # the ranks shipped in the package
 
 
 @pytest.fixture(scope="module")

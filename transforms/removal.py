@@ -1,7 +1,8 @@
 """DropRemoved: documents whose id is on a removal list leave before they are tokenized.
 
-The sources are removal lists (ids one per line) and the output's own removals.txt, so a re-run
-into an output that had documents removed from it keeps them out.
+The sources are removal lists (ids one per line, no comment syntax) and the output's own removals.txt,
+so a re-run into an output that had documents removed from it keeps them out. Each source is read by
+``shards.removal.read_removal_list``, which tells a list from an audit log by its content, never its name.
 
 Each is counted with the reason ``removed``; the ids that matched go to a second output so the
 job can count the listed ids that never appeared in the input.
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import apache_beam as beam
 
-from shards.removal import load_removal_ids
+from shards.removal import read_removal_list
 from transforms.filter import DROPPED
 from transforms.records import Document
 
@@ -26,7 +27,7 @@ class DropRemovedFn(beam.DoFn):
 
     def setup(self):
         # Read once per worker from the lists' URLs: nothing large travels in the pickled DoFn.
-        self._ids = frozenset(i for url in self._sources for i in load_removal_ids(url))
+        self._ids = frozenset(i for url in self._sources for i in read_removal_list(url))
 
     def process(self, doc: Document):
         if doc.id in self._ids:
@@ -49,7 +50,7 @@ class DropRemoved(beam.PTransform):
     def __init__(self, *sources: str):
         super().__init__()
         # A missing or unreadable list fails at launch.
-        self.ids = list(dict.fromkeys(i for url in sources for i in load_removal_ids(url)))
+        self.ids = list(dict.fromkeys(i for url in sources for i in read_removal_list(url)))
         self._sources = sources
 
     def expand(self, docs):

@@ -53,12 +53,12 @@ import corpus as corpus_mod  # noqa: E402
 import monitor  # noqa: E402
 
 from pipelines.bucketed import read_stats  # noqa: E402
-from transforms.encoders import ENDOFTEXT, QWEN2_PATTERN, qwen_ranks_path  # noqa: E402
+from transforms.encoders import ENDOFTEXT, QWEN2_PATTERN, gpt2_ranks_path, qwen_ranks_path  # noqa: E402
 from transforms.filter import LidFilterConfig, drop_reason  # noqa: E402
 from transforms.records import Document  # noqa: E402
 from transforms.tokenize import TokenizerConfig  # noqa: E402
 
-GPT2_RANKS = REPO.parent / "shared" / "tokenizers" / "gpt2.tiktoken"
+GPT2_RANKS = Path(gpt2_ranks_path())  # shipped in the package
 MB = 1e6
 GIB = 1 << 30
 ORDINARY_SAMPLE_BYTES = 20_000_000
@@ -441,8 +441,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"{args.long_doc_mb:g} MB documents without whitespace ...", flush=True)
     specs = {"jet-nemotron": "jet-nemotron"}
-    if GPT2_RANKS.is_file():
-        specs["tiktoken:gpt2.tiktoken"] = f"tiktoken:{GPT2_RANKS}"
+    specs["tiktoken:gpt2.tiktoken"] = f"tiktoken:{GPT2_RANKS}"
     specs["hf: (Qwen2.5 tokenizer.json)"] = f"hf:{hf_dir}"
     long_size = int(args.long_doc_mb * MB)
     long_rows = long_doc_rows(specs, ordinary_sample(texts), long_documents(base, texts, long_size), args.repeats)

@@ -33,7 +33,7 @@ def bucketed_case(request):
 
 def scaffold_case(request):
     run = _scaffold_run()
-    gpt2 = request.getfixturevalue("gpt2_spec")  # skips, saying so, without the offline GPT-2 ranks
+    gpt2 = request.getfixturevalue("gpt2_spec")  # the GPT-2 ranks shipped in the package
     flags = ["--input", str(SAMPLE_PARQUET), "--annotate", "--long-docs", "chunk", "--tokenizer", gpt2,
              "--shard-tokens", "50000", "--val-fraction", "0.1"]
     return run, flags

@@ -1,0 +1,146 @@
+"""Removal lists: every non-blank line is an id (no comment syntax), a BOM is ignored, and a list is
+told from a removals.txt audit log by its content, never by its file name; then both jobs that take
+``--removal-list`` through the CLI, with ids that start with ``#`` and a list that is called removals.txt."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import finepdfs_row
+
+from pipelines import bucketed, cli
+from shards import layout, manifest
+from shards.removal import REMOVALS_HEADER, REMOVALS_NAME, format_removal_line, read_removal_list
+from transforms.removal import DropRemoved
+
+RUNNER = "--runner=FnApiRunner"
+# Ids the job accepts: '#' is an ordinary character of an id.
+ROWS = [
+    finepdfs_row("#tag-1", "The first tagged document, about removal requests. " * 4),
+    finepdfs_row("#tag-2", "The second tagged document, also to be taken out. " * 5),
+    finepdfs_row("doc-3", "An ordinary document that is flagged by name. " * 6),
+    *(finepdfs_row(f"keep-{i}", f"Document {i} stays where it is written. " * (3 + i)) for i in range(6)),
+]
+LOG_LINES = [
+    format_removal_line("2025-01-02T03:04:05Z", "0123456789ab", "#tag-1", "0128/00000_0000.bin", 42),
+    format_removal_line("2025-01-02T03:04:05Z", "0123456789ab", "doc-3", "0256/00001_0000.bin", 61),
+    format_removal_line("2025-02-03T04:05:06Z", "ba9876543210", "#tag-1", "0128/00000_0001.bin", 42),
+]
+
+
+def drop_removed_ids(url: str) -> list[str]:
+    """The ids the bucketed job's DropRemoved reads from ``url`` at launch."""
+    return DropRemoved(url).ids
+
+
+# Every reader of a removal list: `remove` and `verify` call read_removal_list, `bucketed` DropRemoved.
+READERS = [read_removal_list, drop_removed_ids]
+
+
+def write(path, text: str, encoding: str = "utf-8") -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(text.encode(encoding))
+    return str(path)
+
+
+# --- Parsing --------------------------------------------------------------------------------------------------
+
+
+def test_every_non_blank_line_stripped_is_an_id_and_hash_is_no_comment(tmp_path):
+    text = "#tag-1\n\n   \n  #tag-2\t\n# not a comment\nid-3\n#tag-1\n\t\n"
+    assert read_removal_list(write(tmp_path / "list.txt", text)) == ["#tag-1", "#tag-2", "# not a comment", "id-3"]
+
+
+def test_a_bom_is_not_part_of_the_first_id_and_any_line_end_ends_a_line(tmp_path):
+    assert read_removal_list(write(tmp_path / "bom.txt", "\ufeffid-1\r\n#tag-2\r\n")) == ["id-1", "#tag-2"]
+    assert read_removal_list(write(tmp_path / "cr.txt", "\ufeffid-1\r#tag-2\rid-3")) == ["id-1", "#tag-2", "id-3"]
+    assert read_removal_list(write(tmp_path / "sig.txt", "#tag-1\n", encoding="utf-8-sig")) == ["#tag-1"]
+
+
+@pytest.mark.parametrize("ids", [["doc-1"], ["doc-1", "id-2"], ["#tag-1", "#tag-2"]], ids=["one", "two", "hash"])
+def test_a_list_named_removals_txt_is_a_list(ids, tmp_path):
+    path = write(tmp_path / "requests" / REMOVALS_NAME, "".join(f"{i}\n" for i in ids))
+    assert {read.__name__: read(path) for read in READERS} == {read.__name__: ids for read in READERS}
+
+
+@pytest.mark.parametrize("name", [REMOVALS_NAME, "audit-copy.txt", "flagged"])
+@pytest.mark.parametrize("bom", ["", "\ufeff"], ids=["plain", "bom"])
+def test_an_audit_log_is_a_log_whatever_its_name(name, bom, tmp_path):
+    path = write(tmp_path / name, bom + REMOVALS_HEADER + "\n" + "".join(LOG_LINES) + "\n")
+    expected = ["#tag-1", "doc-3"]
+    assert {read.__name__: read(path) for read in READERS} == {read.__name__: expected for read in READERS}
+
+
+def test_a_list_that_only_mentions_the_header_later_is_a_list(tmp_path):
+    path = write(tmp_path / "list.txt", "#tag-1\n" + REMOVALS_HEADER + "\n")
+    assert read_removal_list(path) == ["#tag-1", REMOVALS_HEADER]
+
+
+def test_an_audit_log_with_a_broken_line_names_the_file(tmp_path):
+    path = write(tmp_path / "audit.txt", REMOVALS_HEADER + "\n" + LOG_LINES[0] + "#tag-2\n")
+    with pytest.raises(ValueError, match="audit.txt starts with the removals.txt header but is not an audit log"):
+        read_removal_list(path)
+
+
+# --- Both jobs, through the CLI ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    path = tmp_path_factory.mktemp("src") / "docs.parquet"
+    pq.write_table(pa.Table.from_pylist(ROWS), path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def original(source, tmp_path_factory):
+    out = tmp_path_factory.mktemp("orig") / "out"
+    assert cli.main(["bucketed", "--input", str(source), "--output", str(out), "--partitions", "2", RUNNER]) == 0
+    assert stored_ids(out) == {r["id"] for r in ROWS}
+    return out
+
+
+def stored_ids(out) -> set[str]:
+    with open(os.path.join(out, layout.MANIFEST_NAME), encoding="utf-8") as f:
+        return {doc_id for _, doc_id, _ in manifest.read_rows(f)}
+
+
+# A removal list called removals.txt, outside the tree: three stored ids, two starting with '#', and one
+# never stored; a BOM first and a blank line, as an editor may leave them.
+REQUEST = "\ufeff#tag-1\n#tag-2\n\ndoc-3\nnever-stored\n"
+FLAGGED = {"#tag-1", "#tag-2", "doc-3"}
+
+
+def test_remove_takes_out_ids_that_start_with_hash_from_a_list_named_removals_txt(original, tmp_path, capsys):
+    out = tmp_path / "out"
+    shutil.copytree(original, out)
+    listed = write(tmp_path / "requests" / REMOVALS_NAME, REQUEST)
+    capsys.readouterr()
+    assert cli.main(["remove", "--output", str(out), "--removal-list", listed, RUNNER]) == 0
+    printed = capsys.readouterr().out
+    assert "removal list: 4 ids, 3 found in the manifest, 1 not found" in printed
+    assert "not found: never-stored" in printed
+    assert stored_ids(out) == {r["id"] for r in ROWS} - FLAGGED
+    log = (out / REMOVALS_NAME).read_text(encoding="utf-8").splitlines()
+    assert log[0] == REMOVALS_HEADER and sorted(line.split(" | ")[2] for line in log[1:]) == sorted(FLAGGED)
+    # The tree's own audit log, given as a list, names documents already gone: nothing changes.
+    before = (out / layout.MANIFEST_NAME).read_bytes()
+    assert cli.main(["remove", "--output", str(out), "--removal-list", str(out / REMOVALS_NAME), RUNNER]) == 0
+    assert "removal list: 3 ids, 0 found in the manifest, 3 not found" in capsys.readouterr().out
+    assert (out / layout.MANIFEST_NAME).read_bytes() == before
+
+
+def test_bucketed_leaves_out_ids_that_start_with_hash_from_a_list_named_removals_txt(source, tmp_path, capsys):
+    out = tmp_path / "out"
+    listed = write(tmp_path / "requests" / REMOVALS_NAME, REQUEST)
+    capsys.readouterr()
+    assert cli.main(["bucketed", "--input", str(source), "--output", str(out), "--removal-list", listed,
+                     "--partitions", "2", RUNNER]) == 0
+    assert "removal list: 4 ids, 1 of them not in the input" in capsys.readouterr().out
+    assert stored_ids(out) == {r["id"] for r in ROWS} - FLAGGED
+    stats = bucketed.read_stats(str(out))
+    assert (stats.removal_list_ids, stats.removal_ids_not_found, stats.drops.get("removed")) == (4, 1, 3)
