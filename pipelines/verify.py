@@ -4,6 +4,11 @@
 
 Exits 0 when the tree is right, 1 with a report of each problem (file, document, what is wrong)
 otherwise, and prints a one-line verdict either way.
+
+A check never writes where it reads: the tree may be a read-only mount or a full disk. The Beam
+job's report goes to ``--report`` when given; else under Beam's ``--temp_location`` (a runner's
+workers, on Dataflow say, cannot see the launcher's disk); else to a local temporary directory.
+Those last two are removed afterwards.
 """
 
 from __future__ import annotations
@@ -11,15 +16,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 import uuid
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions
 
 from pipelines.common import add_flag, launching, parse_job_args
 from shards import layout, llmc, storage
 from shards.manifest import DatasetStats
-from shards.removal import REMOVALS_NAME, parse_removal_line, read_removal_list
+from shards.removal import REMOVALS_NAME, read_removal_list, read_removal_log
+from transforms.records import UsageError
 from transforms.verify import MAX_REPORTED, VerifyConfig, VerifyOutput, plan_units, read_checksums, write_report
 
 
@@ -34,8 +41,8 @@ def parse_args(argv: list[str]):
     add_flag(p, "sample", type=float, default=1.0, help="fraction of ids to compare with the source (default 1)")
     add_flag(p, "removal-list", default=None,
              help="the --removal-list the job ran with: its ids are not expected in the output")
-    add_flag(p, "report", default=None, help="where to write the JSON report (default: a temporary "
-             "file under the output, removed afterwards)")
+    add_flag(p, "report", default=None, help="where to write the JSON report, kept (default: under "
+             "--temp_location if set, else a local temporary directory; removed afterwards)")
     return parse_job_args(p, argv)
 
 
@@ -49,6 +56,10 @@ def _read_stats(output: str) -> DatasetStats | str:
             return DatasetStats.from_text(f.read())
     except (ValueError, KeyError) as e:
         return f"{layout.STATS_NAME}: unreadable: {e}"
+
+
+def _problems(n: int) -> str:
+    return f"{n} problem" if n == 1 else f"{n} problems"
 
 
 def _is_scaffold_tree(output: str) -> bool:
@@ -65,20 +76,72 @@ def _verify_scaffold(output: str, args) -> int:
     for problem in problems[:MAX_REPORTED]:
         print(f"  {problem}")
     if problems:
-        print(f"verify: FAILED, {len(problems)} problems in {output} (scaffold llm.c shards)", flush=True)
+        print(f"verify: FAILED, {_problems(len(problems))} in {output} (scaffold llm.c shards)", flush=True)
         return 1
     print(f"verify: OK, {output} (scaffold llm.c shards)", flush=True)
     return 0
 
 
-def _removed_ids(output: str, removal_list: str | None) -> frozenset[str]:
-    ids = set(read_removal_list(storage.normalize(removal_list))) if removal_list else set()
-    fs, root = storage.filesystem(output)
-    log = f"{root.rstrip('/')}/{REMOVALS_NAME}"
-    if fs.exists(log):
-        lines = fs.cat_file(log).decode("utf-8").splitlines()[1:]
-        ids.update(parse_removal_line(line)[2] for line in lines if line.strip())
-    return frozenset(ids)
+def _removed_ids(output: str, removal_list: str | None) -> tuple[dict[str, str], list[str]]:
+    """Ids that must not be stored, each with the list that says so: the tree's removals.txt (the
+    audit log of `remove`) and the --removal-list the job ran with; and the audit log's problem
+    when it cannot be read (a list that cannot be read stops the launch)."""
+    removed: dict[str, str] = {}
+    if removal_list:
+        url = storage.normalize(removal_list)
+        removed.update(dict.fromkeys(read_removal_list(url), f"the --removal-list {url}"))
+    log_url = storage.join(output, REMOVALS_NAME)
+    fs, path = storage.filesystem(log_url)
+    if fs.exists(path):
+        try:
+            removed.update(dict.fromkeys(read_removal_log(log_url), REMOVALS_NAME))
+        except ValueError as e:
+            return removed, [f"{REMOVALS_NAME}: unreadable: {e}"]
+    return removed, []
+
+
+# Runners whose workers run on the launching machine and so can write its temporary directory.
+LOCAL_RUNNERS = {"DirectRunner", "FnApiRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner", "PrismRunner"}
+
+
+def _report_place(report: str | None, options: PipelineOptions) -> tuple[str, str | None]:
+    """Where the job writes its report, and the directory to remove afterwards (None: keep it).
+    Never under the tree being checked, unless --report says so."""
+    if report:
+        return storage.normalize(report), None
+    name = f"pretokenize-verify-{uuid.uuid4().hex[:12]}"
+    temp_location = options.view_as(GoogleCloudOptions).temp_location
+    if temp_location:
+        scratch = storage.join(storage.normalize(temp_location), name)
+        return storage.join(scratch, "report.json"), scratch
+    runner = options.view_as(StandardOptions).runner
+    if runner is not None and str(runner).rsplit(".", 1)[-1] not in LOCAL_RUNNERS:
+        raise UsageError(
+            f"--runner {runner}: its workers cannot write this machine's temporary directory; pass "
+            "--temp_location (a URL they and this launcher both reach, e.g. s3://bucket/tmp) or --report"
+        )
+    scratch = storage.join(tempfile.gettempdir(), name)  # created by the job when it writes the report
+    return storage.join(scratch, "report.json"), scratch
+
+
+def _read_report(url: str) -> dict:
+    fs, path = storage.filesystem(url)
+    try:
+        with fs.open(path, "r", encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise UsageError(
+            f"the verify job's report is not at {url}: on a runner whose workers do not share this "
+            "machine's disk, pass --temp_location or --report with a URL both can reach"
+        ) from None
+
+
+def _remove_scratch(scratch: str | None) -> None:
+    if scratch is None:
+        return
+    fs, path = storage.filesystem(scratch)
+    if fs.exists(path):
+        fs.rm(path, recursive=True)
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -100,27 +163,26 @@ def run(argv: list[str] | None = None) -> int:
         checksums, checksum_problems = read_checksums(output)
         config = VerifyConfig(output, stats.dtype, stats.eos_id, stats.vocab_size, stats.partitions, args.sample,
                               checksums)
-        units, launch_problems, rows = plan_units(output)
-        launch_problems += checksum_problems
+        removed, removal_problems = _removed_ids(output, args.removal_list)
+        units, launch_problems, rows = plan_units(output, removed)
+        launch_problems += checksum_problems + removal_problems
         if checksums is not None:
             launch_problems += [f"{layout.CHECKSUMS_NAME} names {rel}, which is not in the tree"
                                 for rel in sorted(set(checksums) - {u.rel_path for u in units})]
-        report_url = storage.normalize(args.report) if args.report else storage.join(
-            output, layout.TEMP_DIR_NAME, f"verify-{uuid.uuid4().hex[:8]}", "report.json")
         source = storage.normalize(args.input) if args.input else None
-        pipeline = beam.Pipeline(options=PipelineOptions(beam_args))
-        report = pipeline | "VerifyOutput" >> VerifyOutput(
-            config, units, launch_problems, stats, source, _removed_ids(output, args.removal_list))
-        report | "WriteReport" >> beam.Map(write_report, report_url)
-    pipeline.run().wait_until_finish()
-    fs, path = storage.filesystem(report_url)
-    with fs.open(path, "r", encoding="utf-8") as f:
-        result = json.load(f)
-    if not args.report:
-        fs.rm(path.rsplit("/", 1)[0], recursive=True)
-        temp_root = storage.filesystem(storage.join(output, layout.TEMP_DIR_NAME))[1]
-        if fs.isdir(temp_root) and not fs.ls(temp_root):
-            fs.rmdir(temp_root)
+        options = PipelineOptions(beam_args)
+        report_url, scratch = _report_place(args.report, options)
+        pipeline = beam.Pipeline(options=options)
+        (
+            pipeline
+            | "VerifyOutput" >> VerifyOutput(config, units, launch_problems, stats, source, frozenset(removed))
+            | "WriteReport" >> beam.Map(write_report, report_url)
+        )
+    try:
+        pipeline.run().wait_until_finish()
+        result = _read_report(report_url)
+    finally:
+        _remove_scratch(scratch)
     for problem in result["sample"]:
         print(f"  {problem}")
     if result["problems"] > MAX_REPORTED:
@@ -128,7 +190,7 @@ def run(argv: list[str] | None = None) -> int:
     compared = f", source compared on {'all' if args.sample >= 1 else f'{args.sample:.0%} of'} ids" if source else ""
     what = f"{result['files']} files, {result['documents']:,} documents, {result['tokens']:,} tokens{compared}"
     if result["problems"]:
-        print(f"verify: FAILED, {result['problems']} problems in {output} ({what})", flush=True)
+        print(f"verify: FAILED, {_problems(result['problems'])} in {output} ({what})", flush=True)
         return 1
     print(f"verify: OK, {output} ({what})", flush=True)
     return 0

@@ -12,10 +12,13 @@ Scaffold token ids: GPT-2 BPE 0..50255, EOT 50256, and the countdown token ``<ff
 
 A scaffold output tree (the ``pretokenize scaffold`` job) is
 
-    train/shard_000.bin ...   val/shard_000.bin ...   dataset_stats.txt (written last: the commit point)
+    train/shard_000.bin ...   val/shard_000.bin ...
+    checksums.sha256          sha256 of every shard, "HEX  train/shard_000.bin" (sha256sum's format)
+    dataset_stats.txt         written last: the commit point
 
 Besides the format this module holds the split hash, where documents go among a split's shards,
-the stats file, and ``check_llmc_shard`` / ``check_llmc_split``: the format checks a verifier runs.
+the stats file, and ``check_llmc_shard`` / ``check_llmc_split`` / ``check_llmc_tree``: the checks a
+verifier runs.
 Nothing here imports Beam.
 """
 
@@ -31,7 +34,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from shards import layout, storage
+from shards import layout, manifest, storage
 
 MAGIC = 20240520
 VERSION = 1
@@ -422,17 +425,28 @@ def _open_source(source):
     return open(path, "rb")
 
 
-def _feed_shard(source, checker: LlmcStreamChecker, where: str, block_tokens: int) -> tuple[list[str], int]:
-    """One shard's header checked and its body fed to ``checker``: (header/size problems, count).
-    The count is -1 when the header is unreadable (the body is then not checked)."""
+class ShardRead(NamedTuple):
+    problems: list[str]  # of the header and the size
+    count: int  # the header's token count; -1 when the header is unreadable (the body is not checked)
+    sha256: str  # of the whole file, header included
+
+
+def _feed_shard(source, checker: LlmcStreamChecker, where: str, block_tokens: int) -> ShardRead:
+    """One shard's header checked and its body fed to ``checker``, the file hashed on the way."""
+    digest = hashlib.sha256()
     with _open_source(source) as f:
+        header = f.read(HEADER_BYTES)
+        digest.update(header)
         try:
-            count = parse_header(f.read(HEADER_BYTES), where)
+            count = parse_header(header, where)
         except ValueError as e:
-            return [str(e)], -1
+            while data := f.read(block_tokens * TOKEN_DTYPE.itemsize):
+                digest.update(data)
+            return ShardRead([str(e)], -1, digest.hexdigest())
         body = 0
         tail = b""
         while data := f.read(block_tokens * TOKEN_DTYPE.itemsize):
+            digest.update(data)
             data = tail + data
             usable = len(data) - len(data) % TOKEN_DTYPE.itemsize
             tail = data[usable:]
@@ -440,8 +454,9 @@ def _feed_shard(source, checker: LlmcStreamChecker, where: str, block_tokens: in
             body += usable
         body += len(tail)
     if body != count * TOKEN_DTYPE.itemsize:
-        return [f"{where}: the header says {count} tokens, the file holds {body} bytes of tokens"], count
-    return [], count
+        return ShardRead([f"{where}: the header says {count} tokens, the file holds {body} bytes of tokens"], count,
+                         digest.hexdigest())
+    return ShardRead([], count, digest.hexdigest())
 
 
 def check_llmc_shard(
@@ -464,7 +479,7 @@ def check_llmc_shard(
     """
     where = name or _source_name(source)
     checker = LlmcStreamChecker(starts_document)
-    problems, _ = _feed_shard(source, checker, where, block_tokens)
+    problems = _feed_shard(source, checker, where, block_tokens).problems
     return problems + [f"{where}: {p}" for p in checker.problems(ends_document)]
 
 
@@ -473,6 +488,7 @@ class SplitScan(NamedTuple):
     files: int
     tokens: int  # as the headers declare
     documents: int  # EOT tokens found
+    sha256: tuple[str, ...] = ()  # of each file, in order
 
 
 def scan_llmc_split(
@@ -482,7 +498,8 @@ def scan_llmc_split(
     shard_tokens: int | None = None,
     block_tokens: int = CHECK_BLOCK_TOKENS,
 ) -> SplitScan:
-    """check_llmc_split's problems, with the split's file, token and document counts."""
+    """check_llmc_split's problems, with the split's file, token and document counts and each
+    file's sha256 (computed as the file is read for the checks: no second pass)."""
     names = [_source_name(s) for s in sources] if names is None else list(names)
     if len(names) != len(sources):
         raise ValueError("names and sources differ in length")
@@ -496,11 +513,12 @@ def scan_llmc_split(
         if index != i:
             problems.append(f"{name}: is shard {index}, expected shard {i} here (numbered 0, 1, ... without gaps)")
     checker = LlmcStreamChecker(starts_document=True)
-    counts = []
+    counts, digests = [], []
     for source, name in zip(sources, names, strict=True):
-        header_problems, count = _feed_shard(source, checker, name, block_tokens)
-        problems += header_problems
-        counts.append(count)
+        read = _feed_shard(source, checker, name, block_tokens)
+        problems += read.problems
+        counts.append(read.count)
+        digests.append(read.sha256)
     label = (posixpath.dirname(names[0].replace(os.sep, "/")) if names else "") or "split"
     problems += [f"{label}: {p}" for p in checker.problems(ends_document=True)]
     if counts and min(counts) >= 0:
@@ -510,7 +528,7 @@ def scan_llmc_split(
                 problems.append(f"{name}: holds {count} tokens; every shard but the last must hold {full}")
         if counts[-1] > full:
             problems.append(f"{names[-1]}: the last shard holds {counts[-1]} tokens, more than a full shard ({full})")
-    return SplitScan(problems, len(sources), sum(c for c in counts if c > 0), checker.documents)
+    return SplitScan(problems, len(sources), sum(c for c in counts if c > 0), checker.documents, tuple(digests))
 
 
 def check_llmc_split(
@@ -534,7 +552,9 @@ def check_llmc_tree(url: str, block_tokens: int = CHECK_BLOCK_TOKENS) -> list[st
 
     Its dataset_stats.txt must exist (the commit point) and parse; each split's shards pass
     check_llmc_split with the stats' shard_tokens; files, tokens and documents (sequences) per
-    split equal the stats'; kept + dropped documents equal the documents read.
+    split equal the stats'; kept + dropped documents equal the documents read; and every shard's
+    sha256 equals its line in checksums.sha256, which must exist and list every shard and
+    nothing else (a flipped BPE token passes every format check: only the checksum sees it).
     """
     url = storage.normalize(url)
     fs, root = storage.filesystem(url)
@@ -551,6 +571,7 @@ def check_llmc_tree(url: str, block_tokens: int = CHECK_BLOCK_TOKENS) -> list[st
     if stats.kept_documents + stats.dropped_documents != stats.raw_documents:
         problems.append(f"{layout.STATS_NAME}: {stats.raw_documents} documents read, but {stats.kept_documents} "
                         f"kept + {stats.dropped_documents} dropped")
+    digests: dict[str, str] = {}
     for split in SPLITS:
         split_dir = posixpath.join(root, split)
         listed = fs.glob(posixpath.join(split_dir, "*")) if fs.isdir(split_dir) else []
@@ -560,11 +581,32 @@ def check_llmc_tree(url: str, block_tokens: int = CHECK_BLOCK_TOKENS) -> list[st
         scan = scan_llmc_split([storage.unstrip(fs, p, url) for p in paths], names=names,
                                shard_tokens=stats.shard_tokens, block_tokens=block_tokens)
         problems += scan.problems
+        digests.update(zip(names, scan.sha256, strict=True))
         expected = stats.splits.get(split, SplitStats())
         for what, found, want in [("files", scan.files, expected.files), ("tokens", scan.tokens, expected.tokens),
                                   ("documents", scan.documents, expected.sequences)]:
             if found != want:
                 problems.append(f"{split}: {found} {what} on disk, the stats say {want}")
+    return problems + checksum_problems(fs, root, digests)
+
+
+def checksum_problems(fs, root: str, digests: dict[str, str]) -> list[str]:
+    """The shards' sha256 (``digests``, by relative path) against the tree's checksums.sha256."""
+    path = posixpath.join(root, layout.CHECKSUMS_NAME)
+    if not fs.exists(path):
+        return [f"{layout.CHECKSUMS_NAME}: missing: the shards' contents cannot be checked"]
+    try:
+        listed = manifest.parse_checksums(fs.cat_file(path).decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        return [f"{layout.CHECKSUMS_NAME}: unreadable: {e}"]
+    problems = []
+    for rel, digest in sorted(digests.items()):
+        if rel not in listed:
+            problems.append(f"{rel}: not listed in {layout.CHECKSUMS_NAME}")
+        elif listed[rel] != digest:
+            problems.append(f"{rel}: content differs from its sha256 in {layout.CHECKSUMS_NAME}")
+    problems += [f"{layout.CHECKSUMS_NAME} names {rel}, which is not in the tree"
+                 for rel in sorted(set(listed) - set(digests))]
     return problems
 
 

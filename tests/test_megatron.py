@@ -16,6 +16,7 @@ from test_reader import doc_tokens, llmc_doc, manifest_view, write_bucketed_tree
 
 from pipelines import bucketed, export, verify
 from shards import layout, llmc, manifest, megatron
+from shards import tree as ownership
 from shards.reader import IncompleteTreeError, open_tree
 
 # Megatron-LM's indexed dataset, as its format is described:
@@ -144,13 +145,13 @@ def test_the_tree_itself_is_untouched_and_still_verifies(tree_copy):
         for dirpath, _, names in os.walk(tree_copy):
             for name in names:
                 rel = os.path.relpath(os.path.join(dirpath, name), tree_copy)
-                if not rel.startswith("megatron" + os.sep):
+                if not rel.startswith("megatron" + os.sep) and rel != ownership.RECORD_NAME:
                     out[rel] = hashlib.sha256((tree_copy / rel).read_bytes()).hexdigest()
         return out
 
     before = tree_files()
     export.run(["megatron", "--output", str(tree_copy)])
-    assert tree_files() == before
+    assert tree_files() == before  # the record, which lists the export's files, is the one change
     assert verify.run(["--output", str(tree_copy), "--runner=FnApiRunner"]) == 0
 
 
@@ -159,6 +160,7 @@ def test_a_uint16_tree_is_exported_as_uint16(tmp_path):
     docs = [(f"d{i}", doc_tokens(rng, 10 + i, eos=50256, high=50000)) for i in range(5)]
     write_bucketed_tree(tmp_path, {"1024/p00_00000.npy": docs[:2], "1024/p01_00000.npy": docs[2:]},
                         eos=50256, dtype="uint16", vocab_size=50257)
+    (tmp_path / ownership.RECORD_NAME).write_text(ownership.TreeRecord("bucketed").to_json())  # ours
     export.export_megatron(open_tree(str(tmp_path)))
     code, read = read_megatron_dataset(str(tmp_path / "megatron" / "1024" / "p01_00000"))
     assert code == 8 and [d.tolist() for d in read] == [t.tolist() for _, t in docs[2:]]
@@ -173,6 +175,7 @@ def test_llmc_shards_are_indexed_past_their_header(tmp_path):
     write_llmc(tmp_path / "train" / "shard_001.bin", stream[cut:])
     write_llmc(tmp_path / "val" / "shard_000.bin", llmc_doc(3, rng))
     (tmp_path / layout.STATS_NAME).write_text("scaffold test tree\n")
+    (tmp_path / ownership.RECORD_NAME).write_text(ownership.TreeRecord("scaffold").to_json())
     export.export_megatron(open_tree(str(tmp_path)))
     first_code, first = read_megatron_dataset(str(tmp_path / "megatron" / "train" / "shard_000"))
     _, second = read_megatron_dataset(str(tmp_path / "megatron" / "train" / "shard_001"))

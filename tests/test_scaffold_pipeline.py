@@ -16,7 +16,7 @@ import pytest
 from conftest import GPT2_RANKS, REPO, tree_hashes
 
 from pipelines import cli, decode, scaffold
-from shards import layout, llmc
+from shards import layout, llmc, tree
 from shards.llmc import ScaffoldStats
 from transforms.records import UsageError
 from transforms.scaffold import annotate, format_annotated
@@ -126,8 +126,8 @@ def test_sample_shards_match_an_independent_derivation(sample_run):
     assert stats.raw_documents == 64 and stats.drops == {"too_many_words": 1}
     assert stats.kept_documents == 63 and stats.countdown_mismatches == 1
     on_disk = set(tree_hashes(out))
-    assert on_disk == {layout.STATS_NAME} | {f"{s}/shard_{i:03d}.bin" for s in llmc.SPLITS
-                                             for i in range(stats.splits[s].files)}
+    assert on_disk == {layout.STATS_NAME, layout.CHECKSUMS_NAME, tree.RECORD_NAME} | {
+        f"{s}/shard_{i:03d}.bin" for s in llmc.SPLITS for i in range(stats.splits[s].files)}
     with open(out / layout.STATS_NAME, encoding="utf-8") as f:
         assert ScaffoldStats.from_text(f.read()) == stats
 
@@ -296,7 +296,8 @@ def test_order_ranges_and_reruns_do_not_change_the_bytes(tmp_path, gpt2_spec):
     assert tree_hashes(tmp_path / "r1") == tree_hashes(tmp_path / "r64")
     # Re-running into a used output replaces it: shards the new run does not write are removed.
     run_job(ANNOTATED, tmp_path / "r1", gpt2_spec, "--shard-tokens", "100000", "--val-fraction", "0.1")
-    assert sorted(tree_hashes(tmp_path / "r1")) == [layout.STATS_NAME, "train/shard_000.bin", "val/shard_000.bin"]
+    assert sorted(tree_hashes(tmp_path / "r1")) == sorted(
+        [tree.RECORD_NAME, layout.CHECKSUMS_NAME, layout.STATS_NAME, "train/shard_000.bin", "val/shard_000.bin"])
     run_job(ANNOTATED, tmp_path / "r1", gpt2_spec, *flags, "--order-ranges", "8")
     assert tree_hashes(tmp_path / "r1") == tree_hashes(tmp_path / "r64")
 
@@ -361,8 +362,6 @@ def test_fsspec_urls_end_to_end(gpt2_spec):
 
 def test_the_hand_written_ids_are_gpt2s():
     """The ids the tests write by hand are GPT-2's: check a few against the ranks file's bytes."""
-    if not GPT2_RANKS.is_file():
-        pytest.skip("no offline GPT-2 ranks")
     table = {}
     for line in GPT2_RANKS.read_bytes().splitlines():
         token, rank = line.split()
@@ -375,5 +374,5 @@ def test_when_every_document_is_dropped_only_the_stats_are_written(tmp_path, gpt
     write_jsonl(tmp_path / "in.jsonl", [{"id": "a", "content-ff": " "}, {"id": "b", "content-ff": "<ff_0>"}])
     stats = run_job(tmp_path / "in.jsonl", tmp_path / "out", gpt2_spec)
     assert stats.drops == {"no_words": 2} and stats.total_files == 0
-    assert sorted(tree_hashes(tmp_path / "out")) == [layout.STATS_NAME]
+    assert sorted(tree_hashes(tmp_path / "out")) == sorted([tree.RECORD_NAME, layout.CHECKSUMS_NAME, layout.STATS_NAME])
     assert llmc.check_llmc_tree(str(tmp_path / "out")) == []

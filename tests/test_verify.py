@@ -148,24 +148,130 @@ def test_unfinished_tree_fails_without_running(damaged, capsys):
     assert code == 1 and "the tree is not finished" in text
 
 
-def test_verify_checks_a_scaffold_tree_too(tmp_path, capsys, gpt2_spec):
+@pytest.fixture(scope="module")
+def scaffold_tree(tmp_path_factory, gpt2_spec):
     from conftest import REPO
 
     from pipelines import scaffold
-    from shards import llmc
 
-    out = tmp_path / "scaffold"
+    out = tmp_path_factory.mktemp("vscaffold") / "out"
     scaffold.run(["--input", str(REPO / "tests" / "data" / "scaffold" / "por_annotated.jsonl"), "--output", str(out),
                   "--tokenizer", gpt2_spec, "--shard-tokens", "4000", *RUNNER])
+    return out
+
+
+@pytest.fixture
+def scaffold_copy(scaffold_tree, tmp_path):
+    copy = tmp_path / "scaffold"
+    shutil.copytree(scaffold_tree, copy)
+    return copy
+
+
+def scaffold_tokens(shard) -> tuple[bytes, np.ndarray]:
+    from shards import llmc
+
+    data = shard.read_bytes()
+    return data[: llmc.HEADER_BYTES], np.frombuffer(data[llmc.HEADER_BYTES:], dtype="<u2").copy()
+
+
+def test_verify_checks_a_scaffold_tree_too(scaffold_copy, capsys):
+    out = scaffold_copy
     code, text = run_verify(out, capsys)
     assert code == 0 and "verify: OK" in text and "scaffold" in text
     shard = out / "train" / "shard_000.bin"
-    data = bytearray(shard.read_bytes())
-    tokens = np.frombuffer(bytes(data[llmc.HEADER_BYTES:]), dtype="<u2").copy()
+    header, tokens = scaffold_tokens(shard)
     tokens[0] = 100  # the first document no longer starts with a countdown token
-    shard.write_bytes(bytes(data[: llmc.HEADER_BYTES]) + tokens.tobytes())
+    shard.write_bytes(header + tokens.tobytes())
     code, text = run_verify(out, capsys)
     assert code == 1 and "verify: FAILED" in text and "countdown" in text
+
+
+def test_the_scaffold_job_writes_a_sha256sum_file_of_its_shards(scaffold_tree):
+    import hashlib
+
+    lines = (scaffold_tree / layout.CHECKSUMS_NAME).read_text().splitlines()
+    shards = sorted(f"{s}/{p.name}" for s in ("train", "val") for p in (scaffold_tree / s).iterdir())
+    assert len(shards) >= 3
+    assert lines == [f"{hashlib.sha256((scaffold_tree / rel).read_bytes()).hexdigest()}  {rel}" for rel in shards]
+
+
+def test_a_flipped_bpe_token_in_a_scaffold_shard_is_caught_by_its_checksum(scaffold_copy, capsys):
+    from shards import llmc
+
+    shard = scaffold_copy / "train" / "shard_001.bin"
+    header, tokens = scaffold_tokens(shard)
+    at = int(np.flatnonzero(tokens < llmc.GPT2_EOT - 1)[5])
+    tokens[at] += 1  # another BPE id: every format check still passes
+    shard.write_bytes(header + tokens.tobytes())
+    assert llmc.check_llmc_split([str(p) for p in sorted((scaffold_copy / "train").iterdir())]) == []
+    code, text = run_verify(scaffold_copy, capsys)
+    assert code == 1, text
+    assert "train/shard_001.bin: content differs from its sha256 in checksums.sha256" in text
+    assert "verify: FAILED, 1 problem in" in text
+
+
+def test_scaffold_checksums_must_list_every_shard_and_only_shards(scaffold_copy, capsys):
+    sums = scaffold_copy / layout.CHECKSUMS_NAME
+    lines = sums.read_text().splitlines()
+    dropped = lines.pop(0).split("  ", 1)[1]
+    sums.write_text("\n".join(lines + ["0" * 64 + "  val/shard_009.bin"]) + "\n")
+    code, text = run_verify(scaffold_copy, capsys)
+    assert code == 1
+    assert f"{dropped}: not listed in checksums.sha256" in text
+    assert "checksums.sha256 names val/shard_009.bin, which is not in the tree" in text
+
+
+def test_a_missing_checksum_file_is_a_problem_in_both_kinds_of_tree(damaged, scaffold_copy, capsys):
+    _, out = damaged
+    # Without the checksums a flipped token would pass: the file is required.
+    path = out / first_file(out)
+    data = np.fromfile(path, dtype="<u4")
+    data[1] = data[1] + 1 if data[1] + 1 != EOS else data[1] + 2
+    data.tofile(path)
+    for tree in (out, scaffold_copy):
+        (tree / layout.CHECKSUMS_NAME).unlink()
+        code, text = run_verify(tree, capsys)
+        assert code == 1, text
+        assert "checksums.sha256: missing: the shards' contents cannot be checked" in text
+
+
+BAD_LINES = [
+    json.dumps(finepdfs_row("v-null", None)),  # a null text: null_field
+    '{"id": "v-broken", "text": "cut off',  # not JSON: invalid_json
+    json.dumps(finepdfs_row("v|pipe", "An id the manifest cannot hold. " * 5)),  # bad_id
+]
+
+
+def test_a_tree_written_with_on_bad_record_skip_verifies_against_its_source(tmp_path, capsys):
+    good = [json.dumps(r) for r in ROWS[:8]]
+    src = tmp_path / "bad.jsonl"
+    src.write_text("\n".join(good[:3] + BAD_LINES + good[3:]) + "\n", encoding="utf-8")
+    out = tmp_path / "out"
+    stats = bucketed.run(["--input", str(src), "--output", str(out), "--partitions", "2",
+                          "--on-bad-record", "skip", *RUNNER])
+    assert stats.drops == {"null_field": 1, "invalid_json": 1, "bad_id": 1}
+    code, text = run_verify(out, capsys, "--input", str(src))
+    assert code == 0, text
+    assert "8 documents" in text
+
+    # The stats must count what the input holds: one more null_field than there is is a problem.
+    stats_path = out / layout.STATS_NAME
+    original = stats_path.read_text()
+    assert "raw_documents: 11" in original
+    stats_path.write_text(original.replace("null_field | 1", "null_field | 2").replace("raw_documents: 11",
+                                                                                       "raw_documents: 12"))
+    code, text = run_verify(out, capsys, "--input", str(src))
+    assert code == 1
+    assert "dataset_stats.txt: 2 documents dropped as null_field, but the input holds 1 such bad records" in text
+    assert "verify: FAILED, 1 problem in" in text
+
+    # And a bad record the stats do not count (one more line that is not JSON) is one too.
+    more = tmp_path / "more.jsonl"
+    more.write_text(src.read_text() + "not json at all\n", encoding="utf-8")
+    stats_path.write_text(original)
+    code, text = run_verify(out, capsys, "--input", str(more))
+    assert code == 1
+    assert "dataset_stats.txt: 1 documents dropped as invalid_json, but the input holds 2 such bad records" in text
 
 
 def test_an_input_with_a_repeated_id_verifies_against_the_copy_the_job_kept(tmp_path, capsys):

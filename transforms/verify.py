@@ -8,11 +8,17 @@ lists the bucket directories; each file is then one unit of work:
     documents   each one's length inside its bucket's bounds, ending with exactly one EOS and
                 holding no other, every id below the vocabulary size
     pairing     no file without manifest rows, no manifest row without its file
+    contents    each file's sha256 equal to its line in checksums.sha256 (a missing checksum
+                file is a problem: without it a changed token would pass)
+    removals    no stored id that the tree's removals.txt (or a --removal-list) says is removed
     stats       documents, tokens and files per bucket equal to the manifest's; read = kept + dropped
 
 With ``--input``, the source documents are read again, filtered with the settings the stats
 record, tokenized with the tokenizer they name, and compared id for id with what is stored (all
-of them, or a stable ``--sample`` fraction of ids).
+of them, or a stable ``--sample`` fraction of ids). Records the job could not have stored (bad
+records: null fields, bad ids, lines that are not JSON, ...) are skipped and counted by reason;
+the counts must equal the stats' drop rows for those reasons, as a run with ``--on-bad-record
+skip`` wrote them (a run with ``fail`` would have stopped: its stats have none).
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import dataclasses
 import hashlib
 import json
 import posixpath
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import NamedTuple
 
 import apache_beam as beam
@@ -29,11 +35,18 @@ import numpy as np
 
 from shards import layout, manifest, storage
 from shards.manifest import DatasetStats
+from transforms.filter import DROP_REASONS as FILTER_REASONS
 from transforms.filter import LidFilterConfig, drop_reason
 from transforms.read import ReadConfig, ReadDocuments
+from transforms.records import DROPPED
+from transforms.removal import REMOVED
 from transforms.tokenize import TokenizeDocuments, TokenizerConfig
+from transforms.write import DUPLICATE_ID
 
 MAX_REPORTED = 1000
+# The bucketed job's drop reasons that are not bad records; every other reason in its stats is one
+# (null_field, bad_id, invalid_json, ...: what ReadDocuments skips under on_bad_record="skip").
+NOT_BAD_RECORD_REASONS = frozenset(FILTER_REASONS) | {REMOVED, DUPLICATE_ID}
 
 
 class FileUnit(NamedTuple):
@@ -75,8 +88,13 @@ class ManifestScan:
     rows: int
 
 
-def scan_manifest(output: str) -> ManifestScan:
-    """Where each file's rows are in the manifest, and the problems of its structure."""
+def scan_manifest(output: str, removed: Mapping[str, str] | None = None) -> ManifestScan:
+    """Where each file's rows are in the manifest, and the problems of its structure.
+
+    ``removed`` maps ids that must not be stored to the list that says so (``removals.txt``, a
+    ``--removal-list``): each row holding one is a problem naming the id and its file.
+    """
+    removed = removed or {}
     fs, root = storage.filesystem(output)
     path = posixpath.join(root, layout.MANIFEST_NAME)
     units: dict[str, tuple[int, int]] = {}
@@ -94,12 +112,14 @@ def scan_manifest(output: str) -> ManifestScan:
         for raw in f:
             line_no += 1
             try:
-                rel, _, _ = manifest.parse_row(raw.decode("utf-8"))
+                rel, doc_id, _ = manifest.parse_row(raw.decode("utf-8"))
             except (ValueError, UnicodeDecodeError) as e:
                 problems.append(f"{layout.MANIFEST_NAME} line {line_no}: {e}")
                 pos += len(raw)
                 continue
             rows += 1
+            if doc_id in removed:
+                problems.append(f"{rel}: id {doc_id} is stored, but {removed[doc_id]} lists it as removed")
             if rel != current:
                 if current is not None:
                     units[current] = (start, pos)
@@ -127,19 +147,20 @@ def list_shard_files(output: str) -> set[str]:
 
 
 def read_checksums(output: str) -> tuple[dict[str, str] | None, list[str]]:
-    """The tree's checksums (None when it has none: trees of earlier versions) and their problems."""
+    """The tree's checksums (None when they cannot be read) and their problems. A missing file is
+    one: every finished tree has it, and without it no content check would run."""
     fs, root = storage.filesystem(output)
     path = posixpath.join(root, layout.CHECKSUMS_NAME)
     if not fs.exists(path):
-        return None, []
+        return None, [f"{layout.CHECKSUMS_NAME}: missing: the shards' contents cannot be checked"]
     try:
         return manifest.parse_checksums(fs.cat_file(path).decode("utf-8")), []
     except (ValueError, UnicodeDecodeError) as e:
         return None, [f"{layout.CHECKSUMS_NAME}: unreadable: {e}"]
 
 
-def plan_units(output: str) -> tuple[list[FileUnit], list[str], int]:
-    scan = scan_manifest(output)
+def plan_units(output: str, removed: Mapping[str, str] | None = None) -> tuple[list[FileUnit], list[str], int]:
+    scan = scan_manifest(output, removed)
     on_disk = list_shard_files(output)
     names = sorted(set(scan.units) | on_disk)
     units = [
@@ -254,6 +275,22 @@ def stats_problems(stats: DatasetStats, summaries: list[FileSummary]) -> list[st
     return problems
 
 
+def bad_record_problems(stats: DatasetStats, found: Mapping[str, int]) -> list[str]:
+    """The stats' drops for bad records against the bad records found in the input, by reason.
+
+    A run with --on-bad-record skip dropped and counted each; one with fail would have stopped
+    on the first, so its stats have none and neither may the input.
+    """
+    reasons = set(found) | {r for r in stats.drops if r not in NOT_BAD_RECORD_REASONS}
+    problems = []
+    for reason in sorted(reasons):
+        want, got = stats.drops.get(reason, 0), found.get(reason, 0)
+        if want != got:
+            problems.append(f"{layout.STATS_NAME}: {want} documents dropped as {reason}, "
+                            f"but the input holds {got} such bad records")
+    return problems
+
+
 def compare_with_source(element, removed_ids: frozenset[str]):
     """Problems of one id after the stored and the re-tokenized sides are joined."""
     doc_id, sides = element
@@ -275,7 +312,11 @@ def compare_with_source(element, removed_ids: frozenset[str]):
 
 
 class VerifyOutput(beam.PTransform):
-    """Checks the tree; yields one report dict (problems counted, a sorted sample of them, totals)."""
+    """Checks the tree; yields one report dict (problems counted, a sorted sample of them, totals).
+
+    ``removed_ids`` are ids not expected in the source comparison (the launcher reports those
+    that are stored among ``launch_problems``, see scan_manifest).
+    """
 
     def __init__(self, config: VerifyConfig, units: list[FileUnit], launch_problems: list[str],
                  stats: DatasetStats, input_pattern: str | None = None, removed_ids: frozenset[str] = frozenset()):
@@ -283,7 +324,8 @@ class VerifyOutput(beam.PTransform):
         self._config, self._units, self._launch = config, units, launch_problems
         self._stats, self._input, self._removed = stats, input_pattern, removed_ids
         if input_pattern:
-            self._read = ReadDocuments(ReadConfig(input_pattern))
+            # Bad records are skipped and counted, as the job did under --on-bad-record skip.
+            self._read = ReadDocuments(ReadConfig(input_pattern, on_bad_record="skip"))
             self._tokenizer = TokenizerConfig(spec=stats.tokenizer, dtype=stats.dtype)
             self._tokenizer.load()
 
@@ -310,7 +352,14 @@ class VerifyOutput(beam.PTransform):
         if self._input:
             lid = LidFilterConfig(stats.language, stats.lid_threshold, stats.min_token_count)
             config = self._config
-            source = (pbegin | "ReadInput" >> self._read).docs
+            read = pbegin | "ReadInput" >> self._read
+            source = read.docs
+            problem_sets.append(
+                read[DROPPED]
+                | "CountBadRecords" >> beam.combiners.Count.PerElement()
+                | "CollectBadRecords" >> beam.combiners.ToDict()
+                | "CheckBadRecords" >> beam.FlatMap(lambda found: bad_record_problems(stats, found))
+            )
             expected = (
                 source
                 | "SelectSample" >> beam.Filter(lambda d: config.sampled(d.id) and drop_reason(d, lid) is None)

@@ -38,6 +38,7 @@ shard's (at most its documents + 1), plus a read buffer of 64 MB.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import posixpath
 from collections.abc import Iterable, Iterator
@@ -45,10 +46,11 @@ from typing import NamedTuple
 
 import apache_beam as beam
 
-from shards import layout, llmc, storage
+from shards import layout, llmc, storage, tree
 from shards.llmc import ScaffoldStats, SplitStats
+from shards.manifest import format_checksums
 from transforms.progress import Progress
-from transforms.publish import UnaccountedDocumentsError, commit, replace_files
+from transforms.publish import UnaccountedDocumentsError, commit, mark_publishing, replace_files
 from transforms.records import DROPPED, DocRef
 from transforms.scaffold import COUNTS, DocumentCounts, ScaffoldTokens, sum_counts
 from transforms.write import (  # noqa: F401 - _INJECTED: tests read the injected failures here too
@@ -272,13 +274,15 @@ class StagedShard(NamedTuple):
     index: int
     tokens: int
     rel_path: str
+    sha256: str = ""  # of the whole file, header included, computed as it was written
 
 
 def write_shard(
     split: str, index: int, pieces: Iterable[tuple[int, DocRef]], placement: Placement, config: LlmcShardConfig,
     fs=None,
 ) -> StagedShard:
-    """One shard: header, then its pieces in position order streamed from the spill files."""
+    """One shard: header, then its pieces in position order streamed from the spill files (hashed
+    on the way, for checksums.sha256)."""
     if fs is None:
         fs, _ = storage.filesystem(config.output)
     lengths = placement.shard_lengths(split, config.shard_tokens)
@@ -295,17 +299,21 @@ def write_shard(
     _, staged = storage.filesystem(config.staged_url)
     reader = _SpillReader(fs, ITEMSIZE)
     out = _AtomicFile(fs, posixpath.join(staged, rel_path))
+    digest = hashlib.sha256()
     try:
-        out.file.write(llmc.make_header(expected))
+        header = llmc.make_header(expected)
+        out.file.write(header)
+        digest.update(header)
         for _, data in reader.stream([piece for _, piece in ordered]):
             out.file.write(data)
+            digest.update(data)
         out.commit()
     except BaseException:
         out.abort()
         raise
     finally:
         reader.close()
-    return StagedShard(split, index, expected, rel_path)
+    return StagedShard(split, index, expected, rel_path, digest.hexdigest())
 
 
 class PlaceDocumentsFn(beam.DoFn):
@@ -480,16 +488,20 @@ def publish(
     """Move a run's staged shards into place; dataset_stats.txt last, as the commit point.
 
     Every step can be repeated, so a retried publish finishes the job: (1) check and compute the
-    stats, (2) remove the old dataset_stats.txt, (3) delete shards of an earlier run that this run
-    does not write, (4) move the staged shards to their names, (5) write dataset_stats.txt,
-    (6) remove the run's temporary directory (spill files, staging).
+    stats, (2) remove the old dataset_stats.txt, (3) delete the files the tree's ownership record
+    lists that this run does not write (shards/tree.py: nothing else is ever touched), (4) move
+    the staged shards to their names, (5) write checksums.sha256, then dataset_stats.txt, (6)
+    remove the run's temporary directory (spill files, staging).
     """
     stats = compute_stats(staged, raw_documents, drops, counts, settings, config)
     fs, root = storage.filesystem(config.output)
+    mark_publishing(config)
     final_stats = posixpath.join(root, layout.STATS_NAME)
     if fs.exists(final_stats):
         fs.rm(final_stats)
-    replace_files(config, {s.rel_path for s in staged}, [f"{split}/shard_*.bin" for split in llmc.SPLITS])
+    replace_files(config, "scaffold", {s.rel_path for s in staged})
+    sums = format_checksums({s.rel_path: s.sha256 for s in staged})
+    tree.write_file(config.output, layout.CHECKSUMS_NAME, sums.encode())
     commit(config, stats.to_text())
     log.info("published %d files, %d documents to %s", stats.total_files, stats.kept_documents, config.output)
     return stats
