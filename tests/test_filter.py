@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import apache_beam as beam
+import numpy as np
+import pyarrow as pa
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
 from conftest import fnapi_pipeline
 
 from transforms.filter import FilterLanguage, LidFilterConfig, drop_reason
+from transforms.read import column_values
 from transforms.records import Document
 
 
@@ -45,6 +48,14 @@ def test_other_language_and_threshold():
     assert drop_reason(doc(language="por_Latn", lid="por_Latn", score=0.5, count=10), config) is None
     assert drop_reason(doc(), config) == "language"
     assert drop_reason(doc(language="por_Latn", lid="por_Latn", count=9), config) == "token_count"
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_a_score_at_the_threshold_is_kept_in_its_columns_precision(dtype):
+    # float32(0.9) is 0.89999998 in float64: compared as such, the threshold itself would be dropped.
+    at = dtype(0.9)
+    scores = column_values(pa.array(np.array([np.nextafter(at, dtype(0)), at, np.nextafter(at, dtype(1))])))
+    assert [drop_reason(doc(score=s), CONFIG) for s in scores] == ["lid_score", None, None]
 
 
 @pytest.mark.parametrize("kwargs", [{"threshold": 1.5}, {"threshold": float("nan")}, {"language": ""},

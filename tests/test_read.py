@@ -2,18 +2,33 @@
 
 from __future__ import annotations
 
+import bz2
+import codecs
 import gzip
 import json
+import lzma
 
 import apache_beam as beam
 import fsspec
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import zstandard
 from apache_beam.testing.util import assert_that, equal_to
 from conftest import finepdfs_row, fnapi_pipeline
 
-from transforms.read import ReadConfig, ReadDocuments, expand_pattern, plan_input
+from transforms.read import (
+    JSON_VALUES_SUFFIXES,
+    JSONL_SUFFIXES,
+    ReadConfig,
+    ReadDocuments,
+    column_values,
+    expand_pattern,
+    open_json_file,
+    plan_input,
+    read_unit,
+)
 from transforms.records import BadInputError, Document
 
 ROWS = [
@@ -155,3 +170,155 @@ def test_ids_the_manifest_cannot_hold_fail_naming_the_row(tmp_path, bad_id, prob
     path.write_text(json.dumps(ROWS[0]) + "\n" + json.dumps(finepdfs_row(bad_id, "t")) + "\n")
     with pytest.raises(Exception, match=rf"ids\.jsonl line 2: id .*{problem}"):
         _read(str(path))
+
+
+# --- which files a pattern names -------------------------------------------------------------------
+
+def _touch(root, *names):
+    for name in names:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(b"")
+
+
+@pytest.mark.parametrize(
+    "pattern, found",
+    [
+        ("data[1].parquet", ["data[1].parquet"]),  # as a glob it would name data1.parquet
+        ("runs[2024]", ["runs[2024]/a.parquet", "runs[2024]/day1/x.parquet", "runs[2024]/day[1]/c.parquet"]),
+        ("runs[2024]/*.parquet", ["runs[2024]/a.parquet"]),
+        ("runs[2024]/?.parquet", ["runs[2024]/a.parquet"]),
+        ("data[12].parquet", ["data1.parquet"]),  # no such file: a glob
+        ("runs[0-9]*/*.parquet", ["runs2/b.parquet"]),
+        ("runs[2024]/day[1]/*.parquet", ["runs[2024]/day[1]/c.parquet"]),
+        ("runs[2024]/.cache[1]/*.parquet", ["runs[2024]/.cache[1]/d.parquet"]),  # the root: not skipped
+    ],
+)
+def test_a_path_that_exists_is_taken_as_written(tmp_path, pattern, found):
+    _touch(tmp_path, "data[1].parquet", "data1.parquet", "runs[2024]/a.parquet", "runs2/b.parquet",
+           "runs[2024]/day[1]/c.parquet", "runs[2024]/day1/x.parquet", "runs[2024]/.cache[1]/d.parquet")
+    assert expand_pattern(str(tmp_path / pattern)) == [str(tmp_path / f) for f in found]
+
+
+SPARK_LIKE = ["part-0.parquet", "sub/part-1.jsonl", ".part-0.parquet.crc", ".part-2.parquet", "_SUCCESS",
+              "_committed_1.parquet", "_temporary/0/part-3.parquet", ".hidden/part-4.parquet",
+              "sub/_temporary/part-5.parquet", "sub/x_y.parquet", "sub/a.b.parquet"]
+
+
+@pytest.mark.parametrize("pattern", ["in", "in/**", "in/**/*.*", "in/*/*.parquet"])
+def test_names_starting_with_a_dot_or_underscore_below_the_root_are_skipped(tmp_path, pattern):
+    _touch(tmp_path / "in", *SPARK_LIKE)
+    expected = {"in": ["part-0.parquet", "sub/a.b.parquet", "sub/part-1.jsonl", "sub/x_y.parquet"],
+                "in/**": ["part-0.parquet", "sub/a.b.parquet", "sub/part-1.jsonl", "sub/x_y.parquet"],
+                "in/**/*.*": ["part-0.parquet", "sub/a.b.parquet", "sub/part-1.jsonl", "sub/x_y.parquet"],
+                "in/*/*.parquet": ["sub/a.b.parquet", "sub/x_y.parquet"]}[pattern]
+    assert expand_pattern(str(tmp_path / pattern)) == [str(tmp_path / "in" / f) for f in expected]
+
+
+def test_a_hidden_root_or_a_hidden_file_named_in_full_is_read(tmp_path):
+    _touch(tmp_path, "_out/.cache/a.parquet", "_out/.cache/_b.parquet", "_out/.cache/.c.parquet")
+    assert expand_pattern(str(tmp_path / "_out" / ".cache")) == [str(tmp_path / "_out/.cache/a.parquet")]
+    assert expand_pattern(str(tmp_path / "_out/.cache/*.parquet")) == [str(tmp_path / "_out/.cache/a.parquet")]
+    assert expand_pattern(str(tmp_path / "_out/.cache/.c.parquet")) == [str(tmp_path / "_out/.cache/.c.parquet")]
+
+
+def test_a_pattern_that_names_only_skipped_files_says_so(tmp_path):
+    _touch(tmp_path, "in/_temporary/a.parquet", "in/.b.parquet")
+    with pytest.raises(BadInputError, match=r"matches no input files \(2 skipped: a name on their path starts"):
+        expand_pattern(str(tmp_path / "in"))
+
+
+def test_hidden_names_are_skipped_on_an_fsspec_filesystem():
+    fs = fsspec.filesystem("memory")
+    for name in ("a.parquet", "_temporary/b.parquet", ".c.parquet"):
+        fs.pipe_file(f"/hiddentest/in/{name}", b"")
+    assert expand_pattern("memory://hiddentest/in") == ["memory:///hiddentest/in/a.parquet"]
+    assert expand_pattern("memory://hiddentest/in/**/*.parquet") == ["memory:///hiddentest/in/a.parquet"]
+
+
+# --- JSON suffixes and compression -----------------------------------------------------------------
+
+COMPRESS = {".gz": gzip.compress, ".zst": zstandard.compress, ".bz2": bz2.compress, ".xz": lzma.compress}
+
+
+def test_every_json_base_goes_with_every_compression():
+    bases, compressions = (".jsonl", ".ndjson", ".json"), ("", ".gz", ".zst", ".bz2", ".xz")
+    assert sorted(JSONL_SUFFIXES) == sorted(b + c for b in bases for c in compressions)
+    assert sorted(JSON_VALUES_SUFFIXES) == sorted(".json" + c for c in compressions)
+
+
+@pytest.mark.parametrize("ext", sorted(COMPRESS))
+def test_compressed_files_read_whole_and_empty_ones_read_empty(tmp_path, ext):
+    data = b"".join(json.dumps(r).encode() + b"\n" for r in ROWS) * 500
+    whole = tmp_path / f"whole.jsonl{ext}"
+    whole.write_bytes(COMPRESS[ext](data[:1000]) + COMPRESS[ext](data[1000:]))  # two frames/members/streams
+    empty = tmp_path / f"empty.jsonl{ext}"
+    empty.write_bytes(b"")
+    with open_json_file(str(whole)) as f:
+        assert b"".join(f) == data  # line by line, as JSON lines are read
+    with open_json_file(str(empty)) as f:
+        assert list(f) == []
+
+
+@pytest.mark.parametrize("ext", sorted(COMPRESS))
+@pytest.mark.parametrize("damage", ["truncated", "not_compressed"])
+def test_a_file_that_cannot_be_decompressed_is_bad_input_naming_it(tmp_path, ext, damage):
+    data = b"".join(json.dumps(r).encode() + b"\n" for r in ROWS) * 500
+    path = tmp_path / f"bad.json{ext}"
+    path.write_bytes(COMPRESS[ext](data)[:-20] if damage == "truncated" else data)
+    name = {".gz": "gzip", ".zst": "zstd", ".bz2": "bz2", ".xz": "xz"}[ext]
+    message = "is truncated" if damage == "truncated" else f"is not valid {name} data"
+    # Both jobs' ways of reading a .json file: as JSON lines (bucketed), as JSON text (scaffold).
+    for config in (ReadConfig(str(path)), ReadConfig(str(path), with_lid=False, json_values=True)):
+        with pytest.raises(BadInputError, match=f"{path}: {message}") as info:
+            [doc for unit in plan_input(config) for doc in read_unit(unit, config)]
+        assert info.value.reason is None  # a damaged file stops the job even under --on-bad-record skip
+
+
+def test_a_bom_before_the_first_json_line_is_not_part_of_it(tmp_path):
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(codecs.BOM_UTF8 + "".join(json.dumps(r) + "\n" for r in ROWS).encode())
+    with fnapi_pipeline() as p:
+        docs = (p | ReadDocuments(ReadConfig(str(path)))).docs
+        assert_that(docs, equal_to(_expected(str(path))))
+
+
+# --- column types and values ------------------------------------------------------------------------
+
+def test_narrow_floats_read_as_the_decimal_written():
+    values = pa.array(np.array([0.9, 0.1, np.nan, np.inf, 1.0], dtype=np.float32))
+    assert column_values(values)[:2] == [0.9, 0.1] and column_values(values)[4] == 1.0
+    assert np.isnan(column_values(values)[2]) and column_values(values)[3] == float("inf")
+    assert column_values(pa.array([0.9, None], type=pa.float32())) == [0.9, None]
+    assert column_values(pa.array(np.array([0.9], dtype=np.float16))) == [0.9]
+    assert column_values(pa.array([0.9], type=pa.float32()).dictionary_encode()) == [0.9]
+    assert column_values(pa.array([0.8999999999999999])) == [0.8999999999999999]  # float64 unchanged
+
+
+@pytest.mark.parametrize("encode", ["dictionary", "string_view", "large_string"])
+def test_dictionary_view_and_large_string_columns_read_like_strings(tmp_path, encode):
+    if encode == "string_view" and not hasattr(pa, "string_view"):
+        pytest.skip("this pyarrow has no string_view")
+    table = pa.Table.from_pylist(ROWS)
+    for name in ("id", "text", "language", "page_average_lid"):
+        column = table.column(name)
+        column = (column.dictionary_encode() if encode == "dictionary"
+                  else column.cast(pa.string_view() if encode == "string_view" else pa.large_string()))
+        table = table.set_column(table.schema.get_field_index(name), name, column)
+    path = tmp_path / "encoded.parquet"
+    pq.write_table(table, path, row_group_size=2)
+    assert str(pq.read_schema(path).field("text").type) != "string"
+    with fnapi_pipeline() as p:
+        docs = (p | ReadDocuments(ReadConfig(str(path)))).docs
+        assert_that(docs, equal_to(_expected(str(path))))
+
+
+@pytest.mark.parametrize("score", [1.5, -0.1, float("nan"), float("inf"), float("-inf")])
+def test_a_lid_score_outside_0_1_is_a_bad_record(tmp_path, score):
+    path = tmp_path / "scores.parquet"
+    _write_parquet(path, ROWS + [finepdfs_row("d", "text", page_average_lid_score=score)])
+    with pytest.raises(Exception, match=rf"scores\.parquet row 3: 'page_average_lid_score' is {score}, expected"):
+        _read(str(path))
+    with fnapi_pipeline() as p:
+        read = p | ReadDocuments(ReadConfig(str(path), on_bad_record="skip"))
+        assert_that(read.docs | beam.Map(lambda d: d.id), equal_to(["a", "b", "c"]), label="Docs")
+        assert_that(read.dropped, equal_to(["bad_lid_score"]), label="Dropped")

@@ -7,6 +7,10 @@ All conditions are required, checked in this order (the first that fails is the 
     page_average_lid_score >= T        else "lid_score"       (a null score fails too)
     token_count >= min_token_count     else "token_count"     (a null count fails too)
     text is not empty                  else "empty_text"      (it would be a lone EOS)
+
+The score is compared as ReadDocuments read it: a number within [0, 1] (any other, NaN included,
+is a bad record there, ``bad_lid_score``), and a float32 score as the decimal it was written as.
+So a float32 column's 0.9 passes T = 0.9, and the float32 just below it (0.8999999) does not.
 """
 
 from __future__ import annotations

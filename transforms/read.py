@@ -5,20 +5,56 @@ read and its schema checked, and the work is cut into units (a parquet row group
 JSONL file). So a missing column or a file that is not parquet fails the launch with a message
 naming the file, before any worker starts and before anything is written. Workers then stream
 their unit in small record batches and read only the columns the job needs.
+
+Which files a pattern names (``expand_pattern``):
+
+1. A path that exists is taken as written, even with ``*``, ``?`` or ``[`` in its name
+   (``data[1].parquet``, ``runs[2024]/``). Only a path that does not exist is a glob; in it too,
+   a directory name that exists as written (``runs[2024]/*.parquet``) is not a wildcard.
+2. A directory stands for every file below it with a known suffix.
+3. Below the directory, or below a glob's root (the directories before its first wildcard), a
+   file is skipped when any name on its path from there starts with ``.`` or ``_``: hidden files,
+   ``.crc`` checksums, Spark's and Hadoop's ``_temporary/``, ``_SUCCESS``, ``_committed_*``. A
+   file named in full is read whatever its name.
+
+What a value is read as:
+
+- JSON files are ``.jsonl``, ``.ndjson`` or ``.json``, each plain or compressed as ``.gz``,
+  ``.zst``, ``.bz2`` or ``.xz``. A file that cannot be decompressed (truncated, or not in the
+  format its suffix says) stops the job with a BadInputError naming it, whatever
+  ``on_bad_record`` says: its records cannot be told apart from the damage.
+- A UTF-8 byte order mark at the start of a JSON lines file is not part of the first record.
+- A float32 (or float16) value is read as the shortest decimal that rounds to it in its own
+  precision: the number the writer wrote. So a float32 ``page_average_lid_score`` of 0.9 is read
+  as 0.9 (not 0.8999999761581421) and passes a threshold of 0.9; the float32 just below it is
+  read as 0.8999999 and does not.
+- Text and id columns may be plain, large, view (``string_view``) or dictionary-encoded strings.
+- A ``page_average_lid_score`` outside [0, 1] (NaN and infinities included) is a bad record,
+  ``bad_lid_score``: it is no probability, so no threshold can judge it.
 """
 
 from __future__ import annotations
 
+import bz2
+import codecs
+import contextlib
 import dataclasses
+import gzip
+import io
 import json
 import logging
+import lzma
+import posixpath
+import zlib
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import NamedTuple
+from typing import BinaryIO, NamedTuple
 
 import apache_beam as beam
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import zstandard
 
 from shards import storage
 from shards.manifest import has_lone_surrogate, id_problem
@@ -28,15 +64,20 @@ from transforms.records import DROPPED, BadInputError, BadRecord, Document
 log = logging.getLogger(__name__)
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
-JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".jsonl.bz2", ".jsonl.xz", ".json", ".json.gz", ".ndjson")
+# Compression suffix -> its name in messages ("" for none).
+COMPRESSIONS = {"": "", ".gz": "gzip", ".zst": "zstd", ".bz2": "bz2", ".xz": "xz"}
+JSON_BASES = (".jsonl", ".ndjson", ".json")
+JSONL_SUFFIXES = tuple(base + ext for base in JSON_BASES for ext in COMPRESSIONS)
 # Read as JSON text, not JSON lines, when ReadConfig.json_values is set.
-JSON_VALUES_SUFFIXES = (".json", ".json.gz")
+JSON_VALUES_SUFFIXES = tuple(".json" + ext for ext in COMPRESSIONS)
+GLOB_CHARS = "*?["
+LID_SCORE = "page_average_lid_score"
 
 # Each field the jobs can read: (field name, the record attribute, the kind of value it must hold).
 LID_FIELDS: tuple[tuple[str, str], ...] = (
     ("language", "string"),
     ("page_average_lid", "string"),
-    ("page_average_lid_score", "number"),
+    (LID_SCORE, "number"),
     ("token_count", "integer"),
 )
 
@@ -55,7 +96,7 @@ class ReadConfig:
     json_values: bool = False
     # What a record the job cannot use does: "fail" stops the job naming it, "skip" drops and
     # counts it under its reason (invalid_utf8, invalid_json, not_an_object, missing_field,
-    # null_field, wrong_type, bad_id).
+    # null_field, wrong_type, bad_id, bad_lid_score).
     on_bad_record: str = "fail"
 
     def __post_init__(self):
@@ -109,23 +150,59 @@ def _file_kind(path: str) -> str | None:
 
 
 def expand_pattern(pattern: str) -> list[str]:
-    """The input files a glob, a file or a directory names, sorted; a BadInputError when none."""
+    """The input files a file, a directory or a glob names, sorted; a BadInputError when none.
+
+    The rules are numbered in the module docstring: a path that exists is taken as written, and
+    names starting with '.' or '_' below a directory or a glob's root are skipped.
+    """
     url = storage.normalize(pattern)
     fs, path = storage.filesystem(url)
     if fs.isdir(path):
-        found = [p for p in fs.find(path) if _file_kind(p)]
-    elif any(c in path for c in "*?["):
-        found = [p for p in fs.glob(path) if not fs.isdir(p)]
+        root, found = path, [p for p in fs.find(path) if _file_kind(p)]
+    elif fs.exists(path):
+        return [storage.unstrip(fs, path, url)]
     else:
-        found = [path] if fs.exists(path) else []
-    if not found:
-        raise BadInputError(pattern, "matches no input files")
-    return sorted(storage.unstrip(fs, p, url) for p in found)
+        root, glob = _glob_root(fs, path)
+        found = [p for p, info in fs.glob(glob, detail=True).items() if info.get("type") != "directory"]
+    kept = [p for p in found if not _hidden_below(root, p)]
+    skipped = len(found) - len(kept)
+    if skipped:
+        log.info("input: skipped %d files under %s whose path has a name starting with '.' or '_'", skipped, root)
+    if not kept:
+        why = f" ({skipped} skipped: a name on their path starts with '.' or '_')" if skipped else ""
+        raise BadInputError(pattern, f"matches no input files{why}")
+    return sorted(storage.unstrip(fs, p, url) for p in kept)
+
+
+def _glob_root(fs, path: str) -> tuple[str, str]:
+    """(the directory before the first wildcard, the glob to expand), for a path that does not exist.
+
+    A name holding glob characters that exists as written is part of the root, escaped in the glob.
+    """
+    parts = path.split("/")
+    glob = list(parts)
+    for i, part in enumerate(parts):
+        if any(c in part for c in GLOB_CHARS):
+            if i == len(parts) - 1 or not fs.exists("/".join(parts[: i + 1])):
+                return "/".join(parts[:i]), "/".join(glob)
+            glob[i] = "".join(f"[{c}]" if c in GLOB_CHARS else c for c in part)
+    return posixpath.dirname(path), "/".join(glob)
+
+
+def _hidden_below(root: str, path: str) -> bool:
+    """Whether a name on ``path`` below ``root`` starts with '.' or '_'."""
+    below = path[len(root):] if path.startswith(root) else posixpath.basename(path)
+    return any(name.startswith((".", "_")) for name in below.split("/") if name)
+
+
+_STRING_TYPES = {pa.string(), pa.large_string()} | ({pa.string_view()} if hasattr(pa, "string_view") else set())
 
 
 def _arrow_kind_ok(arrow_type: pa.DataType, kind: str) -> bool:
+    if pa.types.is_dictionary(arrow_type):
+        return _arrow_kind_ok(arrow_type.value_type, kind)
     if kind == "string":
-        return pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type)
+        return arrow_type in _STRING_TYPES
     if kind == "id":
         return _arrow_kind_ok(arrow_type, "string") or pa.types.is_integer(arrow_type)
     if kind == "number":
@@ -151,7 +228,8 @@ def _is_json_text(path: str) -> bool:
 def _plan_file(path: str, config: ReadConfig) -> list[InputUnit]:
     kind = _file_kind(path)
     if kind is None:
-        raise BadInputError(path, f"unknown file type; expected one of {PARQUET_SUFFIXES + JSONL_SUFFIXES}")
+        known = f"{', '.join(JSON_BASES)}, plain or {', '.join(filter(None, COMPRESSIONS))}"
+        raise BadInputError(path, f"unknown file type; expected {' or '.join(PARQUET_SUFFIXES)}, or {known}")
     fs, fs_path = storage.filesystem(path)
     fingerprint = file_fingerprint(fs, fs_path)
     if kind == "jsonl":
@@ -217,6 +295,10 @@ def _make_document(values: dict, config: ReadConfig, path: str, row: int, where:
     if config.with_lid:
         for name, kind in LID_FIELDS:
             lid[name] = _check_value(values.get(name), kind, where, name, nullable=True)
+        score = lid[LID_SCORE]
+        if score is not None and not 0.0 <= score <= 1.0:  # NaN fails the comparison too
+            raise BadInputError(where, f"{LID_SCORE!r} is {score}, expected a number within [0, 1]",
+                                reason="bad_lid_score")
     return Document(id=doc_id, text=text, source=path, row=row, **lid)
 
 
@@ -225,6 +307,21 @@ def _bad(error: BadInputError, config: ReadConfig) -> BadRecord:
     if error.reason is None or config.on_bad_record != "skip":
         raise error
     return BadRecord(error.reason, error.where, error.problem)
+
+
+_NARROW_FLOATS = {pa.float16(): np.float16, pa.float32(): np.float32}
+
+
+def column_values(column: pa.Array) -> list:
+    """A column's values as Python objects; a float16 or float32 value as the shortest decimal that
+    rounds to it in its own precision (float32 0.9 is 0.9, not 0.8999999761581421)."""
+    if pa.types.is_dictionary(column.type):
+        column = column.dictionary_decode()
+    narrow = _NARROW_FLOATS.get(column.type)
+    if narrow is None:
+        return column.to_pylist()
+    # str() of a numpy float16/float32 is the shortest decimal that reads back as the same value.
+    return [None if v is None else float(str(narrow(v))) for v in column.to_pylist()]
 
 
 def read_parquet_unit(unit: InputUnit, config: ReadConfig) -> Iterator[Document | BadRecord]:
@@ -236,7 +333,7 @@ def read_parquet_unit(unit: InputUnit, config: ReadConfig) -> Iterator[Document 
             pf = pq.ParquetFile(f)
             check_parquet_schema(unit.path, pf.schema_arrow, config.fields())
             for batch in pf.iter_batches(batch_size=config.batch_rows, row_groups=[unit.row_group], columns=columns):
-                cols = {name: batch.column(name).to_pylist() for name in columns}
+                cols = {name: column_values(batch.column(name)) for name in columns}
                 for i in range(batch.num_rows):
                     values = {name: cols[name][i] for name in columns}
                     try:
@@ -248,12 +345,109 @@ def read_parquet_unit(unit: InputUnit, config: ReadConfig) -> Iterator[Document 
         raise BadInputError(f"{unit.path} row group {unit.row_group}", f"cannot be read ({e})") from None
 
 
-def read_jsonl_unit(unit: InputUnit, config: ReadConfig) -> Iterator[Document | BadRecord]:
-    import fsspec
+class _ZstdReader(io.RawIOBase):
+    """The bytes of zstd frames one after another, and an EOFError when the data ends inside a frame.
 
+    zstandard's own stream_reader returns what it has when its input ends mid-frame, and stops at
+    the end of the first frame: a truncated file, or one of several frames (pzstd, ``cat a.zst
+    b.zst``), would read as a shorter file without a word.
+    """
+
+    def __init__(self, raw: BinaryIO, chunk_bytes: int = 1 << 16):
+        self._raw = raw
+        self._chunk = chunk_bytes
+        self._dctx = zstandard.ZstdDecompressor()
+        self._frame = None  # the decompressor of the frame being read; None between frames
+        self._out = b""
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        while self._pos == len(self._out):
+            data = self._raw.read(self._chunk)
+            if not data:
+                if self._frame is not None:
+                    raise EOFError("the zstd data ends inside a frame")
+                return 0
+            self._out, self._pos = self._decompress(data), 0
+        n = min(len(buffer), len(self._out) - self._pos)
+        buffer[:n] = self._out[self._pos:self._pos + n]
+        self._pos += n
+        return n
+
+    def _decompress(self, data: bytes) -> bytes:
+        out = []
+        while data:
+            if self._frame is None:
+                self._frame = self._dctx.decompressobj()
+            out.append(self._frame.decompress(data))
+            if not self._frame.eof:
+                break
+            data, self._frame = self._frame.unused_data, None
+        return b"".join(out)
+
+
+_DECOMPRESSORS = {
+    "gzip": lambda raw: gzip.GzipFile(fileobj=raw, mode="rb"),
+    "zstd": lambda raw: io.BufferedReader(_ZstdReader(raw), buffer_size=1 << 16),
+    "bz2": lambda raw: bz2.BZ2File(raw, mode="rb"),
+    "xz": lambda raw: lzma.LZMAFile(raw, mode="rb"),
+}
+
+
+def _compression(path: str) -> str:
+    """The name of the compression ``path``'s suffix says ("" for none)."""
+    lower = path.lower()
+    return next((name for ext, name in COMPRESSIONS.items() if ext and lower.endswith(ext)), "")
+
+
+def _is_decompression_error(error: Exception) -> bool:
+    """Whether a decompressor rejected its data. An OSError that carries an errno is the system's
+    (a disk, a network): it is left as it is, for the runner to retry. Others (gzip's BadGzipFile,
+    bz2's "Invalid data stream") are about the data."""
+    if isinstance(error, (EOFError, zlib.error, lzma.LZMAError, zstandard.ZstdError)):
+        return True
+    return isinstance(error, OSError) and error.errno is None
+
+
+@contextlib.contextmanager
+def open_json_file(path: str) -> Iterator[BinaryIO]:
+    """The bytes of a JSON file, decompressed as its suffix says.
+
+    Data that cannot be decompressed (a truncated file, a file not in its suffix's format) raises
+    a BadInputError naming the file. It has no reason: a damaged file is not a record to skip.
+    An empty file is empty whatever its suffix (bz2 and xz would call it truncated, gzip and zstd
+    would not), as a parquet file without rows adds nothing.
+    """
+    fs, fs_path = storage.filesystem(path)
+    compression = _compression(path)
+    with fs.open(fs_path, "rb") as raw:
+        empty = not raw.read(1)
+        raw.seek(0)
+        if empty or not compression:
+            yield raw
+            return
+        try:
+            with _DECOMPRESSORS[compression](raw) as f:
+                yield f
+        except Exception as e:
+            if not _is_decompression_error(e):
+                raise
+            if isinstance(e, EOFError):
+                problem = f"is truncated (its {compression} data ends before the end-of-stream marker)"
+            else:
+                problem = f"is not valid {compression} data ({e})"
+            raise BadInputError(path, problem) from None
+
+
+def read_jsonl_unit(unit: InputUnit, config: ReadConfig) -> Iterator[Document | BadRecord]:
     # Binary lines, decoded one at a time, so a bad byte is reported with its line number.
-    with fsspec.open(unit.path, "rb", compression="infer") as f:
+    with open_json_file(unit.path) as f:
         for line_no, raw in enumerate(f, start=1):
+            if line_no == 1 and raw.startswith(codecs.BOM_UTF8):
+                raw = raw[len(codecs.BOM_UTF8):]  # a byte order mark, as some Windows tools write
             if not raw.strip():
                 continue
             try:
@@ -384,9 +578,7 @@ class _JsonText:
 
 def read_json_unit(unit: InputUnit, config: ReadConfig) -> Iterator[Document | BadRecord]:
     """Documents of a .json file: one object, an array of objects, or objects one after another."""
-    import fsspec
-
-    with fsspec.open(unit.path, "rb", compression="infer") as f:
+    with open_json_file(unit.path) as f:
         for index, obj in enumerate(_JsonText(f, unit.path).values()):
             try:
                 yield _object_document(obj, config, unit.path, index, f"{unit.path} record {index + 1}")
