@@ -31,7 +31,7 @@ from shards.manifest import DatasetStats
 from shards.removal import REMOVALS_NAME
 from transforms.filter import DROPPED, FilterLanguage, LidFilterConfig
 from transforms.publish import PublishOutput, StatsSettings
-from transforms.read import CountRecords, ReadConfig, ReadDocuments
+from transforms.read import RECORDS, CountRecords, ReadConfig, ReadDocuments
 from transforms.removal import MATCHED, DropRemoved
 from transforms.surgery import JOURNAL_DIR, load_journal
 from transforms.tokenize import TokenizeDocuments, TokenizerConfig
@@ -143,20 +143,20 @@ def build(pipeline: beam.Pipeline, options: BucketedOptions, run_id: str | None 
     )
 
     read_result = pipeline | "ReadDocuments" >> read
-    docs = read_result.docs
-    raw = (docs, read_result[DROPPED]) | "CountDocuments" >> CountRecords()
+    batches = read_result.docs
+    raw = read_result[RECORDS] | "CountDocuments" >> CountRecords()
     drops = [read_result[DROPPED]]
     removal_found = None
     if removal is not None:
-        removed = docs | "DropRemoved" >> removal
-        docs = removed.kept
+        removed = batches | "DropRemoved" >> removal
+        batches = removed.kept
         drops.append(removed[DROPPED])
         removal_found = (
             removed[MATCHED]
             | "DistinctRemovedIds" >> beam.Distinct()
             | "CountRemovedIds" >> beam.combiners.Count.Globally()
         )
-    filtered = docs | "FilterLanguage" >> FilterLanguage(lid)
+    filtered = batches | "FilterLanguage" >> FilterLanguage(lid)
     drops.append(filtered[DROPPED])
     written = (
         filtered.kept
@@ -164,8 +164,7 @@ def build(pipeline: beam.Pipeline, options: BucketedOptions, run_id: str | None 
         | "WriteShards" >> WriteShards(shards)
     )
     drops.append(written[DROPPED])
-    all_drops = drops | "CollectDropReasons" >> beam.Flatten()
-    return written.groups | "PublishOutput" >> PublishOutput(shards, settings, raw, all_drops, removal_found)
+    return written.groups | "PublishOutput" >> PublishOutput(shards, settings, raw, tuple(drops), removal_found)
 
 
 def read_stats(output: str) -> DatasetStats:

@@ -19,7 +19,12 @@ import dataclasses
 import math
 
 import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
+from transforms.core.batches import DocBatch
+from transforms.core.drops import Drops
 from transforms.records import DROPPED, Document
 
 DROP_REASONS = ("language", "page_average_lid", "lid_score", "token_count", "empty_text")
@@ -56,36 +61,64 @@ def drop_reason(doc: Document, config: LidFilterConfig) -> str | None:
     return None
 
 
+def drop_masks(table: pa.RecordBatch, config: LidFilterConfig) -> dict[str, np.ndarray]:
+    """For each reason, the documents of a batch dropped for it (the first condition each fails),
+    computed on the batch's Arrow columns at once; drop_reason is the same rule for one document."""
+    def failing(condition) -> np.ndarray:  # a null compares as failing
+        return ~pc.fill_null(condition, False).to_numpy(zero_copy_only=False)
+
+    alive = np.ones(table.num_rows, dtype=bool)
+    masks = {}
+    checks = (
+        ("language", lambda: pc.equal(table.column("language"), config.language)),
+        ("page_average_lid", lambda: pc.equal(table.column("page_average_lid"), config.language)),
+        ("lid_score", lambda: pc.greater_equal(table.column("page_average_lid_score"), config.threshold)),
+        ("token_count", lambda: pc.greater_equal(table.column("token_count"), config.min_token_count)),
+        ("empty_text", lambda: pc.greater(pc.binary_length(table.column("text")), 0)),
+    )
+    for reason, condition in checks:
+        masks[reason] = failing(condition()) & alive
+        alive &= ~masks[reason]
+    return masks
+
+
 class FilterLanguageFn(beam.DoFn):
     def __init__(self, config: LidFilterConfig):
         self._config = config
         self._kept = beam.metrics.Metrics.counter("pretokenize", "documents_kept_by_filter")
-        self._dropped = {r: beam.metrics.Metrics.counter("pretokenize", f"dropped_{r}") for r in DROP_REASONS}
 
-    def process(self, doc: Document):
-        reason = drop_reason(doc, self._config)
-        if reason is None:
-            self._kept.inc()
-            yield doc
-        else:
-            self._dropped[reason].inc()
-            yield beam.pvalue.TaggedOutput(DROPPED, reason)
+    def setup(self):
+        self._drops = Drops()
+
+    def process(self, batch: DocBatch):
+        masks = drop_masks(batch.table, self._config)
+        dropped = np.zeros(batch.size, dtype=bool)
+        for reason in DROP_REASONS:
+            n = int(masks[reason].sum())
+            if n:
+                dropped |= masks[reason]
+                yield self._drops(reason, n)
+        kept = batch.size - int(dropped.sum())
+        self._kept.inc(kept)
+        if kept:
+            yield batch.filter(pa.array(~dropped)) if kept < batch.size else batch
 
 
 class FilterLanguage(beam.PTransform):
-    """Splits documents into the kept ones (main output) and drop reasons (output ``dropped``).
+    """Splits DocBatches into the kept documents (main output, DocBatches) and ``(reason, n)``
+    drops (output ``dropped``).
 
     Example::
 
-        result = docs | "FilterLanguage" >> FilterLanguage(LidFilterConfig("eng_Latn", 0.9))
-        kept, reasons = result.kept, result.dropped
+        result = batches | "FilterLanguage" >> FilterLanguage(LidFilterConfig("eng_Latn", 0.9))
+        kept, drops = result.kept, result.dropped
     """
 
     def __init__(self, config: LidFilterConfig):
         super().__init__()
         self._config = config
 
-    def expand(self, docs):
-        return docs | "CheckLanguage" >> beam.ParDo(FilterLanguageFn(self._config)).with_outputs(
+    def expand(self, batches):
+        return batches | "CheckLanguage" >> beam.ParDo(FilterLanguageFn(self._config)).with_outputs(
             DROPPED, main="kept"
         )

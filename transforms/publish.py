@@ -31,6 +31,7 @@ import apache_beam as beam
 
 from shards import layout, storage, tree
 from shards.manifest import MANIFEST_HEADER, BucketStats, DatasetStats, format_checksums
+from transforms.core.drops import CountDrops
 from transforms.write import RunPaths, ShardConfig, ShardGroup
 
 log = logging.getLogger(__name__)
@@ -235,8 +236,8 @@ class PublishFn(beam.DoFn):
 class PublishOutput(beam.PTransform):
     """ShardGroups in; publishes once all are staged and yields the DatasetStats.
 
-    ``raw_documents`` is a PCollection of one count, ``drop_reasons`` one reason string per dropped
-    document, ``removal_found`` (optional) one count of the removal-list ids seen in the input.
+    ``raw_documents`` is a PCollection of one count, ``drop_reasons`` a tuple of PCollections of
+    ``(reason, n)`` pairs, ``removal_found`` (optional) one count of the removal-list ids seen.
     """
 
     def __init__(self, config: ShardConfig, settings: StatsSettings, raw_documents, drop_reasons, removal_found=None):
@@ -248,7 +249,7 @@ class PublishOutput(beam.PTransform):
         self._removal_found = removal_found
 
     def expand(self, groups):
-        drop_counts = self._drops | "CountDropReasons" >> beam.combiners.Count.PerElement()
+        drop_counts = tuple(self._drops) | "CountDropReasons" >> CountDrops()
         side = {}
         if self._removal_found is not None:
             side["removal_found"] = beam.pvalue.AsSingleton(self._removal_found)

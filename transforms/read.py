@@ -53,11 +53,14 @@ from typing import BinaryIO, NamedTuple
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import zstandard
 
 from shards import storage
 from shards.manifest import has_lone_surrogate, id_problem
+from transforms.core.batches import DocBatch
+from transforms.core.drops import Drops
 from transforms.progress import Progress
 from transforms.records import DROPPED, BadInputError, BadRecord, Document
 
@@ -594,43 +597,203 @@ def read_unit(unit: InputUnit, config: ReadConfig) -> Iterator[Document]:
     return read_jsonl_unit(unit, config)
 
 
+# Documents a batch holds at most, and the text bytes a parquet batch aims at: a batch is the unit
+# every later step works on, so it is large enough to make a Beam element's cost small, and small
+# enough that a worker holds a few of them at once.
+BATCH_DOCS = 4096
+BATCH_TEXT_BYTES = 16 << 20
+
+# Anything that might be an id problem (manifest.id_problem says exactly): a '|' or a line break
+# anywhere, or a first or last character that is not an ASCII letter or digit. The rows it flags
+# go through the exact per-row check; an id it does not flag has no problem.
+_SUSPECT_ID = r"[|\r\n\x0b\x0c\x1c\x1d\x1e\x{85}\x{2028}\x{2029}]|^[^A-Za-z0-9]|[^A-Za-z0-9]$"
+
+
+def _string_column(column: pa.Array) -> pa.Array:
+    if pa.types.is_dictionary(column.type):
+        column = column.dictionary_decode()
+    if column.type not in (pa.string(), pa.large_string()):
+        column = column.cast(pa.large_string() if pa.types.is_large_string(column.type) else pa.string())
+    return column
+
+
+def _score_column(column: pa.Array) -> pa.Array:
+    """float64 scores; a float16 or float32 score as the decimal it was written as (column_values)."""
+    if pa.types.is_dictionary(column.type):
+        column = column.dictionary_decode()
+    if column.type in _NARROW_FLOATS:
+        narrow = column.to_numpy(zero_copy_only=False).astype(_NARROW_FLOATS[column.type])
+        decimal = narrow.astype(str).astype(np.float64)  # numpy's shortest round-trip repr, in C
+        return pa.array(decimal, pa.float64(), mask=column.is_null().to_numpy(zero_copy_only=False))
+    return column.cast(pa.float64())
+
+
+def arrow_batch(batch: pa.RecordBatch, config: ReadConfig, first_row: int) -> pa.RecordBatch | None:
+    """The columns the jobs read, normalized (``row``, ``id``, ``text``, and the LID fields), or
+    None when a row might be a bad record: the caller then checks that batch row by row."""
+    ids = batch.column(config.id_field)
+    if pa.types.is_dictionary(ids.type):
+        ids = ids.dictionary_decode()
+    ids = ids.cast(pa.string()) if pa.types.is_integer(ids.type) else _string_column(ids)
+    text = _string_column(batch.column(config.text_field))
+    if ids.null_count or text.null_count:
+        return None
+    try:
+        text.validate(full=True)
+        ids.validate(full=True)
+    except pa.ArrowInvalid:  # invalid UTF-8: the row-by-row path names the row
+        return None
+    if pc.any(pc.match_substring_regex(ids, _SUSPECT_ID)).as_py():
+        return None
+    columns = {"row": pa.array(np.arange(first_row, first_row + batch.num_rows, dtype=np.int64)), "id": ids,
+               "text": text}
+    if config.with_lid:
+        for name, kind in LID_FIELDS:
+            column = batch.column(name)
+            if kind == "string":
+                column = _string_column(column)
+            elif kind == "number":
+                column = _score_column(column)
+                valid = pc.and_kleene(pc.greater_equal(column, 0.0), pc.less_equal(column, 1.0))
+                if not pc.all(pc.or_kleene(valid, pc.is_null(column, nan_is_null=False))).as_py():
+                    return None  # out of [0, 1] or NaN
+            else:
+                column = column.cast(pa.int64())
+            columns[name] = column
+    return pa.RecordBatch.from_pydict(columns)
+
+
+def documents_batch(source: str, docs: Sequence[Document], with_lid: bool) -> DocBatch:
+    """A DocBatch of Documents read row by row (JSON input, and parquet batches that needed it)."""
+    columns = {
+        "row": pa.array([d.row for d in docs], pa.int64()),
+        "id": pa.array([d.id for d in docs], pa.string()),
+        "text": pa.array([d.text for d in docs], pa.large_string()),
+    }
+    if with_lid:
+        columns["language"] = pa.array([d.language for d in docs], pa.string())
+        columns["page_average_lid"] = pa.array([d.page_average_lid for d in docs], pa.string())
+        columns[LID_SCORE] = pa.array([d.page_average_lid_score for d in docs], pa.float64())
+        columns["token_count"] = pa.array([d.token_count for d in docs], pa.int64())
+    return DocBatch(source, pa.RecordBatch.from_pydict(columns))
+
+
+def _parquet_batch_rows(pf: pq.ParquetFile, row_group: int, text_field: str) -> int:
+    """Rows per batch so that a batch holds about BATCH_TEXT_BYTES of text."""
+    meta = pf.metadata.row_group(row_group)
+    rows = max(meta.num_rows, 1)
+    names = [meta.column(i).path_in_schema for i in range(meta.num_columns)]
+    text_bytes = meta.column(names.index(text_field)).total_uncompressed_size if text_field in names else 0
+    return int(min(BATCH_DOCS, max(16, BATCH_TEXT_BYTES * rows // max(text_bytes, 1))))
+
+
+def read_parquet_batches(unit: InputUnit, config: ReadConfig) -> Iterator[DocBatch | BadRecord]:
+    fs, fs_path = storage.filesystem(unit.path)
+    columns = [name for name, _ in config.fields()]
+    row = unit.first_row
+    try:
+        with fs.open(fs_path, "rb") as f:
+            pf = pq.ParquetFile(f)
+            check_parquet_schema(unit.path, pf.schema_arrow, config.fields())
+            size = _parquet_batch_rows(pf, unit.row_group, config.text_field)
+            for batch in pf.iter_batches(batch_size=size, row_groups=[unit.row_group], columns=columns):
+                table = arrow_batch(batch, config, row)
+                if table is not None:
+                    yield DocBatch(unit.path, table)
+                else:
+                    yield from _rows_one_by_one(batch, config, unit.path, row)
+                row += batch.num_rows
+    except (pa.ArrowInvalid, pa.ArrowIOError) as e:
+        raise BadInputError(f"{unit.path} row group {unit.row_group}", f"cannot be read ({e})") from None
+
+
+def _rows_one_by_one(batch: pa.RecordBatch, config: ReadConfig, path: str, row: int) -> Iterator:
+    """A parquet batch checked row by row: the exact message and reason of each bad record."""
+    columns = [name for name, _ in config.fields()]
+    cols = {name: column_values(batch.column(name)) for name in columns}
+    docs = []
+    for i in range(batch.num_rows):
+        try:
+            docs.append(_make_document({name: cols[name][i] for name in columns}, config, path, row + i,
+                                       f"{path} row {row + i}"))
+        except BadInputError as e:
+            yield _bad(e, config)
+    if docs:
+        yield documents_batch(path, docs, config.with_lid)
+
+
+def _batched(items: Iterator[Document | BadRecord], source: str, with_lid: bool) -> Iterator[DocBatch | BadRecord]:
+    docs, size = [], 0
+    for item in items:
+        if isinstance(item, BadRecord):
+            yield item
+            continue
+        docs.append(item)
+        size += len(item.text)
+        if len(docs) >= BATCH_DOCS or size >= BATCH_TEXT_BYTES:
+            yield documents_batch(source, docs, with_lid)
+            docs, size = [], 0
+    if docs:
+        yield documents_batch(source, docs, with_lid)
+
+
+def read_batches(unit: InputUnit, config: ReadConfig) -> Iterator[DocBatch | BadRecord]:
+    """The unit's documents in DocBatches, and its bad records (only under on_bad_record="skip")."""
+    if unit.kind == "parquet":
+        return read_parquet_batches(unit, config)
+    return _batched(read_unit(unit, config), unit.path, config.with_lid)
+
+
+RECORDS = "records"
+
+
 class ReadUnitFn(beam.DoFn):
+    """An input unit in; DocBatches out, ``(reason, n)`` per kind of bad record skipped, and the
+    number of records read (documents and bad records) to output ``records``."""
+
     def __init__(self, config: ReadConfig):
         self._config = config
         self._docs = beam.metrics.Metrics.counter("pretokenize", "documents_read")
-        self._bad = beam.metrics.Metrics.counter("pretokenize", "bad_records_skipped")
 
     def setup(self):
         self._progress = Progress("read")
+        self._drops = Drops()
         self._reported = 0
 
     def process(self, unit: InputUnit):
         check_unchanged(unit)
-        for item in read_unit(unit, self._config):
+        bad: dict[str, int] = {}
+        records = 0
+        for item in read_batches(unit, self._config):
             if isinstance(item, BadRecord):
-                self._bad.inc()
+                bad[item.reason] = bad.get(item.reason, 0) + 1
+                records += 1
                 if self._reported < 20:
                     self._reported += 1
                     log.warning("skipping a bad record (%s): %s: %s", item.reason, item.where, item.problem)
-                yield beam.pvalue.TaggedOutput(DROPPED, item.reason)
                 continue
-            self._docs.inc()
-            self._progress.add(documents=1, chars=len(item.text))
+            n = item.size
+            records += n
+            self._docs.inc(n)
+            self._progress.add(documents=n, bytes=pc.sum(pc.binary_length(item.table.column("text"))).as_py() or 0)
             yield item
         # Checked again at the end: a file rewritten while it was read must not go into the output.
         check_unchanged(unit)
+        for reason, n in sorted(bad.items()):
+            yield self._drops(reason, n)
+        yield beam.pvalue.TaggedOutput(RECORDS, records)
 
 
 class ReadDocuments(beam.PTransform):
-    """Documents from ``config.pattern``, in units planned (and checked) at construction time.
+    """DocBatches from ``config.pattern``, in units planned (and checked) at construction time.
 
-    Outputs: ``docs`` (Documents) and ``dropped`` (the reason of each record skipped under
-    ``on_bad_record="skip"``).
+    Outputs: ``docs`` (DocBatches), ``dropped`` (``(reason, n)`` of records skipped under
+    ``on_bad_record="skip"``) and ``records`` (records read per unit: sum them for the raw count).
 
     Example::
 
         read = pipeline | "ReadDocuments" >> ReadDocuments(ReadConfig("data/*.parquet"))
-        docs, bad = read.docs, read.dropped
+        batches, bad, records = read.docs, read.dropped, read.records
     """
 
     def __init__(self, config: ReadConfig):
@@ -644,23 +807,13 @@ class ReadDocuments(beam.PTransform):
             pbegin
             | "ListInputUnits" >> beam.Create(self.units)
             | "SpreadInputUnits" >> beam.Reshuffle()
-            | "ReadUnits" >> beam.ParDo(ReadUnitFn(self._config)).with_outputs(DROPPED, main="docs")
+            | "ReadUnits" >> beam.ParDo(ReadUnitFn(self._config)).with_outputs(DROPPED, RECORDS, main="docs")
         )
 
 
 class CountRecords(beam.PTransform):
-    """(documents, skipped bad records) in; the number of records read, one element, out.
+    """ReadDocuments' ``records`` output in; the number of records read, one element, out. Every
+    record counts, the skipped ones too, so that read = written + dropped can be checked."""
 
-    Every record counts, the skipped ones too, so that read = written + dropped can be checked.
-
-    Example::
-
-        read = pipeline | ReadDocuments(config)
-        raw = (read.docs, read.dropped) | "CountDocuments" >> CountRecords()
-    """
-
-    def expand(self, pcolls):
-        # One small value per record into the Flatten, never the records: a Flatten of outputs of a
-        # fused stage is materialized by the FnApiRunner, and that would hold every document's text.
-        ones = [pc | f"OnePerRecord{i}" >> beam.Map(lambda _: 1) for i, pc in enumerate(pcolls)]
-        return ones | "AllRecords" >> beam.Flatten() | "Count" >> beam.combiners.Count.Globally()
+    def expand(self, records):
+        return records | "SumRecords" >> beam.CombineGlobally(sum)

@@ -11,10 +11,13 @@ job can count the listed ids that never appeared in the input.
 from __future__ import annotations
 
 import apache_beam as beam
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from shards.removal import read_removal_list
-from transforms.filter import DROPPED
-from transforms.records import Document
+from transforms.core.batches import DocBatch
+from transforms.core.drops import Drops
+from transforms.records import DROPPED
 
 MATCHED = "matched"
 REMOVED = "removed"
@@ -23,23 +26,27 @@ REMOVED = "removed"
 class DropRemovedFn(beam.DoFn):
     def __init__(self, sources: tuple[str, ...]):
         self._sources = sources
-        self._removed = beam.metrics.Metrics.counter("pretokenize", f"dropped_{REMOVED}")
 
     def setup(self):
         # Read once per worker from the lists' URLs: nothing large travels in the pickled DoFn.
-        self._ids = frozenset(i for url in self._sources for i in read_removal_list(url))
+        self._ids = pa.array(sorted({i for url in self._sources for i in read_removal_list(url)}), pa.string())
+        self._drops = Drops()
 
-    def process(self, doc: Document):
-        if doc.id in self._ids:
-            self._removed.inc()
-            yield beam.pvalue.TaggedOutput(DROPPED, REMOVED)
-            yield beam.pvalue.TaggedOutput(MATCHED, doc.id)
-        else:
-            yield doc
+    def process(self, batch: DocBatch):
+        listed = pc.is_in(batch.table.column("id"), value_set=self._ids).to_numpy(zero_copy_only=False)
+        n = int(listed.sum())
+        if not n:
+            yield batch
+            return
+        yield self._drops(REMOVED, n)
+        for doc_id in batch.table.column("id").filter(pa.array(listed)).to_pylist():
+            yield beam.pvalue.TaggedOutput(MATCHED, doc_id)
+        if n < batch.size:
+            yield batch.filter(pa.array(~listed))
 
 
 class DropRemoved(beam.PTransform):
-    """Documents in; outputs: main (kept), ``dropped`` (reason strings), ``matched`` (listed ids seen).
+    """DocBatches in; outputs: main (kept), ``dropped`` (("removed", n)), ``matched`` (listed ids seen).
 
     Example::
 

@@ -1,24 +1,21 @@
 """TokenizeDocuments: token ids of each document, with exactly one EOS appended.
 
-The tokenizer is built once per worker in ``setup()``; documents are buffered and encoded in
-batches (a Rust tokenizer's batch call runs without the GIL).
+The tokenizer is built once per worker in ``setup()``; each element is a batch of documents (a
+DocBatch), and its tokens come out end to end in one array (a TokenBatch).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 import apache_beam as beam
 import numpy as np
-from apache_beam.transforms.window import GlobalWindow
-from apache_beam.utils.timestamp import MIN_TIMESTAMP
-from apache_beam.utils.windowed_value import WindowedValue
 
 from shards.layout import DEFAULT_DTYPE, check_dtype
+from transforms.core.batches import DocBatch, TokenBatch
 from transforms.encoders import Encoder, load_encoder
 from transforms.progress import Progress
-from transforms.records import Document, TokenizedDocument
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,11 +24,10 @@ class TokenizerConfig:
     dtype: str = DEFAULT_DTYPE
     eos_token: str | None = None
     batch_docs: int = 64
-    batch_chars: int = 4_000_000
 
     def __post_init__(self):
-        if self.batch_docs < 1 or self.batch_chars < 1:
-            raise ValueError("batch sizes must be at least 1")
+        if self.batch_docs < 1:
+            raise ValueError("batch_docs must be at least 1")
 
     def load(self) -> Encoder:
         """The encoder, checked against the dtype: the launcher calls this once to fail early."""
@@ -40,15 +36,23 @@ class TokenizerConfig:
         return encoder
 
 
-def encode_documents(encoder: Encoder, docs: Sequence[Document], dtype: np.dtype) -> list[TokenizedDocument]:
-    """Each document's ids plus one EOS, as an array of ``dtype``."""
-    out = []
-    for doc, ids in zip(docs, encoder.encode_arrays([d.text for d in docs]), strict=True):
-        tokens = np.empty(len(ids) + 1, dtype=dtype)
-        tokens[:-1] = ids
-        tokens[-1] = encoder.eos_id
-        out.append(TokenizedDocument(doc.id, tokens, doc.source, doc.row))
-    return out
+def encode_batch(encoder: Encoder, batch: DocBatch, dtype: np.dtype, batch_docs: int) -> TokenBatch:
+    """A DocBatch's documents tokenized, one EOS after each, end to end in one array of ``dtype``.
+    The tokenizer is called on ``batch_docs`` documents at a time (a Rust tokenizer's batch call
+    runs without the GIL)."""
+    texts = batch.column("text")
+    arrays: list[np.ndarray] = []
+    for start in range(0, len(texts), batch_docs):
+        arrays.extend(encoder.encode_arrays(texts[start:start + batch_docs]))
+    eos = np.asarray([encoder.eos_id], dtype=dtype)
+    parts = []
+    for ids in arrays:
+        parts.append(ids)
+        parts.append(eos)
+    tokens = np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
+    lengths = np.fromiter((len(a) + 1 for a in arrays), dtype=np.int64, count=len(arrays))
+    rows = batch.table.column("row").to_numpy()
+    return TokenBatch(batch.source, batch.column("id"), rows, lengths, tokens)
 
 
 class TokenizeFn(beam.DoFn):
@@ -62,34 +66,16 @@ class TokenizeFn(beam.DoFn):
         self._dtype = check_dtype(self._config.dtype, self._encoder.max_token_id)
         self._progress = Progress("tokenize")
 
-    def start_bundle(self):
-        self._buffer: list[Document] = []
-        self._chars = 0
-
-    def _flush(self) -> Iterator[TokenizedDocument]:
-        if not self._buffer:
-            return
-        encoded = encode_documents(self._encoder, self._buffer, self._dtype)
-        n_tokens = sum(len(t.tokens) for t in encoded)
-        self._docs.inc(len(encoded))
-        self._tokens.inc(n_tokens)
-        self._progress.add(documents=len(encoded), tokens=n_tokens, chars=self._chars)
-        self._buffer, self._chars = [], 0
-        yield from encoded
-
-    def process(self, doc: Document) -> Iterator[TokenizedDocument]:
-        self._buffer.append(doc)
-        self._chars += len(doc.text)
-        if len(self._buffer) >= self._config.batch_docs or self._chars >= self._config.batch_chars:
-            yield from self._flush()
-
-    def finish_bundle(self):
-        for tokenized in self._flush():
-            yield WindowedValue(tokenized, MIN_TIMESTAMP, [GlobalWindow()])
+    def process(self, batch: DocBatch) -> Iterator[TokenBatch]:
+        encoded = encode_batch(self._encoder, batch, self._dtype, self._config.batch_docs)
+        self._docs.inc(encoded.size)
+        self._tokens.inc(len(encoded.tokens))
+        self._progress.add(documents=encoded.size, tokens=len(encoded.tokens))
+        yield encoded
 
 
 class TokenizeDocuments(beam.PTransform):
-    """Documents in, TokenizedDocuments out (EOS appended, ``config.dtype``).
+    """DocBatches in, TokenBatches out (EOS appended, ``config.dtype``).
 
     Example::
 
@@ -100,5 +86,5 @@ class TokenizeDocuments(beam.PTransform):
         super().__init__()
         self._config = config
 
-    def expand(self, docs):
-        return docs | "EncodeBatches" >> beam.ParDo(TokenizeFn(self._config))
+    def expand(self, batches):
+        return batches | "EncodeBatches" >> beam.ParDo(TokenizeFn(self._config))

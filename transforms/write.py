@@ -29,9 +29,14 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import NamedTuple
 
 import apache_beam as beam
+import numpy as np
 from fsspec.implementations.local import LocalFileSystem
 
 from shards import layout, manifest, storage
+from transforms.core.batches import RefBatch, Refs, TokenBatch, first_copies, stream_order
+from transforms.core.drops import Drops
+from transforms.core.spill import AtomicFile, SpillReader, roll
+from transforms.core.spill import SpillTokensFn as CoreSpillTokensFn
 from transforms.progress import Progress
 from transforms.records import DROPPED, DocRef, TokenizedDocument
 
@@ -262,55 +267,6 @@ class _AtomicFile:
                 self._fs.rm(self._tmp)
 
 
-def write_group(bucket: str, partition: int, refs: Iterable[DocRef], config: ShardConfig, fs=None) -> ShardGroup:
-    """Write one (bucket, partition): rolling shard files and the group's manifest rows, in order.
-
-    A file takes documents until the next would pass max_shard_bytes; a document larger than
-    that gets a file of its own, never a split.
-    """
-    if fs is None:
-        fs, _ = storage.filesystem(config.output)
-    _, staged = storage.filesystem(config.staged_url)
-    ordered = sorted(refs, key=ref_order)
-    reader = _SpillReader(fs, layout.DTYPES[config.dtype].itemsize)
-    files: list[ShardFile] = []
-    rows: list[str] = []
-    current: _AtomicFile | None = None
-    digest = hashlib.sha256()
-    rel_path = ""
-    nbytes = docs = tokens = 0
-    try:
-        for ref, data in reader.stream(ordered):
-            if current is not None and nbytes + len(data) > config.max_shard_bytes:
-                current.commit()
-                files.append(ShardFile(rel_path, docs, tokens, digest.hexdigest()))
-                current = None
-            if current is None:
-                rel_path = layout.shard_rel_path(bucket, partition, len(files), config.partitions)
-                current = _AtomicFile(fs, posixpath.join(staged, rel_path))
-                digest = hashlib.sha256()
-                nbytes = docs = tokens = 0
-            current.file.write(data)
-            digest.update(data)
-            rows.append(manifest.format_row(rel_path, ref.id, ref.length))
-            nbytes += len(data)
-            docs += 1
-            tokens += ref.length
-        if current is not None:
-            current.commit()
-            files.append(ShardFile(rel_path, docs, tokens, digest.hexdigest()))
-            current = None
-    finally:
-        reader.close()
-        if current is not None:
-            current.abort()
-    width = layout.partition_digits(config.partitions)
-    manifest_file = _AtomicFile(fs, posixpath.join(staged, "manifest", bucket, f"p{partition:0{width}d}.txt"))
-    manifest_file.file.write("".join(rows).encode("utf-8"))
-    manifest_file.commit()
-    return ShardGroup(bucket, partition, tuple(files), storage.unstrip(fs, manifest_file.path, config.output))
-
-
 DUPLICATE_ID = "duplicate_id"
 
 
@@ -326,19 +282,71 @@ def drop_duplicates(refs: Iterable[DocRef]) -> tuple[list[DocRef], int]:
     return list(best.values()), seen - len(best)
 
 
+def bucketed_keys(batch: TokenBatch, config: ShardConfig) -> tuple[list[int], np.ndarray]:
+    """Each document's group (its partition: every copy of an id lands in one, so duplicates meet)
+    and its sort key in its bucket (the seeded shuffle key)."""
+    partitions = [layout.partition_of(i, config.partitions) for i in batch.ids]
+    sort_keys = np.fromiter((layout.shuffle_key(i, config.seed) for i in batch.ids), np.int64, len(batch.ids))
+    return partitions, sort_keys
+
+
+def write_group(bucket: str, partition: int, refs: Refs, order: np.ndarray, config: ShardConfig,
+                fs=None) -> ShardGroup:
+    """Write one (bucket, partition): rolling shard files and the group's manifest rows, documents in
+    ``order``. A file takes documents until the next would pass max_shard_bytes; a document larger
+    than that gets a file of its own, never a split."""
+    if fs is None:
+        fs, _ = storage.filesystem(config.output)
+    _, staged = storage.filesystem(config.staged_url)
+    dtype = layout.DTYPES[config.dtype]
+    reader = SpillReader(fs, dtype)
+    files: list[ShardFile] = []
+    rows: list[str] = []
+    try:
+        for first, end in roll(refs.lengths[order] * dtype.itemsize, config.max_shard_bytes):
+            index = order[first:end]
+            rel_path = layout.shard_rel_path(bucket, partition, len(files), config.partitions)
+            out = AtomicFile(fs, posixpath.join(staged, rel_path))
+            digest = hashlib.sha256()
+            try:
+                for _, _, tokens in reader.chunks(refs, index):
+                    data = memoryview(tokens).cast("B")
+                    out.write(data)
+                    digest.update(data)
+                out.commit()
+            except BaseException:
+                out.abort()
+                raise
+            lengths = refs.lengths[index]
+            rows.extend(manifest.format_row(rel_path, doc_id, n)
+                        for doc_id, n in zip(refs.ids[index].tolist(), lengths.tolist(), strict=True))
+            files.append(ShardFile(rel_path, len(index), int(lengths.sum()), digest.hexdigest()))
+    finally:
+        reader.close()
+    width = layout.partition_digits(config.partitions)
+    manifest_file = AtomicFile(fs, posixpath.join(staged, "manifest", bucket, f"p{partition:0{width}d}.txt"))
+    manifest_file.write("".join(rows).encode("utf-8"))
+    manifest_file.commit()
+    return ShardGroup(bucket, partition, tuple(files), storage.unstrip(fs, manifest_file.path, config.output))
+
+
 def write_partition(
-    partition: int, refs: Iterable[DocRef], config: ShardConfig, fs=None
+    partition: int, batches: Iterable[RefBatch], config: ShardConfig, fs=None
 ) -> tuple[list[ShardGroup], int]:
-    """All buckets of one partition, duplicates dropped; the staged groups and the duplicate count."""
-    kept, duplicates = drop_duplicates(refs)
-    by_bucket: dict[str, list[DocRef]] = {}
-    for ref in kept:
-        by_bucket.setdefault(layout.bucket_name(ref.length), []).append(ref)
+    """All buckets of one partition, copies of an id dropped (the first by input file and row is
+    kept); the staged groups and how many copies were dropped."""
+    refs = Refs.concat(list(batches))
+    id_rank = refs.id_ranks()
+    keep = first_copies(refs, id_rank)
+    duplicates = refs.size - len(keep)
+    refs, id_rank = refs.take(keep), id_rank[keep]
+    buckets = np.searchsorted(np.asarray(layout.BUCKET_BOUNDS, np.int64), refs.lengths, side="left")
+    order = stream_order(refs, id_rank)
     groups = []
-    for bucket in layout.BUCKET_NAMES:
-        if bucket in by_bucket:
-            groups.append(write_group(bucket, partition, by_bucket.pop(bucket), config, fs))
-            config.inject_failure("write")
+    for b, name in enumerate(layout.BUCKET_NAMES):
+        in_bucket = order[buckets[order] == b]
+        if len(in_bucket):
+            groups.append(write_group(name, partition, refs, in_bucket, config, fs))
     return groups, duplicates
 
 
@@ -352,10 +360,11 @@ class WriteShardFilesFn(beam.DoFn):
     def setup(self):
         self._fs, _ = storage.filesystem(self._config.output)
         self._progress = Progress("write")
+        self._drops = Drops()
 
-    def process(self, element: tuple[int, Iterable[DocRef]]):
-        partition, refs = element
-        groups, duplicates = write_partition(partition, refs, self._config, self._fs)
+    def process(self, element: tuple[int, Iterable[RefBatch]]):
+        partition, batches = element
+        groups, duplicates = write_partition(partition, batches, self._config, self._fs)
         for group in groups:
             docs = sum(f.documents for f in group.files)
             tokens = sum(f.tokens for f in group.files)
@@ -366,13 +375,12 @@ class WriteShardFilesFn(beam.DoFn):
             yield group
         if duplicates:
             log.warning("partition %d: %d documents dropped as copies of an id already kept", partition, duplicates)
-        for _ in range(duplicates):
-            yield beam.pvalue.TaggedOutput(DROPPED, DUPLICATE_ID)
+            yield self._drops(DUPLICATE_ID, duplicates)
 
 
 class WriteShards(beam.PTransform):
-    """TokenizedDocuments in; outputs ``groups`` (a ShardGroup per non-empty (bucket, partition),
-    its files staged) and ``dropped`` (one "duplicate_id" per copy of an id left out).
+    """TokenBatches in; outputs ``groups`` (a ShardGroup per non-empty (bucket, partition), its
+    files staged) and ``dropped`` (``("duplicate_id", n)`` for the copies of ids left out).
 
     Example::
 
@@ -384,10 +392,10 @@ class WriteShards(beam.PTransform):
         super().__init__()
         self._config = config
 
-    def expand(self, docs):
+    def expand(self, batches):
         return (
-            docs
-            | "SpillTokens" >> beam.ParDo(SpillTokensFn(self._config)).with_output_types(tuple[int, DocRef])
+            batches
+            | "SpillTokens" >> beam.ParDo(CoreSpillTokensFn(self._config, bucketed_keys))
             | "GroupByShard" >> beam.GroupByKey()
             | "WriteShardFiles" >> beam.ParDo(WriteShardFilesFn(self._config)).with_outputs(DROPPED, main="groups")
         )

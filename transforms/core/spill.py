@@ -1,0 +1,200 @@
+"""Tokens out of the shuffle: spill files, the references to them, and reading them back in order.
+
+    SpillTokens   each bundle appends its TokenBatches' tokens to one spill file of its own on the
+                  output filesystem (a new name per bundle attempt), and emits, per group a job's
+                  ``key_fn`` puts documents in, one RefBatch: ids, lengths, offsets, sort keys
+    SpillReader   reads documents back from the spill files in the order a writer asks for, a
+                  bounded chunk at a time: gathered with numpy from memory maps on a local disk,
+                  with concurrent range requests (``cat_ranges``) on an object store
+    AtomicFile    a file that appears whole or not at all
+
+A retried bundle writes a new spill file, and the runner keeps only the references of the attempt
+that committed, so a retry can neither lose nor duplicate a document.
+"""
+
+from __future__ import annotations
+
+import collections
+import posixpath
+import uuid
+from collections.abc import Callable, Iterator
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.utils.windowed_value import WindowedValue
+
+from shards import storage
+from transforms.core.batches import RefBatch, Refs, TokenBatch
+
+# key_fn(batch, config) -> (a group key per document, a 63-bit sort key per document)
+KeyFn = Callable[[TokenBatch, object], tuple[list, np.ndarray]]
+
+
+class SpillTokensFn(beam.DoFn):
+    """TokenBatches in; (group key, RefBatch) out, the tokens in this bundle's spill file.
+
+    ``config`` needs ``spill_url``; ``key_fn`` says which group each document joins and where it
+    sorts there (bucketed: its partition; scaffold: its split's range).
+    """
+
+    def __init__(self, config, key_fn: KeyFn):
+        self._config = config
+        self._key_fn = key_fn
+
+    def setup(self):
+        self._fs, self._spill_dir = storage.filesystem(self._config.spill_url)
+        self._fs.makedirs(self._spill_dir, exist_ok=True)
+
+    def start_bundle(self):
+        self._file = None
+        self._path = None
+        self._offset = 0
+
+    def process(self, batch: TokenBatch):
+        if not batch.size:
+            return
+        if self._file is None:
+            # A new name for every bundle attempt: a retry never appends to a failed attempt's file.
+            self._path = posixpath.join(self._spill_dir, f"{uuid.uuid4().hex}.bin")
+            self._file = self._fs.open(self._path, "wb")
+            self._offset = 0
+        self._file.write(memoryview(np.ascontiguousarray(batch.tokens)).cast("B"))
+        itemsize = batch.tokens.dtype.itemsize
+        ends = np.cumsum(batch.lengths) * itemsize
+        offsets = self._offset + ends - batch.lengths * itemsize
+        self._offset += int(ends[-1])
+        keys, sort_keys = self._key_fn(batch, self._config)
+        groups: dict = {}
+        for i, key in enumerate(keys):
+            groups.setdefault(key, []).append(i)
+        for key, members in groups.items():
+            index = np.asarray(members, dtype=np.int64)
+            ref = RefBatch(self._path, batch.source, [batch.ids[i] for i in members],
+                           sort_keys[index], batch.lengths[index], offsets[index], batch.rows[index],
+                           {k: v[index] for k, v in batch.extra.items()})
+            yield key, ref
+
+    def finish_bundle(self):
+        if self._file is not None:
+            # A failure to close fails the bundle, so no reference into this file survives.
+            self._file.close()
+            self._file = None
+
+
+def emit_at_finish(value) -> WindowedValue:
+    """A value yielded from finish_bundle needs its window said."""
+    return WindowedValue(value, MIN_TIMESTAMP, [GlobalWindow()])
+
+
+class SpillReader:
+    """Documents' tokens back from the spill files, in the order given, ``chunk_tokens`` at a time."""
+
+    def __init__(self, fs, dtype: np.dtype, chunk_tokens: int = 4 << 20, max_open: int = 64):
+        self._fs = fs
+        self._dtype = np.dtype(dtype)
+        self._chunk = chunk_tokens
+        self._max_open = max_open
+        self._maps: collections.OrderedDict = collections.OrderedDict()
+        self._local = storage.renames_atomically(fs)
+
+    def _map(self, path: str) -> np.ndarray:
+        mm = self._maps.pop(path, None)
+        if mm is None:
+            if len(self._maps) >= self._max_open:
+                self._maps.popitem(last=False)
+            mm = np.memmap(path, dtype=self._dtype, mode="r")
+        self._maps[path] = mm
+        return mm
+
+    def chunks(self, refs: Refs, order: np.ndarray) -> Iterator[tuple[int, int, np.ndarray]]:
+        """(first, end, tokens): the documents ``order[first:end]`` end to end, chunk by chunk."""
+        lengths = refs.lengths[order]
+        ends = np.cumsum(lengths)
+        first = 0
+        while first < len(order):
+            base = int(ends[first - 1]) if first else 0
+            end = max(int(np.searchsorted(ends, base + self._chunk, side="right")), first + 1)
+            yield first, end, self._gather(refs, order[first:end], lengths[first:end])
+            first = end
+
+    def _gather(self, refs: Refs, index: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        itemsize = self._dtype.itemsize
+        total = int(lengths.sum())
+        if not self._local:
+            paths = [refs.spill_paths[s] for s in refs.spill[index].tolist()]
+            starts = refs.offsets[index]
+            stops = starts + lengths * itemsize
+            data = self._fs.cat_ranges(paths, starts.tolist(), stops.tolist(), on_error="raise")
+            for path, got, want in zip(paths, data, (lengths * itemsize).tolist(), strict=True):
+                if len(got) != want:
+                    raise OSError(f"spill file {path} is short: needed {want} bytes, read {len(got)}")
+            return np.frombuffer(b"".join(data), dtype=self._dtype)
+        out = np.empty(total, dtype=self._dtype)
+        dst = np.cumsum(lengths) - lengths
+        src = refs.offsets[index] // itemsize
+        spill = refs.spill[index]
+        for s in np.unique(spill).tolist():
+            mm = self._map(refs.spill_paths[s])
+            sel = np.flatnonzero(spill == s)
+            n, d, f = lengths[sel], dst[sel], src[sel]
+            if int((f + n).max()) > len(mm):
+                raise OSError(f"spill file {refs.spill_paths[s]} is short: it holds {len(mm)} tokens")
+            if len(sel) <= 64 or int(n.sum()) > 64 * len(sel):
+                for a, b, m in zip(d.tolist(), f.tolist(), n.tolist(), strict=True):
+                    out[a:a + m] = mm[b:b + m]
+            else:
+                # Many short documents: one fancy-indexed copy instead of a Python loop.
+                within = np.arange(int(n.sum()), dtype=np.int64) - np.repeat(np.cumsum(n) - n, n)
+                out[np.repeat(d, n) + within] = mm[np.repeat(f, n) + within]
+        return out
+
+    def close(self):
+        self._maps.clear()
+
+
+class AtomicFile:
+    """A file that appears at ``path`` whole or not at all.
+
+    On a local disk it is written under a unique temporary name and renamed on commit. On an
+    object store the upload itself is all-or-nothing (the object exists once the upload
+    completes), so it is written in place and an abort discards the upload.
+    """
+
+    def __init__(self, fs, path: str):
+        self._fs, self.path = fs, path
+        local = storage.renames_atomically(fs)
+        self._tmp = f"{path}.partial-{uuid.uuid4().hex[:12]}" if local else path
+        fs.makedirs(posixpath.dirname(path), exist_ok=True)
+        self.file = fs.open(self._tmp, "wb")
+
+    def write(self, data) -> None:
+        self.file.write(data)
+
+    def commit(self) -> None:
+        self.file.close()
+        if self._tmp != self.path:
+            self._fs.mv(self._tmp, self.path)
+
+    def abort(self) -> None:
+        discard = getattr(self.file, "discard", None)
+        try:
+            # close() would complete an object store's upload with what was written so far.
+            discard() if discard is not None and self._tmp == self.path else self.file.close()
+        finally:
+            if self._fs.exists(self._tmp):
+                self._fs.rm(self._tmp)
+
+
+def roll(sizes: np.ndarray, limit: int) -> list[tuple[int, int]]:
+    """Cut documents of ``sizes`` bytes, in order, into files: a file takes documents until the next
+    would pass ``limit``; a document larger than ``limit`` gets a file of its own."""
+    ends = np.cumsum(sizes)
+    out, first = [], 0
+    while first < len(sizes):
+        base = int(ends[first - 1]) if first else 0
+        end = max(int(np.searchsorted(ends, base + limit, side="right")), first + 1)
+        out.append((first, end))
+        first = end
+    return out
