@@ -29,13 +29,13 @@ from pipelines.common import (
 from shards import layout, storage, tree
 from shards.manifest import DatasetStats
 from shards.removal import REMOVALS_NAME
-from transforms.filter import DROPPED, FilterLanguage, LidFilterConfig
-from transforms.publish import PublishOutput, StatsSettings
-from transforms.read import RECORDS, CountRecords, ReadConfig, ReadDocuments
-from transforms.removal import MATCHED, DropRemoved
-from transforms.surgery import JOURNAL_DIR, load_journal
-from transforms.tokenize import TokenizeDocuments, TokenizerConfig
-from transforms.write import ShardConfig, WriteShards
+from transforms.bucketed.filter import DROPPED, FilterLanguage, LidFilterConfig
+from transforms.bucketed.removal import MATCHED, DropRemoved
+from transforms.bucketed.tokenize import TokenizeDocuments, TokenizerConfig
+from transforms.bucketed.write import ShardConfig, WriteShards
+from transforms.core.publish import PublishOutput, StatsSettings
+from transforms.core.read import RECORDS, CountRecords, ReadConfig, ReadDocuments
+from transforms.tools.surgery import JOURNAL_DIR, load_journal
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +56,6 @@ class BucketedOptions:
     batch_docs: int = 64
     removal_list: str | None = None
     on_bad_record: str = "fail"
-    test_fail_first_attempts: int = 0
-    test_publish_delay: float = 0.0
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -111,8 +109,6 @@ def build(pipeline: beam.Pipeline, options: BucketedOptions, run_id: str | None 
         max_shard_bytes=options.max_shard_bytes,
         seed=options.seed,
         dtype=options.dtype,
-        test_fail_first_attempts=options.test_fail_first_attempts,
-        test_publish_delay=options.test_publish_delay,
     )
     read = ReadDocuments(ReadConfig(storage.normalize(options.input), on_bad_record=options.on_bad_record))
     pending = load_journal(output) if tree.read_record(output) is not None else None

@@ -15,7 +15,7 @@ import sys
 logging.getLogger().addFilter(lambda record: "apitools not found" not in record.getMessage())
 
 from pipelines.common import RunStopped, launching  # noqa: E402
-from transforms.records import BadInputError, UsageError  # noqa: E402
+from transforms.core.records import BadInputError, UsageError  # noqa: E402
 
 JOBS = {
     "bucketed": ("pipelines.bucketed", "documents to length-bucketed token shards (FinePDFs-Edu layout)"),

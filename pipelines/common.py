@@ -21,7 +21,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from shards import layout, storage, tree
-from transforms.records import UsageError
+from transforms.core.records import UsageError
 
 log_name = "pipelines"
 
@@ -72,9 +72,6 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "on-bad-record", default="fail", choices=("fail", "skip"),
              help="a record that cannot be read (bad JSON or UTF-8, null or mistyped field, bad id): "
              "stop naming it, or drop and count it")
-    # Tests only (see ShardConfig.test_fail_first_attempts, test_publish_delay); not in --help.
-    add_flag(parser, "test-fail-first-attempts", type=int, default=0, help=argparse.SUPPRESS)
-    add_flag(parser, "test-publish-delay", type=float, default=0.0, help=argparse.SUPPRESS)
 
 
 def new_run_id() -> str:
@@ -120,7 +117,7 @@ def prepare_output(output: str, kind: str, inputs: list[str] = (), keep: tuple[s
 def launching():
     """Errors of the launch (settings checked, input planned, output prepared) as UsageErrors;
     bad input found there stays a BadInputError."""
-    from transforms.records import BadInputError
+    from transforms.core.records import BadInputError
 
     try:
         yield

@@ -26,18 +26,18 @@ from typing import NamedTuple, TextIO
 import numpy as np
 
 from shards import llmc, storage
-from transforms.records import BadInputError
+from transforms.core.records import BadInputError
 
 
 def load_token_bytes(spec: str) -> Callable[[Sequence[int]], bytes]:
     """The bytes of BPE ids for a tokenizer spec: gpt2, tiktoken:PATH or hf:NAME_OR_PATH."""
     kind, _, arg = spec.partition(":")
     if kind == "gpt2" and not arg:
-        from transforms.encoders import gpt2_ranks_path
+        from transforms.core.encoders import gpt2_ranks_path
 
         kind, arg = "tiktoken", gpt2_ranks_path()  # the ranks shipped in the package: offline
     if kind == "tiktoken" and arg:
-        from transforms.encoders import _load_ranks  # the job's own reader of ranks files
+        from transforms.core.encoders import _load_ranks  # the job's own reader of ranks files
 
         ranks = _load_ranks(arg)
         table = [b""] * len(ranks)

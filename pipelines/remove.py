@@ -3,7 +3,7 @@ shards that hold them.
 
     pretokenize remove --output out/ --removal-list flagged.txt [--runner FnApiRunner ...]
 
-See transforms/surgery.py for the order of the steps and why a crash at any point is finished by
+See transforms/tools/surgery.py for the order of the steps and why a crash at any point is finished by
 running the same command again.
 """
 
@@ -22,7 +22,7 @@ from pipelines.common import add_flag, launching, parse_job_args
 from shards import layout, storage, tree
 from shards.manifest import DatasetStats
 from shards.removal import read_removal_list
-from transforms.surgery import RemovalPlan, RemoveDocuments, load_journal, make_plan, write_journal
+from transforms.tools.surgery import RemovalPlan, RemoveDocuments, load_journal, make_plan, write_journal
 
 log = logging.getLogger(__name__)
 

@@ -27,8 +27,8 @@ from pipelines.common import (
 )
 from shards import layout, llmc, storage
 from shards.llmc import ScaffoldStats
-from transforms.read import CountRecords, ReadConfig, ReadDocuments
-from transforms.scaffold import (
+from transforms.core.read import RECORDS, CountRecords, ReadConfig, ReadDocuments
+from transforms.scaffold.encode import (
     COUNTS,
     DEFAULT_MAX_WORD_CHARS,
     DROPPED,
@@ -36,7 +36,7 @@ from transforms.scaffold import (
     EncodeScaffold,
     ScaffoldConfig,
 )
-from transforms.write_llmc import (
+from transforms.scaffold.write import (
     DEFAULT_ORDER_RANGES,
     LlmcSettings,
     LlmcShardConfig,
@@ -65,8 +65,6 @@ class ScaffoldOptions:
     seed: int = layout.DEFAULT_SEED
     order_ranges: int = DEFAULT_ORDER_RANGES
     on_bad_record: str = "fail"
-    test_fail_first_attempts: int = 0
-    test_publish_delay: float = 0.0
 
     @property
     def field(self) -> str:
@@ -130,8 +128,6 @@ def build(pipeline: beam.Pipeline, options: ScaffoldOptions, run_id: str | None 
         seed=options.seed,
         order_ranges=options.order_ranges,
         chunked_documents=options.long_docs == "chunk",
-        test_fail_first_attempts=options.test_fail_first_attempts,
-        test_publish_delay=options.test_publish_delay,
     )
     scaffold.load()
     settings = LlmcSettings(
@@ -154,11 +150,10 @@ def build(pipeline: beam.Pipeline, options: ScaffoldOptions, run_id: str | None 
     prepare_output(shards.output, "scaffold", inputs=[u.path for u in read.units])
 
     read_result = pipeline | "ReadDocuments" >> read
-    docs = read_result.docs
-    raw = (docs, read_result[DROPPED]) | "CountDocuments" >> CountRecords()
-    encoded = docs | "EncodeScaffold" >> EncodeScaffold(scaffold)
+    raw = read_result[RECORDS] | "CountDocuments" >> CountRecords()
+    encoded = read_result.docs | "EncodeScaffold" >> EncodeScaffold(scaffold)
     written = encoded.sequences | "WriteLlmcShards" >> WriteLlmcShards(shards)
-    drops = (read_result[DROPPED], encoded[DROPPED], written.dropped) | "CollectDropReasons" >> beam.Flatten()
+    drops = (read_result[DROPPED], encoded[DROPPED], written.dropped)
     # What each kept document added, less what each copy of an id that was left out had added.
     counts = (encoded[COUNTS], written.counts) | "CollectSplitCounts" >> beam.Flatten()
     return written.staged | "PublishLlmcOutput" >> PublishLlmcOutput(shards, settings, raw, drops, counts)

@@ -26,8 +26,8 @@ from pipelines.common import add_flag, launching, parse_job_args
 from shards import layout, llmc, storage
 from shards.manifest import DatasetStats
 from shards.removal import REMOVALS_NAME, read_removal_list, read_removal_log
-from transforms.records import UsageError
-from transforms.verify import MAX_REPORTED, VerifyConfig, VerifyOutput, plan_units, read_checksums, write_report
+from transforms.core.records import UsageError
+from transforms.tools.verify import MAX_REPORTED, VerifyConfig, VerifyOutput, plan_units, read_checksums, write_report
 
 
 def parse_args(argv: list[str]):

@@ -17,7 +17,7 @@ Two formats are read:
   shard into the next; their ids are ``train:0``, ``train:1``, ... in stream order.
 
 A tree is opened only once its ``dataset_stats.txt`` exists: the jobs write it last, as the commit
-point (see transforms/publish.py). Loose llm.c shard files, e.g. a downloaded copy of the published
+point (see transforms/core/publish.py). Loose llm.c shard files, e.g. a downloaded copy of the published
 dataset, are opened with ``open_llmc``; each file's header count is checked against its size.
 
 Windows follow the chapter on data (``seeds/data-and-tokenisation-chapter.txt``): the selected

@@ -16,7 +16,7 @@ from conftest import SAMPLE_PARQUET, finepdfs_row, tree_hashes
 from pipelines import bucketed, cli
 from shards import layout, manifest, tree
 from shards.manifest import DatasetStats
-from transforms.records import UsageError
+from transforms.core.records import UsageError
 
 RUNNER = ["--runner=FnApiRunner"]
 

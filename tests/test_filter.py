@@ -9,9 +9,9 @@ import pytest
 from apache_beam.testing.util import assert_that, equal_to
 from conftest import fnapi_pipeline
 
-from transforms.filter import FilterLanguage, LidFilterConfig, drop_reason
-from transforms.read import column_values
-from transforms.records import Document
+from transforms.bucketed.filter import FilterLanguage, LidFilterConfig, drop_reason
+from transforms.core.read import column_values
+from transforms.core.records import Document
 
 
 def doc(doc_id="d", text="some text", language="eng_Latn", lid="eng_Latn", score=0.95, count=5):

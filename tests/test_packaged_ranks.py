@@ -16,10 +16,10 @@ from conftest import REPO, finepdfs_row
 
 from pipelines import bucketed
 from shards import layout, manifest
-from transforms import encoders
-from transforms.encoders import gpt2_ranks_path, load_encoder
+from transforms.core import encoders
+from transforms.core.encoders import gpt2_ranks_path, load_encoder
 
-# sha256 of transforms/data/gpt2.tiktoken: whisper/assets/gpt2.tiktoken of openai-whisper 20250625.
+# sha256 of transforms/core/data/gpt2.tiktoken: whisper/assets/gpt2.tiktoken of openai-whisper 20250625.
 GPT2_RANKS_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
 # GPT-2 ids as tiktoken's "gpt2" encoding and Hugging Face's gpt2 tokenizer give them.
 GPT2_IDS = {
@@ -36,7 +36,7 @@ GPT2_IDS = {
 
 def test_the_packaged_ranks_are_the_recorded_file_with_their_notice():
     path = Path(gpt2_ranks_path())
-    assert path.parent == REPO / "transforms" / "data"
+    assert path.parent == REPO / "transforms" / "core" / "data"
     assert hashlib.sha256(path.read_bytes()).hexdigest() == GPT2_RANKS_SHA256
     notice = (path.parent / "gpt2.tiktoken.LICENSE.txt").read_text(encoding="utf-8")
     assert "github.com/openai/gpt-2" in notice and "Copyright (c) 2019 OpenAI" in notice
@@ -47,7 +47,7 @@ def test_pyproject_ships_the_ranks_and_their_notice():
     import tomllib
 
     data = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
-    shipped = data["tool"]["setuptools"]["package-data"]["transforms"]
+    shipped = data["tool"]["setuptools"]["package-data"]["transforms.core"]
     assert {"data/gpt2.tiktoken", "data/gpt2.tiktoken.LICENSE.txt"} <= set(shipped)
 
 

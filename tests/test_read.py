@@ -18,7 +18,7 @@ import zstandard
 from apache_beam.testing.util import assert_that, equal_to
 from conftest import finepdfs_row, fnapi_pipeline
 
-from transforms.read import (
+from transforms.core.read import (
     JSON_VALUES_SUFFIXES,
     JSONL_SUFFIXES,
     ReadConfig,
@@ -29,7 +29,7 @@ from transforms.read import (
     plan_input,
     read_unit,
 )
-from transforms.records import BadInputError, Document
+from transforms.core.records import BadInputError, Document
 
 ROWS = [
     finepdfs_row("a", "First document, in English."),

@@ -13,8 +13,8 @@ from pipelines import bucketed, remove, verify
 from shards import layout, manifest, tree
 from shards.manifest import DatasetStats
 from shards.removal import REMOVALS_NAME, parse_removal_line, read_removal_list
-from transforms.records import UsageError
-from transforms.surgery import rewrite_file
+from transforms.core.records import UsageError
+from transforms.tools.surgery import rewrite_file
 
 RUNNER = ["--runner=FnApiRunner"]
 # 40 short documents, and one long enough to sit alone in the 2048 bucket.

@@ -15,7 +15,7 @@ from conftest import finepdfs_row
 from pipelines import bucketed, cli
 from shards import layout, manifest
 from shards.removal import REMOVALS_HEADER, REMOVALS_NAME, format_removal_line, read_removal_list
-from transforms.removal import DropRemoved
+from transforms.bucketed.removal import DropRemoved
 
 RUNNER = "--runner=FnApiRunner"
 # Ids the job accepts: '#' is an ordinary character of an id.

@@ -22,7 +22,7 @@ from conftest import REPO, SAMPLE_PARQUET, finepdfs_row, tree_hashes
 from pipelines import cli, remove
 from shards import layout, manifest, tree
 from shards.removal import REMOVALS_NAME, read_removal_log
-from transforms.surgery import journal_url, load_journal
+from transforms.tools.surgery import journal_url, load_journal
 
 RUNNER = ["--runner=FnApiRunner"]
 ROWS = [finepdfs_row(f"doc-{i:02d}", f"Line {i} of a short document. " * (3 + i % 9)) for i in range(60)]
@@ -77,7 +77,7 @@ def test_a_rerun_over_a_pending_removal_keeps_its_documents_out_and_records_them
 
 
 def test_a_rerun_that_fails_keeps_the_pending_journal(source, tmp_path, monkeypatch):
-    import transforms.publish
+    import transforms.core.publish
 
     out = tmp_path / "out"
     assert bucketed(source, out) == 0
@@ -87,7 +87,7 @@ def test_a_rerun_that_fails_keeps_the_pending_journal(source, tmp_path, monkeypa
     def broken_publish(*args, **kwargs):
         raise RuntimeError("publish failed")
 
-    monkeypatch.setattr(transforms.publish, "publish", broken_publish)
+    monkeypatch.setattr(transforms.core.publish, "publish", broken_publish)
     with pytest.raises(Exception, match="publish failed"):
         bucketed(source, out)
     monkeypatch.undo()

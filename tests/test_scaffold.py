@@ -13,10 +13,10 @@ from apache_beam.testing.util import assert_that, equal_to
 from conftest import fnapi_pipeline
 
 from shards import llmc
-from transforms.encoders import load_encoder
-from transforms.read import ReadConfig, ReadDocuments, plan_input, read_unit
-from transforms.records import BadInputError, Document
-from transforms.scaffold import (
+from transforms.core.encoders import load_encoder
+from transforms.core.read import ReadConfig, ReadDocuments, plan_input, read_unit
+from transforms.core.records import BadInputError, Document
+from transforms.scaffold.encode import (
     COUNTS,
     DROPPED,
     DocumentCounts,
@@ -289,7 +289,7 @@ def test_reads_one_object_per_file_an_array_and_jsonl(tmp_path):
 def test_json_text_is_read_in_pieces_across_chunk_edges():
     import io
 
-    from transforms.read import _JsonText
+    from transforms.core.read import _JsonText
 
     text = json.dumps([{"id": str(i), "content-ff": "á" * (i * 7)} for i in range(60)], ensure_ascii=False)
     values = list(_JsonText(io.BytesIO(text.encode()), "mem", chunk_chars=5).values())

@@ -8,10 +8,10 @@ import pytest
 
 from shards import llmc
 from shards.llmc import ScaffoldStats, SplitStats, check_llmc_shard, check_llmc_split
-from transforms.publish import UnaccountedDocumentsError
-from transforms.records import DocRef
-from transforms.scaffold import DocumentCounts, countdown_tokens, sum_counts
-from transforms.write_llmc import (
+from transforms.core.publish import UnaccountedDocumentsError
+from transforms.core.records import DocRef
+from transforms.scaffold.encode import DocumentCounts, countdown_tokens, sum_counts
+from transforms.scaffold.write import (
     LlmcSettings,
     LlmcShardConfig,
     SequenceRef,

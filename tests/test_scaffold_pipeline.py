@@ -18,8 +18,8 @@ from conftest import GPT2_RANKS, REPO, tree_hashes
 from pipelines import cli, decode, scaffold
 from shards import layout, llmc, tree
 from shards.llmc import ScaffoldStats
-from transforms.records import UsageError
-from transforms.scaffold import annotate, format_annotated
+from transforms.core.records import UsageError
+from transforms.scaffold.encode import annotate, format_annotated
 
 SAMPLE = REPO / "tests" / "data" / "scaffold"
 ANNOTATED = SAMPLE / "por_annotated.jsonl"

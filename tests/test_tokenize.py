@@ -7,9 +7,9 @@ import numpy as np
 from apache_beam.testing.util import assert_that, equal_to
 from conftest import fnapi_pipeline
 
-from transforms.encoders import load_encoder
-from transforms.records import Document
-from transforms.tokenize import TokenizeDocuments, TokenizerConfig, encode_documents
+from transforms.bucketed.tokenize import TokenizeDocuments, TokenizerConfig, encode_documents
+from transforms.core.encoders import load_encoder
+from transforms.core.records import Document
 
 TEXTS = {
     "plain": "Hello world",

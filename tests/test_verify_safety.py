@@ -16,7 +16,7 @@ from fsspec.implementations.local import LocalFileSystem
 from pipelines import bucketed, verify
 from shards import layout, manifest
 from shards.removal import REMOVALS_HEADER, REMOVALS_NAME, format_removal_line
-from transforms.records import UsageError
+from transforms.core.records import UsageError
 
 RUNNER = ["--runner=FnApiRunner"]
 ROWS = [finepdfs_row(f"s-{i:02d}", f"A document to keep safe, number {i}. " * (3 + i % 5)) for i in range(12)]

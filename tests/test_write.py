@@ -11,9 +11,9 @@ from conftest import fnapi_pipeline, tree_hashes
 
 from shards import layout, manifest, tree
 from shards.manifest import DatasetStats
-from transforms.publish import PublishOutput, StatsSettings, UnaccountedDocumentsError, compute_stats
-from transforms.records import TokenizedDocument
-from transforms.write import ShardConfig, WriteShards
+from transforms.bucketed.write import ShardConfig, WriteShards
+from transforms.core.publish import PublishOutput, StatsSettings, UnaccountedDocumentsError, compute_stats
+from transforms.core.records import TokenizedDocument
 
 EOS = 9
 SETTINGS = StatsSettings("eng_Latn", 0.9, 1, "test", EOS, vocab_size=100)
@@ -105,8 +105,8 @@ def test_bad_shard_settings_fail_when_configured(kwargs):
 
 def _stage_by_hand(out: str, run_id: str, docs=DOCS) -> tuple[ShardConfig, list]:
     """Spill and stage DOCS with the plain functions the DoFns call, without a pipeline."""
-    from transforms.records import DocRef
-    from transforms.write import shard_key, write_group
+    from transforms.bucketed.write import shard_key, write_group
+    from transforms.core.records import DocRef
 
     config = ShardConfig(output=out, run_id=run_id, partitions=2, max_shard_bytes=60)
     tree.claim(out, "bucketed")
@@ -127,7 +127,7 @@ def _stage_by_hand(out: str, run_id: str, docs=DOCS) -> tuple[ShardConfig, list]
 def test_a_publish_that_dies_midway_looks_unfinished_and_a_retry_completes_it(tmp_path, monkeypatch):
     from fsspec.implementations.local import LocalFileSystem
 
-    from transforms.publish import publish
+    from transforms.core.publish import publish
 
     clean_config, clean_groups = _stage_by_hand(str(tmp_path / "clean"), "r")
     publish(clean_groups, len(DOCS), {}, SETTINGS, clean_config)

@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 
 from pipelines import bucketed
 from shards import layout, manifest
-from transforms.tokenize import TokenizerConfig
+from transforms.bucketed.tokenize import TokenizerConfig
 
 SAMPLE = Path(__file__).resolve().parents[2] / "tests" / "data" / "finepdfs_sample.parquet"
 

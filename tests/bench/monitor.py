@@ -5,6 +5,10 @@ a peak shorter than that, can be missed. The tree's total CPU seconds are exact 
 reaped processes); each process's own CPU seconds are its last sampled reading. The
 machine's CPU time spent outside the tree is recorded too: this machine may be shared, and a busy
 neighbour slows the wall clock of every row.
+
+With a ``timeout``, a command still running after that many seconds is killed with its whole tree
+(every process below it, then itself) and the usage says so (``timed_out``); the CPU
+seconds of processes killed that way are their last sampled readings.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import resource
+import signal
 import subprocess
 import threading
 import time
@@ -23,7 +28,9 @@ import psutil
 class ProcessUsage:
     pid: int
     role: str
+    name: str = ""  # the executable's name (python3, sh, prism, ...)
     peak_rss: int = 0
+    peak_at: float = 0.0  # seconds after the start when peak_rss was sampled
     cpu_seconds: float = 0.0
     samples: int = 0  # how many samples saw it alive
 
@@ -38,6 +45,13 @@ class RunUsage:
     steal_seconds: float  # CPU time the hypervisor gave other guests while this guest wanted it
     stdout: str
     stderr: str
+    timed_out: bool = False
+
+    @property
+    def sampled_cpu_seconds(self) -> float:
+        """The sum of every process's last sampled CPU seconds: a lower bound that also counts
+        processes this one did not reap (a grandchild orphaned by its parent, a killed tree)."""
+        return sum(p.cpu_seconds for p in self.processes)
 
     @property
     def other_load(self) -> float:
@@ -76,8 +90,27 @@ def machine_steal() -> float:
     return getattr(psutil.cpu_times(), "steal", 0.0)
 
 
-def run(cmd: list[str], env: dict | None = None, interval: float = 0.1, cwd: str | None = None) -> RunUsage:
-    """Run ``cmd`` to completion while sampling its process tree."""
+def _kill_tree(root: psutil.Process) -> None:
+    """SIGKILL every process below ``root`` (by the psutil handle, which checks that the pid was
+    not reused), then ``root``."""
+    try:
+        tree = root.children(recursive=True)
+    except psutil.NoSuchProcess:
+        tree = []
+    for p in tree:
+        try:
+            p.send_signal(signal.SIGKILL)
+        except psutil.NoSuchProcess:
+            continue
+    try:
+        root.send_signal(signal.SIGKILL)
+    except psutil.NoSuchProcess:
+        pass
+
+
+def run(cmd: list[str], env: dict | None = None, interval: float = 0.1, cwd: str | None = None,
+        timeout: float | None = None) -> RunUsage:
+    """Run ``cmd`` to completion (or until ``timeout`` seconds) while sampling its process tree."""
     usage: dict[int, ProcessUsage] = {}
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     children_start = children.ru_utime + children.ru_stime
@@ -95,7 +128,13 @@ def run(cmd: list[str], env: dict | None = None, interval: float = 0.1, cwd: str
     for t in readers:
         t.start()
     root = psutil.Process(proc.pid)
+    timed_out = False
     while proc.poll() is None:
+        if timeout is not None and time.perf_counter() - start > timeout:
+            timed_out = True
+            _kill_tree(root)
+            proc.wait()
+            break
         try:
             tree = [root, *root.children(recursive=True)]
         except psutil.NoSuchProcess:
@@ -106,9 +145,10 @@ def run(cmd: list[str], env: dict | None = None, interval: float = 0.1, cwd: str
                     rss = p.memory_info().rss
                     times = p.cpu_times()
                     if p.pid not in usage:
-                        usage[p.pid] = ProcessUsage(p.pid, _role(p, proc.pid))
+                        usage[p.pid] = ProcessUsage(p.pid, _role(p, proc.pid), p.name())
                     u = usage[p.pid]
-                    u.peak_rss = max(u.peak_rss, rss)
+                    if rss > u.peak_rss:
+                        u.peak_rss, u.peak_at = rss, time.perf_counter() - start
                     u.samples += 1
                     u.cpu_seconds = max(u.cpu_seconds, times.user + times.system)
             except (psutil.NoSuchProcess, psutil.AccessDenied):
@@ -123,4 +163,5 @@ def run(cmd: list[str], env: dict | None = None, interval: float = 0.1, cwd: str
     steal = machine_steal() - steal_start
     processes = sorted(usage.values(), key=lambda u: (u.role != "main", u.pid))
     other = max(0.0, machine - max(tree_cpu, sum(u.cpu_seconds for u in processes)))
-    return RunUsage(proc.returncode, wall, processes, tree_cpu, other, steal, out.get("out", ""), out.get("err", ""))
+    return RunUsage(proc.returncode, wall, processes, tree_cpu, other, steal, out.get("out", ""), out.get("err", ""),
+                    timed_out)

@@ -16,7 +16,15 @@ tokens over wall seconds times the cores the row may use. The machine's CPU time
 is reported, since a busy neighbour inflates every wall-clock figure. Then each tokenizer backend
 encodes 20 MB documents without whitespace, against ordinary text of the corpus, per byte.
 
-It writes BENCHMARKS.md at the top of the checkout and prints the same tables.
+Then the scale rehearsal of issue 12 (``--only scale`` runs just it): the bucketed job over N
+(``--scale-docs``, 2,000,000 by default) short documents of 3 to 40 words (tests/bench/scale_corpus.py)
+on the FnApiRunner with one worker, with two worker processes, and on Prism, each in a child process
+watched by monitor.py: documents read per CPU second of the process tree and per wall second per core,
+the peak RSS of every process, against the targets (every process < 600 MiB, >= 100,000 documents/s
+per core). A run still going after ``--scale-timeout`` seconds is killed and recorded as such.
+
+It writes BENCHMARKS.md at the top of the checkout and prints the same tables; ``--only scale``
+rewrites only the scale section of it.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ import json  # noqa: E402
 import platform  # noqa: E402
 import re  # noqa: E402
 import shutil  # noqa: E402
+import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 import unicodedata  # noqa: E402
@@ -51,12 +60,13 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 import corpus as corpus_mod  # noqa: E402
 import monitor  # noqa: E402
+import scale_corpus  # noqa: E402
 
 from pipelines.bucketed import read_stats  # noqa: E402
-from transforms.encoders import ENDOFTEXT, QWEN2_PATTERN, gpt2_ranks_path, qwen_ranks_path  # noqa: E402
-from transforms.filter import LidFilterConfig, drop_reason  # noqa: E402
-from transforms.records import Document  # noqa: E402
-from transforms.tokenize import TokenizerConfig  # noqa: E402
+from transforms.bucketed.filter import LidFilterConfig, drop_reason  # noqa: E402
+from transforms.bucketed.tokenize import TokenizerConfig  # noqa: E402
+from transforms.core.encoders import ENDOFTEXT, QWEN2_PATTERN, gpt2_ranks_path, qwen_ranks_path  # noqa: E402
+from transforms.core.records import Document  # noqa: E402
 
 GPT2_RANKS = Path(gpt2_ranks_path())  # shipped in the package
 MB = 1e6
@@ -66,6 +76,13 @@ JOB = [sys.executable, "-c", "import sys; from pipelines.cli import main; sys.ex
 TWO_WORKERS = ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
 MEMORY_TOLERANCE = 1.10  # "no larger" allows 10% for sampling and allocator noise
 BUSY = 0.25  # cores busy elsewhere above which a job row is measured again
+# Where `make prism` puts the binary (the Makefile's PRISM_BIN, tests/engines/engine_setup.py's too).
+ENGINES_DIR = Path(os.environ.get("ENGINES_DIR", Path.home() / ".cache" / "beam-pretokenize"))
+PRISM_BIN = ENGINES_DIR / f"prism-v{importlib.metadata.version('apache-beam')}" / "prism"
+SCALE_RSS_LIMIT = 600 << 20  # issue 12: every process under 600 MiB
+SCALE_DOCS_PER_CORE = 100_000  # issue 12: documents read per second per core, read to publish
+SCALE_TIMEOUT = 600.0
+SCALE_HEADING = "## Scale rehearsal: "
 
 
 @dataclasses.dataclass
@@ -303,7 +320,7 @@ def _uncut(encoder, text: str) -> None:
 
 
 def long_doc_rows(specs: dict[str, str], sample: list[str], docs: dict[str, str], repeats: int) -> list[dict]:
-    from transforms.encoders import load_encoder
+    from transforms.core.encoders import load_encoder
 
     size = len(docs["dot leaders"])
     sample_bytes = sum(len(t.encode("utf-8")) for t in sample)
@@ -326,6 +343,261 @@ def long_doc_rows(specs: dict[str, str], sample: list[str], docs: dict[str, str]
               + ", ".join(f"{k} {v / base:.2f}x" for k, v in row["kinds"].items())
               + f"; letters uncut {row['uncut letters'] / base:.1f}x", flush=True)
     return rows
+
+
+# --- the scale rehearsal (issue 12) ----------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ScaleRunner:
+    key: str  # as tests/engines names it
+    name: str
+    cores: int  # cores the run may use
+    flags: tuple[str, ...]
+
+
+SCALE_RUNNERS = {
+    r.key: r
+    for r in (
+        ScaleRunner("fnapi-1", "FnApiRunner, 1 worker (in-process)", 1, ("--runner=FnApiRunner",)),
+        ScaleRunner("fnapi-2proc", "FnApiRunner, 2 worker processes", min(2, os.cpu_count() or 1),
+                    ("--runner=FnApiRunner", *TWO_WORKERS)),
+        # LOOPBACK: the Python SDK worker runs in the launching process, Prism (Go) in its own.
+        ScaleRunner("prism", f"Prism v{importlib.metadata.version('apache-beam')} (LOOPBACK worker)",
+                    min(2, os.cpu_count() or 1),
+                    ("--runner=PrismRunner", f"--prism_location={PRISM_BIN}", "--environment_type=LOOPBACK")),
+    )
+}
+
+
+@dataclasses.dataclass
+class ScaleRun:
+    runner: ScaleRunner
+    outcome: str  # finished, timeout, failed, not set up
+    detail: str = ""
+    usage: monitor.RunUsage | None = None
+    read: int = 0
+    kept: int = 0
+    tokens: int = 0  # text tokens, EOS not counted
+    digest: str = ""
+
+    @property
+    def cpu(self) -> float:
+        """CPU seconds of the process tree: rusage of the reaped processes, or the sum of the sampled
+        readings when that is larger (a process killed, or orphaned and reaped by init)."""
+        return max(self.usage.cpu_seconds, self.usage.sampled_cpu_seconds)
+
+    @property
+    def per_core_cpu(self) -> float:
+        return self.read / self.cpu
+
+    @property
+    def per_core_wall(self) -> float:
+        return self.read / (self.usage.wall_seconds * self.runner.cores)
+
+    def peaks(self) -> list[tuple[str, monitor.ProcessUsage]]:
+        """Every process that lived at least 3 samples, labelled, largest first. A child seen once or
+        twice is a fork on its way to exec (Beam starts workers through /bin/sh): its RSS is its
+        parent's pages, not memory of its own."""
+        labels, workers = [], 0
+        for p in self.usage.processes:
+            if p.role not in ("main", "worker") and p.samples < 3:
+                continue
+            if p.role == "worker":
+                workers += 1
+                label = f"worker {workers}"
+            else:
+                label = "main" if p.role == "main" else p.name or p.role
+            labels.append((label, p))
+        return sorted(labels, key=lambda lp: -lp[1].peak_rss)
+
+    def memory_ok(self) -> bool:
+        return all(p.peak_rss < SCALE_RSS_LIMIT for _, p in self.peaks())
+
+
+def scale_run(runner: ScaleRunner, corpus_dir: Path, output: Path, timeout: float) -> ScaleRun:
+    """One run of the job on ``runner``; run again (once) when the rest of the machine was busy."""
+    if runner.key == "prism" and not os.access(PRISM_BIN, os.X_OK):
+        return ScaleRun(runner, "not set up", f"no Prism binary at {PRISM_BIN} (`make prism` builds it)")
+    for attempt in range(2):
+        shutil.rmtree(output, ignore_errors=True)
+        usage = monitor.run([*JOB, "--input", str(corpus_dir), "--output", str(output), *runner.flags],
+                            timeout=timeout)
+        if usage.timed_out or usage.returncode != 0 or usage.other_load <= BUSY or attempt:
+            break
+        print(f"  the machine was busy ({usage.other_load:.2f} cores elsewhere): running it again", flush=True)
+    try:
+        if usage.timed_out:
+            return ScaleRun(runner, "timeout", f"did not finish in {timeout / 60:g} min", usage)
+        if usage.returncode != 0:
+            last = next((line for line in reversed(usage.stderr.splitlines()) if line.strip()), "")
+            return ScaleRun(runner, "failed", f"failed (exit {usage.returncode}): {last[-300:]}", usage)
+        stats = read_stats(str(output))
+        return ScaleRun(runner, "finished", "", usage, stats.raw_documents, stats.kept_documents,
+                        stats.total_tokens - stats.kept_documents, tree_digest(output))
+    finally:
+        shutil.rmtree(output, ignore_errors=True)
+
+
+def code_version() -> str:
+    """The commit of the code the job runs (the checkout ``pipelines`` is imported from), and whether
+    its pipeline code has uncommitted changes: the code under the pipeline is often mid-rewrite."""
+    import pipelines
+
+    root = Path(pipelines.__file__).resolve().parents[1]
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True).stdout
+
+    try:
+        sha = git("rev-parse", "--short", "HEAD").strip()
+        dirty = git("status", "--porcelain", "--", "pipelines", "transforms", "shards").strip()
+    except (OSError, subprocess.CalledProcessError):
+        return f"{root} (not a git checkout)"
+    return f"commit {sha}" + (" with uncommitted changes to pipelines/, transforms/ or shards/" if dirty else "")
+
+
+def _docs_rate(x: float) -> str:
+    return f"{x:,.0f}"
+
+
+def scale_table(runs: list[ScaleRun]) -> list[str]:
+    lines = [
+        "| runner | documents read | kept | text tokens | wall s | CPU s (process tree) | cores "
+        "| documents/s per core (CPU) | documents/s per core (wall) | largest process (peak RSS) "
+        "| peak RSS of every process | every process < 600 MiB | busy elsewhere (stolen) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---:|",
+    ]
+    for r in runs:
+        if r.usage is None:
+            lines.append(f"| {r.runner.name} | {r.detail} |" + " |" * 12)
+            continue
+        u = r.usage
+        peaks = r.peaks()
+        label, big = peaks[0]
+        largest = f"{_mib(big.peak_rss)}, {label}, at {big.peak_at / u.wall_seconds:.0%} of the wall time"
+        every = "; ".join(f"{lbl} {_mib(p.peak_rss)}" for lbl, p in peaks)
+        busy = f"{u.other_load:.2f} ({u.steal_load:.2f}) cores"
+        if r.outcome == "finished":
+            figures = (f"{r.read:,} | {r.kept:,} | {r.tokens:,} | {u.wall_seconds:.1f} | {r.cpu:.1f} "
+                       f"| {r.runner.cores} | {_docs_rate(r.per_core_cpu)} | {_docs_rate(r.per_core_wall)}")
+        else:
+            figures = f"{r.detail} | | | {u.wall_seconds:.1f} | {r.cpu:.1f} | {r.runner.cores} | | "
+        ok = "yes" if r.memory_ok() else "**no**"
+        if r.outcome != "finished":
+            ok += " (so far)" if r.memory_ok() else ""
+        lines.append(f"| {r.runner.name} | {figures} | {largest} | {every} | {ok} | {busy} |")
+    return lines
+
+
+def scale_targets(runs: list[ScaleRun]) -> list[str]:
+    lines = ["| target | runner | measured | |", "|---|---|---|---|"]
+    for r in runs:
+        if r.usage is None:
+            lines.append(f"| every target | {r.runner.name} | {r.detail} | not measured |")
+            continue
+        finished = r.outcome == "finished"
+        label, big = r.peaks()[0]
+        memory = f"largest {_mib(big.peak_rss)} ({label})"
+        memory_ok = finished and r.memory_ok()
+        if not finished:
+            memory += f"; {r.detail}"
+        lines.append(f"| peak RSS of every process < 600 MiB | {r.runner.name} | {memory} | {met(memory_ok)} |")
+        if finished:
+            rate = (f"{_docs_rate(r.per_core_cpu)} per CPU second, {_docs_rate(r.per_core_wall)} per wall second "
+                    f"x {r.runner.cores} core{'s' if r.runner.cores > 1 else ''}")
+            rate_ok = r.per_core_cpu >= SCALE_DOCS_PER_CORE
+        else:
+            rate, rate_ok = r.detail, False
+        lines.append(f"| >= 100,000 documents/s per core, read to publish | {r.runner.name} | {rate} "
+                     f"| {met(rate_ok)} |")
+    return lines
+
+
+def scale_section(info: dict, runs: list[ScaleRun], date: str, how: str, timeout: float,
+                  machine: str | None = None) -> list[str]:
+    n = info["documents"]
+    finished = [r for r in runs if r.outcome == "finished"]
+    checks = []
+    if finished:
+        reads, kept = sorted({r.read for r in finished}), sorted({r.kept for r in finished})
+        checks.append(f"documents read {n:,}" if reads == [n] else f"documents read {reads}, NOT the corpus's {n:,}")
+        expected = info["kept_expected"]
+        checks.append(f"kept {expected:,}, the confident English rows" if kept == [expected]
+                      else f"kept {kept}, NOT the {expected:,} confident English rows")
+        if len(finished) > 1:
+            same = len({r.digest for r in finished}) == 1
+            checks.append(f"the {len(finished)} finished runs wrote {'the same bytes' if same else 'DIFFERENT bytes'}")
+    lines = [
+        f"{SCALE_HEADING}{n:,} short documents",
+        "",
+        f"Measured {date} by {how}: the targets of issue 12, on the corpus of tests/bench/scale_corpus.py;"
+        f" the job's code: {code_version()}.",
+        "",
+        *([f"Machine: {machine}.", ""] if machine else []),
+        f"Corpus: {n:,} documents of {scale_corpus.MIN_WORDS} to {scale_corpus.MAX_WORDS} words, "
+        f"{info['text_bytes'] / MB:.1f} MB of text, in the FinePDFs schema's columns the job reads, "
+        f"{info['files']} parquet files, {info['row_groups']} row groups of at most "
+        f"{scale_corpus.ROW_GROUP_ROWS:,} rows; each text a run of consecutive words of "
+        "tests/data/sample_sources (English, or one of "
+        f"{info['foreign_languages']} UDHR translations); rows "
+        + ", ".join(f"{k} {v:,}" for k, v in info["categories"].items())
+        + ".",
+        "",
+        "One run of `pretokenize bucketed` per runner, in a child process, measured again once when the rest"
+        " of the machine took more than a quarter of a core. CPU s: every process of the run (rusage of the"
+        " reaped processes). Documents/s per core: documents read over those CPU seconds, and over the wall"
+        " time times the cores the runner may use. Peak RSS: sampled every 0.1 s for every process of the run"
+        " (processes seen fewer than 3 times, forks on their way to exec, left out), and when the largest"
+        f" reached it. A run still going after {timeout / 60:g} minutes is killed.",
+        "",
+        *scale_table(runs),
+        "",
+    ]
+    if checks:
+        lines += ["Checks: " + "; ".join(checks) + ".", ""]
+    lines += [
+        "### Targets (scale rehearsal)",
+        "",
+        *scale_targets(runs),
+        "",
+    ]
+    return lines
+
+
+def run_scale(cache: Path, documents: int, runner_keys: list[str], timeout: float,
+              date: str, how: str, machine: str | None = None) -> list[str]:
+    """Build or reuse the scale corpus, run the job on each runner, return the BENCHMARKS.md section."""
+    print(f"scale rehearsal: building or reusing {documents:,} short documents under {cache}", flush=True)
+    corpus_dir, info = scale_corpus.ensure(cache, documents)
+    print(f"scale rehearsal: {info['documents']:,} documents, {info['text_bytes'] / MB:.1f} MB, "
+          f"{info['kept_expected']:,} to keep", flush=True)
+    runs = []
+    for key in runner_keys:
+        runner = SCALE_RUNNERS[key]
+        print(f"scale rehearsal: {runner.name} ...", flush=True)
+        run = scale_run(runner, corpus_dir, cache / "runs" / f"scale-{key}", timeout)
+        if run.outcome == "finished":
+            big = run.peaks()[0]
+            print(f"  {run.usage.wall_seconds:.1f} s wall, {run.cpu:.1f} CPU s, "
+                  f"{run.per_core_cpu:,.0f} documents/s per CPU second; largest process {big[0]} "
+                  f"{_mib(big[1].peak_rss)}", flush=True)
+        else:
+            print(f"  {run.detail}", flush=True)
+        runs.append(run)
+    return scale_section(info, runs, date, how, timeout, machine)
+
+
+def splice_section(text: str, section: list[str]) -> str:
+    """``text`` with its scale section replaced by ``section`` (appended when it has none)."""
+    lines = text.rstrip("\n").splitlines() if text.strip() else []
+    start = next((i for i, line in enumerate(lines) if line.startswith(SCALE_HEADING)), None)
+    if start is None:
+        lines += ([""] if lines else []) + section
+    else:
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+        lines[start:end] = section
+    return "\n".join(lines).rstrip("\n") + "\n"
 
 
 # --- the report --------------------------------------------------------------------------------------------
@@ -386,6 +658,25 @@ def met(ok: bool) -> str:
     return "**met**" if ok else "**not met**"
 
 
+def scale_only(args: argparse.Namespace, runner_keys: list[str], started: float) -> int:
+    """``--only scale``: the scale rehearsal alone, its section of ``args.out`` rewritten in place."""
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    flags = ["--only scale"]
+    if args.scale_docs != scale_corpus.DEFAULT_DOCUMENTS:
+        flags.append(f"--scale-docs {args.scale_docs}")
+    if runner_keys != list(SCALE_RUNNERS):
+        flags.append(f"--scale-runners {','.join(runner_keys)}")
+    if args.scale_timeout != SCALE_TIMEOUT:
+        flags.append(f"--scale-timeout {args.scale_timeout:g}")
+    command = f"`tests/bench/run_bench.py {' '.join(flags)}`"
+    section = run_scale(args.cache, args.scale_docs, runner_keys, args.scale_timeout, date, command, machine_text())
+    old = args.out.read_text() if args.out.is_file() else ""
+    args.out.write_text(splice_section(old if old.strip() else "# Benchmarks\n", section))
+    print("\n" + "\n".join(section))
+    print(f"wrote the scale section of {args.out}; it took {(time.perf_counter() - started) / 60:.1f} minutes")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "beam-pretokenize" / "bench",
@@ -395,10 +686,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=2,
                    help="runs of the per-core rows (raw, encoder, 1-worker job, long documents); the best counts")
     p.add_argument("--out", type=Path, default=REPO / "BENCHMARKS.md")
+    p.add_argument("--only", choices=["scale"],
+                   help="run only this part and rewrite only its section of --out")
+    p.add_argument("--scale-docs", type=int, default=scale_corpus.DEFAULT_DOCUMENTS,
+                   help="documents in the scale rehearsal's corpus")
+    p.add_argument("--scale-runners", default=",".join(SCALE_RUNNERS),
+                   help=f"comma-separated runners of the scale rehearsal, of {', '.join(SCALE_RUNNERS)}")
+    p.add_argument("--scale-timeout", type=float, default=SCALE_TIMEOUT,
+                   help="seconds after which a scale run is killed and recorded as not finished")
     args = p.parse_args(argv)
+    runner_keys = [k.strip() for k in args.scale_runners.split(",") if k.strip()]
+    unknown = [k for k in runner_keys if k not in SCALE_RUNNERS]
+    if unknown or not runner_keys:
+        p.error(f"--scale-runners: unknown {unknown}; choose from {', '.join(SCALE_RUNNERS)}")
+    if args.scale_docs < 1:
+        p.error("--scale-docs must be at least 1")
     started = time.perf_counter()
     args.cache.mkdir(parents=True, exist_ok=True)
     work = args.cache / "runs"
+
+    if args.only == "scale":
+        return scale_only(args, runner_keys, started)
 
     print(f"corpus: building or reusing {args.target_mb:g} MB under {args.cache}", flush=True)
     corpus_dir, info = corpus_mod.ensure(args.cache, args.target_mb)
@@ -445,6 +753,9 @@ def main(argv: list[str] | None = None) -> int:
     specs["hf: (Qwen2.5 tokenizer.json)"] = f"hf:{hf_dir}"
     long_size = int(args.long_doc_mb * MB)
     long_rows = long_doc_rows(specs, ordinary_sample(texts), long_documents(base, texts, long_size), args.repeats)
+
+    scale_date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    scale = run_scale(args.cache, args.scale_docs, runner_keys, args.scale_timeout, scale_date, "`make bench`")
     shutil.rmtree(work, ignore_errors=True)
     runtime = time.perf_counter() - started
 
@@ -537,6 +848,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         *long_table(long_rows),
         "",
+        *scale,
     ]
     text = "\n".join(lines)
     args.out.write_text(text)

@@ -132,7 +132,7 @@ def test_the_job_translates_for_dataflow(make_job, tmp_path, request):
     assert "workflow.tar.gz" in files and "pickled_main_session" not in files, sorted(files)
     with tarfile.open(files["workflow.tar.gz"]) as sdist:
         names = {name.split("/", 1)[1] for name in sdist.getnames() if "/" in name}
-    for module in ("pipelines/bucketed.py", "pipelines/cli.py", "transforms/write.py", "shards/layout.py"):
+    for module in ("pipelines/bucketed.py", "pipelines/cli.py", "transforms/bucketed/write.py", "shards/layout.py"):
         assert module in names, f"{module} is not in the sdist the workers install"
 
 

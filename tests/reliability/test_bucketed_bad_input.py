@@ -15,7 +15,7 @@ from conftest import finepdfs_row, tree_hashes
 from pipelines import cli
 from shards import layout, manifest
 from shards.manifest import DatasetStats
-from transforms.encoders import load_encoder
+from transforms.core.encoders import load_encoder
 
 RUNNER = "--runner=FnApiRunner"
 EOS = 151643

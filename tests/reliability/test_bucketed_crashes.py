@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import os
 import subprocess
 import sys
@@ -13,11 +14,13 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from conftest import REPO, SAMPLE_PARQUET, tree_hashes
 from crash_tools import FaultyFileSystem, TreeWatcher, has_files, kill_when
+from faults import fail_first
 
 from pipelines import bucketed
 from shards import layout, manifest
-from transforms import write
-from transforms.records import BadInputError
+from transforms.bucketed import write
+from transforms.core import spill
+from transforms.core.records import BadInputError
 
 FLAGS = ["--partitions", "4", "--max-shard-bytes", "150000"]
 
@@ -29,14 +32,15 @@ def clean(tmp_path_factory):
     return tree_hashes(out)
 
 
-def test_bundles_that_fail_once_and_are_retried_change_nothing(tmp_path, clean):
+def test_bundles_that_fail_once_and_are_retried_change_nothing(tmp_path, clean, monkeypatch):
     # The BundleBasedDirectRunner retries a failed bundle; the first two spill and two write
     # attempts in this process fail after doing part of their work.
-    write._INJECTED.clear()
+    injected = collections.Counter()
+    fail_first(monkeypatch, spill.SpillTokensFn, "process", 2, injected, "spill")
+    fail_first(monkeypatch, write.WriteShardFilesFn, "process", 2, injected, "write")
     out = tmp_path / "out"
-    bucketed.run(["--input", str(SAMPLE_PARQUET), "--output", str(out), "--runner=BundleBasedDirectRunner",
-                  "--test-fail-first-attempts", "2", *FLAGS])
-    assert write._INJECTED == {"spill": 2, "write": 2}, "the failures were not injected"
+    bucketed.run(["--input", str(SAMPLE_PARQUET), "--output", str(out), "--runner=BundleBasedDirectRunner", *FLAGS])
+    assert injected == {"spill": 2, "write": 2}, "the failures were not injected"
     assert tree_hashes(out) == clean
     with open(out / layout.MANIFEST_NAME, encoding="utf-8") as f:
         ids = [doc_id for _, doc_id, _ in manifest.read_rows(f)]
@@ -68,9 +72,9 @@ class _Watcher(TreeWatcher):
                     self.violations.append(f"{rel} incomplete while {layout.STATS_NAME} existed")
 
 
-def _start_job(out, *extra) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "pipelines.cli", "bucketed", "--input", str(SAMPLE_PARQUET), "--output", str(out),
-           "--runner=FnApiRunner", *FLAGS, *extra]
+def _start_job(out, publish_delay: float = 0.0) -> subprocess.Popen:
+    cmd = [sys.executable, str(REPO / "tests" / "faults.py"), "--publish-delay", str(publish_delay), "--",
+           "bucketed", "--input", str(SAMPLE_PARQUET), "--output", str(out), "--runner=FnApiRunner", *FLAGS]
     return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
 
@@ -90,7 +94,7 @@ def test_a_job_killed_midway_never_looks_finished_and_a_rerun_matches_a_clean_ru
     watcher.start()
     try:
         # A slow publish (50 ms per shard moved) so the kill can land in the middle of it.
-        killed = kill_when(_start_job(out, "--test-publish-delay", "0.05"), lambda: KILL_POINTS[point](out))
+        killed = kill_when(_start_job(out, publish_delay=0.05), lambda: KILL_POINTS[point](out))
         assert killed, f"the job finished before reaching {point}"
         assert not (out / layout.STATS_NAME).exists(), f"killed while {point}, yet the tree looks finished"
         bucketed.run(["--input", str(SAMPLE_PARQUET), "--output", str(out), "--runner=FnApiRunner", *FLAGS])
@@ -104,7 +108,7 @@ def test_a_job_killed_midway_never_looks_finished_and_a_rerun_matches_a_clean_ru
 def test_a_rerun_killed_while_publishing_over_a_finished_output(tmp_path, clean):
     out = tmp_path / "out"
     bucketed.run(["--input", str(SAMPLE_PARQUET), "--output", str(out), "--runner=FnApiRunner", *FLAGS])
-    proc = _start_job(out, "--test-publish-delay", "0.05")
+    proc = _start_job(out, publish_delay=0.05)
     # The old output is complete until the new run starts publishing; from then on it is not.
     killed = kill_when(proc, lambda: not (out / layout.STATS_NAME).exists())
     assert killed

@@ -21,7 +21,7 @@ from test_scaffold_pipeline import expected_streams, split_stream
 from pipelines import cli, decode
 from shards import layout, llmc
 from shards.llmc import ScaffoldStats
-from transforms.scaffold import annotate, format_annotated, parse_annotated
+from transforms.scaffold.encode import annotate, format_annotated, parse_annotated
 
 RUNNER = "--runner=FnApiRunner"
 FLAGS = ["--shard-tokens", "400", "--val-fraction", "0.25"]

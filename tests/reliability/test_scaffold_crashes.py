@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import subprocess
@@ -15,12 +16,14 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from conftest import REPO, tree_hashes
 from crash_tools import FaultyFileSystem, TreeWatcher, has_files, kill_when
+from faults import fail_first
 
 from pipelines import scaffold
 from shards import layout, llmc
 from shards.llmc import ScaffoldStats
-from transforms import write_llmc
-from transforms.records import BadInputError
+from transforms.core import spill
+from transforms.core.records import BadInputError
+from transforms.scaffold.encode import write as write_llmc
 
 PLAIN = REPO / "tests" / "data" / "scaffold" / "por_plain.jsonl"
 FLAGS = ["--annotate", "--shard-tokens", "700", "--val-fraction", "0.2"]
@@ -44,16 +47,21 @@ def run_job(input_path, output, gpt2_spec, *flags) -> ScaffoldStats:
 
 
 @pytest.mark.parametrize("long_docs", ["skip", "chunk"])
-def test_bundles_that_fail_once_and_are_retried_change_nothing(long_docs, tmp_path, gpt2_spec, with_copies):
+def test_bundles_that_fail_once_and_are_retried_change_nothing(long_docs, tmp_path, gpt2_spec, with_copies,
+                                                               monkeypatch):
     clean = run_job(with_copies, tmp_path / "clean", gpt2_spec, "--long-docs", long_docs, "--runner=FnApiRunner")
     assert clean.drops.get("duplicate_id", 0) >= 7
     # The BundleBasedDirectRunner retries a failed bundle; the first two spill, dedupe and write
     # attempts in this process fail after doing part of their work (a spill file written, a shard
     # file staged).
-    write_llmc._INJECTED.clear()
+    injected = collections.Counter()
+    fail_first(monkeypatch, spill.SpillTokensFn, "process", 2, injected, "spill")
+    dedupe = write_llmc.KeepFirstCopiesFn if long_docs == "chunk" else write_llmc.DropDuplicateIdsFn
+    fail_first(monkeypatch, dedupe, "process", 2, injected, "dedupe")
+    fail_first(monkeypatch, write_llmc.WriteShardFileFn, "process", 2, injected, "write")
     run_job(with_copies, tmp_path / "retried", gpt2_spec, "--long-docs", long_docs,
-            "--runner=BundleBasedDirectRunner", "--test-fail-first-attempts", "2")
-    assert write_llmc._INJECTED == {"spill": 2, "dedupe": 2, "write": 2}, "the failures were not injected"
+            "--runner=BundleBasedDirectRunner")
+    assert injected == {"spill": 2, "dedupe": 2, "write": 2}, "the failures were not injected"
     retried = tree_hashes(tmp_path / "retried")
     assert retried == tree_hashes(tmp_path / "clean")
     assert len([k for k in retried if k.startswith("train/")]) > 10
@@ -78,9 +86,10 @@ class _Watcher(TreeWatcher):
                     self.violations.append(f"{path.name} incomplete while {layout.STATS_NAME} existed")
 
 
-def _start_job(out, gpt2_spec, *extra) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "pipelines.cli", "scaffold", "--input", str(PLAIN), "--output", str(out),
-           "--tokenizer", gpt2_spec, "--runner=FnApiRunner", *FLAGS, *extra]
+def _start_job(out, gpt2_spec, publish_delay: float = 0.0) -> subprocess.Popen:
+    cmd = [sys.executable, str(REPO / "tests" / "faults.py"), "--publish-delay", str(publish_delay), "--",
+           "scaffold", "--input", str(PLAIN), "--output", str(out), "--tokenizer", gpt2_spec, "--runner=FnApiRunner",
+           *FLAGS]
     return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
 
@@ -108,7 +117,7 @@ def test_a_job_killed_midway_never_looks_finished_and_a_rerun_matches_a_clean_ru
     watcher.start()
     try:
         # A slow publish (50 ms per shard moved) so the kill can land in the middle of it.
-        killed = kill_when(_start_job(out, gpt2_spec, "--test-publish-delay", "0.05"),
+        killed = kill_when(_start_job(out, gpt2_spec, publish_delay=0.05),
                             lambda: KILL_POINTS[point](out))
         assert killed, f"the job finished before reaching {point}"
         assert not (out / layout.STATS_NAME).exists(), f"killed while {point}, yet the tree looks finished"
@@ -124,7 +133,7 @@ def test_a_rerun_killed_while_publishing_over_a_finished_output(tmp_path, gpt2_s
     out = tmp_path / "out"
     # A finished output with other shard sizes: the re-run must remove what it does not write.
     run_job(PLAIN, out, gpt2_spec, "--runner=FnApiRunner", "--shard-tokens", "300")
-    proc = _start_job(out, gpt2_spec, "--test-publish-delay", "0.05")
+    proc = _start_job(out, gpt2_spec, publish_delay=0.05)
     # The old output is complete until the new run starts publishing; from then on it is not.
     assert kill_when(proc, lambda: not (out / layout.STATS_NAME).exists())
     time.sleep(0.2)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import apache_beam as beam
 
-from transforms.records import DROPPED
+from transforms.core.records import DROPPED
 
 NAMESPACE = "pretokenize"
 

@@ -68,7 +68,7 @@ def content_ff(words: list[str], offset: int = 0) -> str:
 
 
 def build() -> tuple[list[dict], list[dict]]:
-    from transforms.scaffold import annotate
+    from transforms.scaffold.encode import annotate
 
     plain: list[tuple[str, str]] = []
     for variant, name in VARIANTS:
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=HERE)
     args = parser.parse_args(argv)
-    from transforms.scaffold import annotate
+    from transforms.scaffold.encode import annotate
 
     plain, annotated = build()
     args.out.mkdir(parents=True, exist_ok=True)

@@ -11,7 +11,7 @@ data files do). Tokens are never shuffled through Beam; only small references ar
                       stretches of the stream order and about equally full.
     GroupByRange      a range's SequenceRefs. Every copy of an id has the id's split and sort key,
     DropDuplicateIds  so copies meet here: the first by (input file, row) is kept, as in the
-                      bucketed job (transforms.write.drop_duplicates), each other copy is counted
+                      bucketed job (transforms.bucketed.write.drop_duplicates), each other copy is counted
                       as ``duplicate_id`` and its counts are taken back
     RangeTokens       tokens per deduplicated range; from these, each range's first position in
     RangeOffsets      its split's stream (one small dict, a side input)
@@ -45,24 +45,19 @@ from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
 import apache_beam as beam
+import numpy as np
 
 from shards import layout, llmc, storage, tree
 from shards.llmc import ScaffoldStats, SplitStats
 from shards.manifest import format_checksums
-from transforms.progress import Progress
-from transforms.publish import UnaccountedDocumentsError, commit, mark_publishing, replace_files
-from transforms.records import DROPPED, DocRef
-from transforms.scaffold import COUNTS, DocumentCounts, ScaffoldTokens, sum_counts
-from transforms.write import (  # noqa: F401 - _INJECTED: tests read the injected failures here too
-    _INJECTED,
-    DUPLICATE_ID,
-    RunPaths,
-    SpillTokensFn,
-    _AtomicFile,
-    _SpillReader,
-    drop_duplicates,
-    ref_order,
-)
+from transforms.bucketed.write import DUPLICATE_ID, RunPaths
+from transforms.core.batches import Refs, TokenBatch, stream_order
+from transforms.core.drops import CountDrops, Drops
+from transforms.core.progress import Progress
+from transforms.core.publish import UnaccountedDocumentsError, commit, mark_publishing, replace_files
+from transforms.core.records import DROPPED
+from transforms.core.spill import AtomicFile, SpillReader, SpillTokensFn
+from transforms.scaffold.encode import COUNTS, DocumentCounts, sum_counts
 
 log = logging.getLogger(__name__)
 
@@ -86,13 +81,6 @@ class LlmcShardConfig(RunPaths):
     seed: int = layout.DEFAULT_SEED
     order_ranges: int = DEFAULT_ORDER_RANGES
     chunked_documents: bool = False
-    # Tests only: the first N spill, dedupe and write steps in this process fail once, after doing
-    # part of their work, as a crashing worker would; a runner that retries bundles must then lose
-    # and duplicate nothing (see transforms.write.ShardConfig, the bucketed job's twin).
-    test_fail_first_attempts: int = 0
-    # Tests only: seconds to wait after each shard moved into place, so a test can kill the job in
-    # the middle of publishing.
-    test_publish_delay: float = 0.0
 
     def __post_init__(self):
         if not 1 <= self.shard_tokens <= llmc.MAX_SHARD_TOKENS:
@@ -102,8 +90,6 @@ class LlmcShardConfig(RunPaths):
         r = self.order_ranges
         if r < 1 or r > 1 << 20 or r & (r - 1):
             raise ValueError(f"order_ranges must be a power of two within 1..{1 << 20}, got {r}")
-        if self.test_fail_first_attempts < 0:
-            raise ValueError("test_fail_first_attempts must be >= 0")
 
     @property
     def range_shift(self) -> int:
@@ -112,126 +98,150 @@ class LlmcShardConfig(RunPaths):
 
 
 
-class SequenceRef(NamedTuple):
-    """A DocRef (where a spilled sequence's tokens are, where it sorts) and what its copy added to
-    the counts: its words, and its source document's countdown-mismatch flag (0 or 1)."""
+def llmc_keys(batch: TokenBatch, config: LlmcShardConfig) -> tuple[list, np.ndarray]:
+    """Each sequence's group and sort key (a seeded hash of its id, as in the bucketed job).
 
-    sort_key: int
-    id: str
-    length: int
-    spill_path: str
-    offset: int
-    source: str
-    row: int
-    words: int
-    mismatch: int
-
-
-beam.coders.registry.register_coder(SequenceRef, beam.coders.RowCoder)
-
-
-def llmc_spill_key(seq: ScaffoldTokens, config: LlmcShardConfig) -> tuple[tuple[str, int | str], int]:
-    """The group a spilled sequence joins and its sort key, a seeded hash of its id (as in the
-    bucketed job). The group is (split, range), or (split, source id) with chunked_documents."""
-    config.inject_failure("spill")
-    sort_key = layout.shuffle_key(seq.id, config.seed)
+    The group is (split, range): the range is the top bits of the sort key, so ranges are
+    contiguous stretches of the stream order. With chunked_documents a document may be several
+    sequences, each with its own range, so copies of a source id are first brought together by a
+    range of the source id's hash: (COPIES, split, range of the source id).
+    """
+    sort_keys = np.fromiter((layout.shuffle_key(i, config.seed) for i in batch.ids), np.int64, len(batch.ids))
+    splits = [llmc.SPLITS[c] for c in batch.extra["split"].tolist()]
     if config.chunked_documents:
-        return (seq.split, seq.doc_id), sort_key
-    return range_key(seq.split, sort_key, config), sort_key
+        keys = [(COPIES, split, layout.shuffle_key(doc_id, config.seed) >> config.range_shift)
+                for split, doc_id in zip(splits, batch.extra["doc_id"].tolist(), strict=True)]
+    else:
+        keys = [(split, k >> config.range_shift) for split, k in zip(splits, sort_keys.tolist(), strict=True)]
+    return keys, sort_keys
 
 
-def range_key(split: str, sort_key: int, config: LlmcShardConfig) -> tuple[str, int]:
-    return split, sort_key >> config.range_shift
+COPIES = "copies"
 
 
-class SpillSequencesFn(SpillTokensFn):
-    """The bucketed job's SpillTokensFn, each DocRef completed into a SequenceRef."""
-
-    def process(self, seq: ScaffoldTokens):
-        for key, ref in super().process(seq):
-            yield key, SequenceRef(*ref, seq.words, seq.mismatch)
-
-
-def copy_counts(refs: list[SequenceRef]) -> DocumentCounts:
-    """What the sequences of one copy of a document added to its split's counts."""
-    return DocumentCounts(1, len(refs), sum(r.words for r in refs), sum(r.length for r in refs), refs[0].mismatch)
+def copies_counts(refs: Refs, copy: np.ndarray) -> list[DocumentCounts]:
+    """What each copy (a distinct value of ``copy``) added to its split's counts."""
+    out = []
+    for c in np.unique(copy).tolist():
+        members = copy == c
+        out.append(DocumentCounts(1, int(members.sum()), int(refs.extra["words"][members].sum()),
+                                  int(refs.lengths[members].sum()), int(refs.extra["mismatch"][members][0])))
+    return out
 
 
-class Deduplicated(NamedTuple):
-    kept: list[SequenceRef]
-    dropped_copies: list[DocumentCounts]  # one per copy left out
+def keep_first_copies(refs: Refs, by_source_id: bool) -> tuple[np.ndarray, list[DocumentCounts]]:
+    """The references to keep, and the counts of each copy left out.
+
+    A copy is one (input file, row) of a document. Whole documents (``by_source_id`` False) are
+    one sequence each: one per id is kept, the first by (input file, row), as in the bucketed job.
+    With ``by_source_id``, every sequence of a source id's first copy is kept, all of the others'.
+    """
+    if not refs.size:
+        return np.zeros(0, np.int64), []
+    key = refs.extra["doc_id"] if by_source_id else refs.ids
+    ranks = np.unique(key, return_inverse=True)[1].astype(np.int64)
+    order = np.lexsort((refs.rows, refs.source, ranks))
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = ranks[order][1:] != ranks[order][:-1]
+    winner_source = np.empty(ranks.max() + 1, np.int64)
+    winner_row = np.empty(ranks.max() + 1, np.int64)
+    winner_source[ranks[order][first]] = refs.source[order][first]
+    winner_row[ranks[order][first]] = refs.rows[order][first]
+    keep = (refs.source == winner_source[ranks]) & (refs.rows == winner_row[ranks])
+    if by_source_id:
+        left = np.flatnonzero(~keep)
+        # a copy: (source id, input file, row)
+        copy = np.unique(np.stack([ranks[left], refs.source[left], refs.rows[left]]), axis=1, return_inverse=True)[1]
+        dropped = copies_counts(refs.take(left), np.asarray(copy).reshape(-1))
+    else:
+        # two copies of an id from the same (file, row) cannot exist: one per id is kept
+        keep = np.zeros(refs.size, dtype=bool)
+        keep[order[first]] = True
+        left = np.flatnonzero(~keep)
+        dropped = copies_counts(refs.take(left), np.arange(len(left)))
+    return np.flatnonzero(keep), dropped
 
 
-def drop_duplicate_sequences(refs: Iterable[SequenceRef]) -> Deduplicated:
-    """Refs of whole documents (one sequence each): one per id, the first by (input file, row)."""
-    refs = list(refs)
-    kept, _ = drop_duplicates(refs)
-    keep = {id(r) for r in kept}
-    return Deduplicated(kept, [copy_counts([r]) for r in refs if id(r) not in keep])
+def _split_totals(split: str, dropped: list[DocumentCounts]) -> tuple[str, DocumentCounts]:
+    return split, DocumentCounts(*(-x for x in sum_counts(dropped)))
 
 
-def keep_first_copy(doc_id: str, refs: Iterable[SequenceRef]) -> Deduplicated:
-    """Refs of the sequences of every copy of one source id: every sequence of the first copy by
-    (input file, row), the rule of transforms.write.drop_duplicates, and the others' counts."""
-    copies: dict[tuple[str, int], list[SequenceRef]] = {}
-    for ref in refs:
-        copies.setdefault((ref.source, ref.row), []).append(ref)
-    if len(copies) == 1:
-        return Deduplicated(next(iter(copies.values())), [])
-    # One stand-in per copy under the source id, so that the bucketed job's rule picks the copy.
-    [first], _ = drop_duplicates(seqs[0]._replace(id=doc_id) for seqs in copies.values())
-    winner = (first.source, first.row)
-    return Deduplicated(copies[winner], [copy_counts(seqs) for origin, seqs in copies.items() if origin != winner])
-
-
-class _DropCopiesFn(beam.DoFn):
-    """Counts the copies a deduplicating step leaves out: a ``duplicate_id`` drop each, and the
-    negative of its counts, so that the split's totals are those of the documents kept."""
+class KeepFirstCopiesFn(beam.DoFn):
+    """((COPIES, split, range), RefBatches) in; ((split, range), RefBatch) of the first copies out,
+    and the copies left out: ``("duplicate_id", n)`` drops and their negative counts."""
 
     def __init__(self, config: LlmcShardConfig):
         self._config = config
-        self._duplicates = beam.metrics.Metrics.counter("pretokenize", f"dropped_{DUPLICATE_ID}")
 
     def setup(self):
-        self._reported = 0
+        self._drops = Drops()
 
-    def _dropped(self, split: str, result: Deduplicated, where: str) -> Iterator:
-        if not result.dropped_copies:
+    def process(self, element):
+        (_, split, _), batches = element
+        refs = Refs.concat(list(batches))
+        keep, dropped = keep_first_copies(refs, by_source_id=True)
+        kept = refs.take(keep)
+        ranges = kept.sort_keys >> self._config.range_shift
+        for rng in np.unique(ranges).tolist():
+            yield (split, rng), kept.take(np.flatnonzero(ranges == rng))
+        if dropped:
+            yield self._drops(DUPLICATE_ID, len(dropped))
+            yield beam.pvalue.TaggedOutput(COUNTS, _split_totals(split, dropped))
+
+
+class DropDuplicateIdsFn(beam.DoFn):
+    """((split, range), references) in; ((split, range), the references kept, as Refs) out.
+    Without chunked_documents, copies of an id are dropped here; with it, KeepFirstCopies did that."""
+
+    def __init__(self, config: LlmcShardConfig):
+        self._config = config
+
+    def setup(self):
+        self._drops = Drops()
+
+    def process(self, element):
+        (split, rng), batches = element
+        batches = list(batches)
+        if self._config.chunked_documents:  # Refs from KeepFirstCopies, already one copy each
+            refs = _concat_refs(batches)
+            yield (split, rng), refs
             return
-        self._duplicates.inc(len(result.dropped_copies))
-        if self._reported < 20:
-            self._reported += 1
-            log.warning("%s: %d documents dropped as copies of an id already kept", where, len(result.dropped_copies))
-        for c in result.dropped_copies:
-            yield beam.pvalue.TaggedOutput(DROPPED, DUPLICATE_ID)
-            yield beam.pvalue.TaggedOutput(COUNTS, (split, DocumentCounts(*(-x for x in c))))
+        refs = Refs.concat(batches)
+        keep, dropped = keep_first_copies(refs, by_source_id=False)
+        yield (split, rng), refs.take(keep)
+        if dropped:
+            yield self._drops(DUPLICATE_ID, len(dropped))
+            yield beam.pvalue.TaggedOutput(COUNTS, _split_totals(split, dropped))
 
 
-class KeepFirstCopiesFn(_DropCopiesFn):
-    """((split, source id), refs of every copy) in; ((split, range), ref) of the first copy out."""
+def _concat_refs(parts: list[Refs]) -> Refs:
+    """Refs of several groups as one (their spill and source indexes remapped)."""
+    parts = [p for p in parts if p.size]
+    if not parts:
+        return Refs.concat([])
+    paths = sorted({p for r in parts for p in r.spill_paths})
+    sources = sorted({s for r in parts for s in r.sources})
+    path_index = {p: i for i, p in enumerate(paths)}
+    source_index = {s: i for i, s in enumerate(sources)}
 
-    def process(self, element):
-        (split, doc_id), refs = element
-        result = keep_first_copy(doc_id, refs)
-        self._config.inject_failure("dedupe")
-        for ref in result.kept:
-            yield range_key(split, ref.sort_key, self._config), ref
-        yield from self._dropped(split, result, f"{split} id {doc_id!r}")
+    def remap(r: Refs) -> Refs:
+        spill = np.asarray([path_index[p] for p in r.spill_paths], np.int32)[r.spill]
+        source = np.asarray([source_index[s] for s in r.sources], np.int32)[r.source]
+        return r._replace(spill=spill, source=source)
 
-
-class DropDuplicateIdsFn(_DropCopiesFn):
-    """((split, range), refs) in; ((split, range), the refs kept) out. Without
-    chunked_documents, copies of an id are dropped here; with it, KeepFirstCopies did that."""
-
-    def process(self, element):
-        (split, rng), refs = element
-        if self._config.chunked_documents:
-            result = Deduplicated(list(refs), [])
-        else:
-            result = drop_duplicate_sequences(refs)
-        self._config.inject_failure("dedupe")
-        yield (split, rng), result.kept
-        yield from self._dropped(split, result, f"{split} range {rng}")
+    parts = [remap(r) for r in parts]
+    return Refs(
+        ids=np.concatenate([r.ids for r in parts]),
+        sort_keys=np.concatenate([r.sort_keys for r in parts]),
+        lengths=np.concatenate([r.lengths for r in parts]),
+        offsets=np.concatenate([r.offsets for r in parts]),
+        rows=np.concatenate([r.rows for r in parts]),
+        spill=np.concatenate([r.spill for r in parts]),
+        source=np.concatenate([r.source for r in parts]),
+        spill_paths=paths,
+        sources=sources,
+        extra={k: np.concatenate([r.extra[k] for r in parts]) for k in parts[0].extra},
+    )
 
 
 class Placement(NamedTuple):
@@ -254,19 +264,26 @@ def make_placement(range_tokens: Iterable[tuple[tuple[str, int], int]]) -> Place
 
 
 def place_range(
-    split: str, rng: int, refs: Iterable[DocRef], placement: Placement, shard_tokens: int
-) -> Iterator[tuple[tuple[str, int], tuple[int, DocRef]]]:
-    """Each sequence of one range, cut at shard boundaries: ((split, shard), (position, piece))."""
-    position = placement.starts[(split, rng)]
-    for ref in sorted(refs, key=ref_order):
-        end = position + ref.length
-        for shard in range(position // shard_tokens, (end - 1) // shard_tokens + 1):
-            shard_start = shard * shard_tokens
-            lo, hi = max(position, shard_start), min(end, shard_start + shard_tokens)
-            piece = DocRef(ref.sort_key, ref.id, hi - lo, ref.spill_path, ref.offset + (lo - position) * ITEMSIZE,
-                           ref.source, ref.row)
-            yield (split, shard), (lo - shard_start, piece)
-        position = end
+    split: str, rng: int, refs: Refs, placement: Placement, shard_tokens: int
+) -> Iterator[tuple[tuple[str, int], tuple[int, Refs]]]:
+    """A range's sequences in stream order, cut at shard boundaries: for each shard the range
+    reaches, ((split, shard), (position in the shard, the pieces as Refs)). A range is one
+    stretch of the stream, so its pieces in a shard are contiguous."""
+    if not refs.size:
+        return
+    order = stream_order(refs, refs.id_ranks())
+    refs = refs.take(order)
+    ends = placement.starts[(split, rng)] + np.cumsum(refs.lengths)
+    starts = ends - refs.lengths
+    first_shard, last_shard = int(starts[0]) // shard_tokens, (int(ends[-1]) - 1) // shard_tokens
+    for shard in range(first_shard, last_shard + 1):
+        lo_pos, hi_pos = shard * shard_tokens, (shard + 1) * shard_tokens
+        inside = np.flatnonzero((ends > lo_pos) & (starts < hi_pos))
+        pieces = refs.take(inside)
+        lo = np.maximum(starts[inside], lo_pos)
+        hi = np.minimum(ends[inside], hi_pos)
+        pieces = pieces._replace(offsets=pieces.offsets + (lo - starts[inside]) * ITEMSIZE, lengths=hi - lo)
+        yield (split, shard), (int(lo[0]) - lo_pos, pieces)
 
 
 class StagedShard(NamedTuple):
@@ -278,35 +295,37 @@ class StagedShard(NamedTuple):
 
 
 def write_shard(
-    split: str, index: int, pieces: Iterable[tuple[int, DocRef]], placement: Placement, config: LlmcShardConfig,
+    split: str, index: int, stretches: Iterable[tuple[int, Refs]], placement: Placement, config: LlmcShardConfig,
     fs=None,
 ) -> StagedShard:
-    """One shard: header, then its pieces in position order streamed from the spill files (hashed
+    """One shard: header, then its stretches in position order streamed from the spill files (hashed
     on the way, for checksums.sha256)."""
     if fs is None:
         fs, _ = storage.filesystem(config.output)
     lengths = placement.shard_lengths(split, config.shard_tokens)
     expected = lengths[index]
-    ordered = sorted(pieces, key=lambda p: p[0])
+    ordered = sorted(stretches, key=lambda p: p[0])
     position = 0
-    for start, piece in ordered:
+    for start, pieces in ordered:
         if start != position:
-            raise AssertionError(f"{split} shard {index}: a piece starts at {start}, expected {position}")
-        position += piece.length
+            raise AssertionError(f"{split} shard {index}: a stretch starts at {start}, expected {position}")
+        position += int(pieces.lengths.sum())
     if position != expected:
         raise AssertionError(f"{split} shard {index}: pieces hold {position} tokens, expected {expected}")
     rel_path = llmc.shard_rel_path(split, index, llmc.shard_digits(len(lengths)))
     _, staged = storage.filesystem(config.staged_url)
-    reader = _SpillReader(fs, ITEMSIZE)
-    out = _AtomicFile(fs, posixpath.join(staged, rel_path))
+    reader = SpillReader(fs, llmc.TOKEN_DTYPE)
+    out = AtomicFile(fs, posixpath.join(staged, rel_path))
     digest = hashlib.sha256()
     try:
         header = llmc.make_header(expected)
-        out.file.write(header)
+        out.write(header)
         digest.update(header)
-        for _, data in reader.stream([piece for _, piece in ordered]):
-            out.file.write(data)
-            digest.update(data)
+        for _, pieces in ordered:
+            for _, _, tokens in reader.chunks(pieces, np.arange(pieces.size)):
+                data = memoryview(tokens).cast("B")
+                out.write(data)
+                digest.update(data)
         out.commit()
     except BaseException:
         out.abort()
@@ -336,9 +355,8 @@ class WriteShardFileFn(beam.DoFn):
         self._progress = Progress("write")
 
     def process(self, element, placement: Placement) -> Iterator[StagedShard]:
-        (split, index), pieces = element
-        staged = write_shard(split, index, pieces, placement, self._config, self._fs)
-        self._config.inject_failure("write")
+        (split, index), stretches = element
+        staged = write_shard(split, index, stretches, placement, self._config, self._fs)
         self._tokens.inc(staged.tokens)
         self._files.inc()
         self._progress.add(files=1, tokens=staged.tokens)
@@ -346,8 +364,9 @@ class WriteShardFileFn(beam.DoFn):
 
 
 class WrittenLlmcShards(NamedTuple):
-    """What WriteLlmcShards gives: a StagedShard per shard, a ``duplicate_id`` per copy of an id
-    left out, and a (split, negative DocumentCounts) per such copy, to add to the encoded counts."""
+    """What WriteLlmcShards gives: a StagedShard per shard, ``("duplicate_id", n)`` drops for the
+    copies of ids left out, and a (split, negative DocumentCounts) per group with such copies, to
+    add to the encoded counts."""
 
     staged: beam.PCollection
     dropped: beam.PCollection
@@ -355,7 +374,7 @@ class WrittenLlmcShards(NamedTuple):
 
 
 class WriteLlmcShards(beam.PTransform):
-    """ScaffoldTokens in; WrittenLlmcShards out, files staged (PublishLlmcOutput publishes).
+    """TokenBatches of sequences in; WrittenLlmcShards out, files staged (PublishLlmcOutput publishes).
 
     Example::
 
@@ -368,17 +387,14 @@ class WriteLlmcShards(beam.PTransform):
         self._config = config
 
     def expand(self, sequences):
-        group = tuple[str, str] if self._config.chunked_documents else tuple[str, int]
-        refs = sequences | "SpillTokens" >> beam.ParDo(
-            SpillSequencesFn(self._config, llmc_spill_key)).with_output_types(tuple[group, SequenceRef])
+        refs = sequences | "SpillTokens" >> beam.ParDo(SpillTokensFn(self._config, llmc_keys))
         drops, counts = [], []
         if self._config.chunked_documents:
             firsts = (
                 refs
                 | "GroupCopiesById" >> beam.GroupByKey()
-                | "KeepFirstCopies" >> beam.ParDo(KeepFirstCopiesFn(self._config))
-                .with_output_types(tuple[tuple[str, int], SequenceRef])
-                .with_outputs(DROPPED, COUNTS, main="refs")
+                | "KeepFirstCopies" >> beam.ParDo(KeepFirstCopiesFn(self._config)).with_outputs(
+                    DROPPED, COUNTS, main="refs")
             )
             refs = firsts.refs
             drops.append(firsts[DROPPED])
@@ -386,26 +402,22 @@ class WriteLlmcShards(beam.PTransform):
         ranges = (
             refs
             | "GroupByRange" >> beam.GroupByKey()
-            | "DropDuplicateIds" >> beam.ParDo(DropDuplicateIdsFn(self._config))
-            .with_output_types(tuple[tuple[str, int], list[SequenceRef]])
-            .with_outputs(DROPPED, COUNTS, main="ranges")
+            | "DropDuplicateIds" >> beam.ParDo(DropDuplicateIdsFn(self._config)).with_outputs(
+                DROPPED, COUNTS, main="ranges")
         )
         drops.append(ranges[DROPPED])
         counts.append(ranges[COUNTS])
         # Positions come from the ranges as deduplicated: a dropped copy takes no room in the stream.
         placement = (
             ranges.ranges
-            | "RangeTokens" >> beam.MapTuple(lambda key, kept: (key, sum(r.length for r in kept)))
+            | "RangeTokens" >> beam.MapTuple(lambda key, kept: (key, int(kept.lengths.sum())))
             | "CollectRangeTokens" >> beam.combiners.ToList()
             | "RangeOffsets" >> beam.Map(make_placement)
         )
         side = beam.pvalue.AsSingleton(placement)
         staged = (
             ranges.ranges
-            | "PlaceDocuments"
-            >> beam.ParDo(PlaceDocumentsFn(self._config), side).with_output_types(
-                tuple[tuple[str, int], tuple[int, DocRef]]
-            )
+            | "PlaceDocuments" >> beam.ParDo(PlaceDocumentsFn(self._config), side)
             | "GroupByShardFile" >> beam.GroupByKey()
             | "WriteShardFiles" >> beam.ParDo(WriteShardFileFn(self._config), side)
         )
@@ -519,9 +531,9 @@ class PublishFn(beam.DoFn):
 class PublishLlmcOutput(beam.PTransform):
     """StagedShards in; publishes once all are staged and yields the ScaffoldStats.
 
-    ``raw_documents`` is a PCollection of one count, ``drop_reasons`` one reason string per dropped
-    document, ``counts`` one (split, DocumentCounts) per encoded document and one negative per
-    copy of an id WriteLlmcShards left out (their sums are the documents kept).
+    ``raw_documents`` is a PCollection of one count, ``drop_reasons`` a tuple of PCollections of
+    ``(reason, n)`` pairs, ``counts`` (split, DocumentCounts) of the encoded documents and negative
+    ones for the copies of ids WriteLlmcShards left out (their sums are the documents kept).
     """
 
     def __init__(self, config: LlmcShardConfig, settings: LlmcSettings, raw_documents, drop_reasons, counts):
@@ -533,7 +545,7 @@ class PublishLlmcOutput(beam.PTransform):
         self._counts = counts
 
     def expand(self, staged):
-        drop_counts = self._drops | "CountDropReasons" >> beam.combiners.Count.PerElement()
+        drop_counts = tuple(self._drops) | "CountDropReasons" >> CountDrops()
         split_counts = self._counts | "SumSplitCounts" >> beam.CombinePerKey(sum_counts)
         return (
             staged

@@ -61,8 +61,8 @@ from shards import storage
 from shards.manifest import has_lone_surrogate, id_problem
 from transforms.core.batches import DocBatch
 from transforms.core.drops import Drops
-from transforms.progress import Progress
-from transforms.records import DROPPED, BadInputError, BadRecord, Document
+from transforms.core.progress import Progress
+from transforms.core.records import DROPPED, BadInputError, BadRecord, Document
 
 log = logging.getLogger(__name__)
 
@@ -603,10 +603,12 @@ def read_unit(unit: InputUnit, config: ReadConfig) -> Iterator[Document]:
 BATCH_DOCS = 4096
 BATCH_TEXT_BYTES = 16 << 20
 
-# Anything that might be an id problem (manifest.id_problem says exactly): a '|' or a line break
-# anywhere, or a first or last character that is not an ASCII letter or digit. The rows it flags
-# go through the exact per-row check; an id it does not flag has no problem.
-_SUSPECT_ID = r"[|\r\n\x0b\x0c\x1c\x1d\x1e\x{85}\x{2028}\x{2029}]|^[^A-Za-z0-9]|[^A-Za-z0-9]$"
+# Python's whitespace (str.isspace: what str.strip removes), as an RE2 class.
+_SPACE = (r"\t\n\x0b\x0c\r\x1c-\x20\x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}"
+          r"\x{205f}\x{3000}")
+# An id manifest.id_problem refuses: a '|' or a line break anywhere, or whitespace at either end
+# (an empty id is checked by its length). The rows it matches go through the exact per-row check.
+_SUSPECT_ID = rf"[|\n\r\x0b\x0c\x1c\x1d\x1e\x{{85}}\x{{2028}}\x{{2029}}]|^[{_SPACE}]|[{_SPACE}]$"
 
 
 def _string_column(column: pa.Array) -> pa.Array:
@@ -643,7 +645,8 @@ def arrow_batch(batch: pa.RecordBatch, config: ReadConfig, first_row: int) -> pa
         ids.validate(full=True)
     except pa.ArrowInvalid:  # invalid UTF-8: the row-by-row path names the row
         return None
-    if pc.any(pc.match_substring_regex(ids, _SUSPECT_ID)).as_py():
+    if pc.any(pc.match_substring_regex(ids, _SUSPECT_ID)).as_py() or pc.any(
+            pc.equal(pc.binary_length(ids), 0)).as_py():
         return None
     columns = {"row": pa.array(np.arange(first_row, first_row + batch.num_rows, dtype=np.int64)), "id": ids,
                "text": text}

@@ -35,13 +35,13 @@ import numpy as np
 
 from shards import layout, manifest, storage
 from shards.manifest import DatasetStats
-from transforms.filter import DROP_REASONS as FILTER_REASONS
-from transforms.filter import LidFilterConfig, drop_reason
-from transforms.read import ReadConfig, ReadDocuments
-from transforms.records import DROPPED
-from transforms.removal import REMOVED
-from transforms.tokenize import TokenizeDocuments, TokenizerConfig
-from transforms.write import DUPLICATE_ID
+from transforms.bucketed.filter import DROP_REASONS as FILTER_REASONS
+from transforms.bucketed.filter import LidFilterConfig, drop_reason
+from transforms.bucketed.removal import REMOVED
+from transforms.bucketed.tokenize import TokenizeDocuments, TokenizerConfig
+from transforms.bucketed.write import DUPLICATE_ID
+from transforms.core.read import ReadConfig, ReadDocuments
+from transforms.core.records import DROPPED
 
 MAX_REPORTED = 1000
 # The bucketed job's drop reasons that are not bad records; every other reason in its stats is one

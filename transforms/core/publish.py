@@ -25,14 +25,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 import posixpath
-import time
 
 import apache_beam as beam
 
 from shards import layout, storage, tree
 from shards.manifest import MANIFEST_HEADER, BucketStats, DatasetStats, format_checksums
+from transforms.bucketed.write import RunPaths, ShardConfig, ShardGroup
 from transforms.core.drops import CountDrops
-from transforms.write import RunPaths, ShardConfig, ShardGroup
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +163,7 @@ def mark_publishing(config: RunPaths) -> None:
 def finish_pending_removal(output: str, run: str) -> None:
     """A removal that was interrupted before this run: its documents were kept out of this run
     (its ids were a removal source), so what is left is its audit lines; then its journal goes."""
-    from transforms.surgery import append_audit_lines, delete_journal, load_journal
+    from transforms.tools.surgery import append_audit_lines, delete_journal, load_journal
 
     plan = load_journal(output)
     if plan is None or plan.run != run:
@@ -207,8 +206,6 @@ def replace_files(config: RunPaths, kind: str, new_files: set[str]) -> None:
         for src, dst in moves:
             fs.makedirs(posixpath.dirname(dst), exist_ok=True)
             fs.mv(src, dst)
-            if config.test_publish_delay:
-                time.sleep(config.test_publish_delay)
     elif moves:
         fs.copy([s for s, _ in moves], [d for _, d in moves])
         fs.rm([s for s, _ in moves])

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-import apache_beam as beam
-import numpy as np
-
 # The output of each step that drops records: one reason string per dropped record.
 DROPPED = "dropped"
 
@@ -51,27 +48,3 @@ class Document(NamedTuple):
     page_average_lid: str | None = None
     page_average_lid_score: float | None = None
     token_count: int | None = None
-
-
-class TokenizedDocument(NamedTuple):
-    """A document's token ids, its EOS included, in the output dtype."""
-
-    id: str
-    tokens: np.ndarray
-    source: str
-    row: int
-
-
-class DocRef(NamedTuple):
-    """Where a spilled document's tokens are, and where it sorts. Small: this is what gets shuffled."""
-
-    sort_key: int
-    id: str
-    length: int
-    spill_path: str
-    offset: int
-    source: str
-    row: int
-
-
-beam.coders.registry.register_coder(DocRef, beam.coders.RowCoder)

@@ -14,8 +14,8 @@ import numpy as np
 
 from shards.layout import DEFAULT_DTYPE, check_dtype
 from transforms.core.batches import DocBatch, TokenBatch
-from transforms.encoders import Encoder, load_encoder
-from transforms.progress import Progress
+from transforms.core.encoders import Encoder, load_encoder
+from transforms.core.progress import Progress
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 from shards.removal import read_removal_list
 from transforms.core.batches import DocBatch
 from transforms.core.drops import Drops
-from transforms.records import DROPPED
+from transforms.core.records import DROPPED
 
 MATCHED = "matched"
 REMOVED = "removed"

@@ -37,9 +37,11 @@ import numpy as np
 import regex
 
 from shards import llmc
-from transforms.encoders import Encoder, load_encoder
-from transforms.progress import Progress
-from transforms.records import Document
+from transforms.core.batches import DocBatch, TokenBatch
+from transforms.core.drops import Drops
+from transforms.core.encoders import Encoder, load_encoder
+from transforms.core.progress import Progress
+from transforms.core.records import Document
 
 LONG_DOC_POLICIES = ("skip", "chunk")
 DEFAULT_MAX_WORD_CHARS = 1000
@@ -201,7 +203,7 @@ def sum_counts(values) -> DocumentCounts:
 
 @dataclasses.dataclass(frozen=True)
 class ScaffoldConfig:
-    """How documents become scaffold sequences. ``tokenizer`` is a spec of transforms.encoders."""
+    """How documents become scaffold sequences. ``tokenizer`` is a spec of transforms.core.encoders."""
 
     tokenizer: str = "gpt2"
     annotate: bool = False
@@ -292,48 +294,80 @@ def encode_document(doc: Document, config: ScaffoldConfig, words_encoder: WordEn
     return Encoded(sequences, None, counts)
 
 
+SPLIT_CODES = {name: code for code, name in enumerate(llmc.SPLITS)}
+
+
+def sequences_batch(source: str, sequences: Sequence[ScaffoldTokens]) -> TokenBatch:
+    """A batch's sequences as one TokenBatch: tokens end to end, and per sequence its split (as an
+    index of llmc.SPLITS), words, countdown-mismatch flag and source document id."""
+    tokens = [s.tokens for s in sequences]
+    return TokenBatch(
+        source=source,
+        ids=[s.id for s in sequences],
+        rows=np.fromiter((s.row for s in sequences), np.int64, len(sequences)),
+        lengths=np.fromiter((len(t) for t in tokens), np.int64, len(sequences)),
+        tokens=np.concatenate(tokens).astype(llmc.TOKEN_DTYPE, copy=False),
+        extra={
+            "split": np.fromiter((SPLIT_CODES[s.split] for s in sequences), np.int8, len(sequences)),
+            "words": np.fromiter((s.words for s in sequences), np.int64, len(sequences)),
+            "mismatch": np.fromiter((s.mismatch for s in sequences), np.int8, len(sequences)),
+            "doc_id": np.array([s.doc_id for s in sequences], dtype=object),
+        },
+    )
+
+
 class EncodeScaffoldFn(beam.DoFn):
     def __init__(self, config: ScaffoldConfig):
         self._config = config
         self._docs = beam.metrics.Metrics.counter("pretokenize", "documents_encoded")
         self._tokens = beam.metrics.Metrics.counter("pretokenize", "tokens_encoded")
         self._mismatch = beam.metrics.Metrics.counter("pretokenize", "countdown_mismatch")
-        self._dropped = {r: beam.metrics.Metrics.counter("pretokenize", f"dropped_{r}") for r in DROP_REASONS}
 
     def setup(self):
         self._words = WordEncoder(self._config.load(), self._config.word_cache_size)
         self._progress = Progress("scaffold")
+        self._drops = Drops()
 
-    def process(self, doc: Document) -> Iterator:
-        result = encode_document(doc, self._config, self._words)
-        if result.drop_reason is not None:
-            self._dropped[result.drop_reason].inc()
-            yield beam.pvalue.TaggedOutput(DROPPED, result.drop_reason)
-            return
-        counts = result.counts
-        self._docs.inc()
-        self._tokens.inc(counts.tokens)
-        self._mismatch.inc(counts.countdown_mismatches)
-        self._progress.add(documents=1, words=counts.words, tokens=counts.tokens)
-        yield beam.pvalue.TaggedOutput(COUNTS, (result.sequences[0].split, counts))
-        yield from result.sequences
+    def process(self, batch: DocBatch) -> Iterator:
+        sequences: list[ScaffoldTokens] = []
+        dropped: dict[str, int] = {}
+        counts: dict[str, list[DocumentCounts]] = {}
+        rows = batch.table.column("row").to_pylist()
+        for doc_id, text, row in zip(batch.column("id"), batch.column("text"), rows, strict=True):
+            result = encode_document(Document(doc_id, text, batch.source, row), self._config, self._words)
+            if result.drop_reason is not None:
+                dropped[result.drop_reason] = dropped.get(result.drop_reason, 0) + 1
+                continue
+            sequences.extend(result.sequences)
+            counts.setdefault(result.sequences[0].split, []).append(result.counts)
+        for reason, n in sorted(dropped.items()):
+            yield self._drops(reason, n)
+        for split, per_doc in sorted(counts.items()):
+            total = sum_counts(per_doc)
+            self._docs.inc(total.documents)
+            self._tokens.inc(total.tokens)
+            self._mismatch.inc(total.countdown_mismatches)
+            self._progress.add(documents=total.documents, words=total.words, tokens=total.tokens)
+            yield beam.pvalue.TaggedOutput(COUNTS, (split, total))
+        if sequences:
+            yield sequences_batch(batch.source, sequences)
 
 
 class EncodeScaffold(beam.PTransform):
-    """Documents in; ScaffoldTokens (main), drop reasons (``dropped``) and per-split
-    ``(split, DocumentCounts)`` of kept documents (``counts``) out.
+    """DocBatches in; TokenBatches of sequences (main), ``(reason, n)`` drops (``dropped``) and
+    per-split ``(split, DocumentCounts)`` of the kept documents (``counts``) out.
 
     Example::
 
-        encoded = docs | "EncodeScaffold" >> EncodeScaffold(ScaffoldConfig("gpt2", annotate=True))
-        sequences, reasons, counts = encoded.sequences, encoded.dropped, encoded.counts
+        encoded = batches | "EncodeScaffold" >> EncodeScaffold(ScaffoldConfig("gpt2", annotate=True))
+        sequences, drops, counts = encoded.sequences, encoded.dropped, encoded.counts
     """
 
     def __init__(self, config: ScaffoldConfig):
         super().__init__()
         self._config = config
 
-    def expand(self, docs):
-        return docs | "EncodeWords" >> beam.ParDo(EncodeScaffoldFn(self._config)).with_outputs(
+    def expand(self, batches):
+        return batches | "EncodeWords" >> beam.ParDo(EncodeScaffoldFn(self._config)).with_outputs(
             DROPPED, COUNTS, main="sequences"
         )

@@ -17,7 +17,7 @@ a crash at any point can be finished by running the same command again:
               (with any partial rewrite, which lives there, never beside a shard) is deleted
 
 A bucketed re-run into a tree with a pending journal keeps the journal's documents out and
-writes its audit lines when it publishes (transforms/publish.py): a request is never dropped.
+writes its audit lines when it publishes (transforms/core/publish.py): a request is never dropped.
 
 A run that finds a journal resumes it before anything else.
 """

@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from transforms.core.batches import DocBatch
 from transforms.core.drops import Drops
-from transforms.records import DROPPED, Document
+from transforms.core.records import DROPPED, Document
 
 DROP_REASONS = ("language", "page_average_lid", "lid_score", "token_count", "empty_text")
 

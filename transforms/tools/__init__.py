@@ -1,0 +1,1 @@
+"""Tools over a finished tree: surgical removal and verification."""
