@@ -77,6 +77,9 @@ class ShardConfig(RunPaths):
     # The run id of a removal journalled in this output before the run began (and not finished):
     # its documents are kept out of this run, and publishing writes its audit lines.
     pending_removal: str | None = None
+    # The --removal-list this run honours: publishing records its ids in removals.txt, so that a
+    # later run without the flag keeps them out too.
+    removal_list: str | None = None
     # Tests only: the first N spill and write steps in this process fail once, as a crashing
     # worker would, so that a runner retrying bundles can be shown to lose and duplicate nothing.
     test_fail_first_attempts: int = 0
