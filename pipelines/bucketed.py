@@ -116,6 +116,8 @@ def build(pipeline: beam.Pipeline, options: BucketedOptions, run_id: str | None 
     # Removal requests this output has accepted stay honoured: the ids removals.txt lists as taken
     # out, and those of a removal that was interrupted (its journal), which this run finishes.
     sources = [storage.normalize(options.removal_list)] if options.removal_list else []
+    if options.removal_list:
+        shards = dataclasses.replace(shards, removal_list=storage.normalize(options.removal_list))
     fs, root = storage.filesystem(output)
     if fs.exists(posixpath.join(root, REMOVALS_NAME)):
         sources.append(storage.join(output, REMOVALS_NAME))

@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     # first, which buries the one line that says what is wrong.
     logging.getLogger("apache_beam.runners.common").setLevel(logging.CRITICAL)
     module = __import__(JOBS[job][0], fromlist=["run"])
-    published = "\nNothing was published." if job in PUBLISHING else ""
+    published = "; nothing was published" if job in PUBLISHING else ""
     try:
         if job in PLAIN_TOOLS:
             with launching():

@@ -34,7 +34,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from shards import layout, manifest, storage
+from shards import layout, manifest, storage, tree
 
 MAGIC = 20240520
 VERSION = 1
@@ -572,9 +572,12 @@ def check_llmc_tree(url: str, block_tokens: int = CHECK_BLOCK_TOKENS) -> list[st
         problems.append(f"{layout.STATS_NAME}: {stats.raw_documents} documents read, but {stats.kept_documents} "
                         f"kept + {stats.dropped_documents} dropped")
     digests: dict[str, str] = {}
+    record = tree.read_record(url)
     for split in SPLITS:
         split_dir = posixpath.join(root, split)
         listed = fs.glob(posixpath.join(split_dir, "*")) if fs.isdir(split_dir) else []
+        # A file the user put in the tree is not the tool's: only the recorded shards are checked.
+        listed = [p for p in listed if tree.is_ours(record, f"{split}/{posixpath.basename(p)}")]
         paths = sorted_shard_files(listed)
         problems += [f"{split}/{posixpath.basename(p)}: not a shard name" for p in sorted(set(listed) - set(paths))]
         names = [f"{split}/{posixpath.basename(p)}" for p in paths]

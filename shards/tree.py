@@ -146,6 +146,12 @@ def owned(url: str, kind: str | None = None) -> TreeRecord:
     return record
 
 
+def is_ours(record: TreeRecord | None, rel: str) -> bool:
+    """Whether a data file (a shard) is the tool's: the record lists it. In a tree without a record
+    (written before records existed) every file is taken as the tool's, as it was then."""
+    return record is None or rel in record.files
+
+
 def delete_listed(url: str, rel_paths) -> list[str]:
     """Delete the files ``rel_paths`` names (missing ones are skipped), then any directory they
     leave empty, up to the tree's root. Never a pattern, never a directory's content. Returns

@@ -177,7 +177,7 @@ def test_bad_input_exits_2_naming_the_file_and_publishes_nothing(tmp_path, capsy
     code = cli.main(["bucketed", "--input", str(bad), "--output", str(out), *RUNNER])
     err = capsys.readouterr().err
     assert code == 2
-    assert f"{bad} line 4: missing field(s) language" in err and "Nothing was published" in err
+    assert f"{bad} line 4: missing field(s) language" in err and "nothing was published" in err
     assert not (out / layout.STATS_NAME).exists() and not (out / layout.MANIFEST_NAME).exists()
 
 

@@ -79,7 +79,7 @@ def test_a_run_into_a_directory_the_tool_did_not_write_is_refused(source, tmp_pa
     before = tree_hashes(out)
     assert bucketed(source, out) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert "is not empty and was not written by pretokenize" in err[-2] and "'1024'" in err[-2]
+    assert "is not empty and was not written by pretokenize" in err[-1] and "'1024'" in err[-1]
     assert tree_hashes(out) == before and not (out / tree.RECORD_NAME).exists()
 
 
@@ -218,3 +218,42 @@ def test_a_rerun_after_removing_everything_publishes_an_empty_tree(source, tmp_p
     assert bucketed(source, out) == 0
     assert stored_ids(out) == [] and shards_of(out) == set()
     assert tree.read_record(str(out)).files == []
+
+
+def test_a_removal_list_run_records_its_ids_so_later_runs_keep_them_out(source, tmp_path):
+    from shards.removal import read_removal_log
+
+    out = tmp_path / "out"
+    flagged = tmp_path / "flagged.txt"
+    flagged.write_text("doc-03\ndoc-07\nnever-seen\n")
+    assert bucketed(source, out, "--removal-list", str(flagged)) == 0
+    assert read_removal_log(str(out / REMOVALS_NAME)) == ["doc-03", "doc-07", "never-seen"]
+    assert bucketed(source, out) == 0  # no flag: the log keeps them out
+    assert not {"doc-03", "doc-07"} & set(stored_ids(out))
+    assert bucketed(source, out, "--removal-list", str(flagged)) == 0  # again: nothing added twice
+    assert read_removal_log(str(out / REMOVALS_NAME)) == ["doc-03", "doc-07", "never-seen"]
+    assert len((out / REMOVALS_NAME).read_text().splitlines()) == 4
+    assert cli.main(["verify", "--output", str(out), "--input", str(source), *RUNNER]) == 0
+
+
+def test_verify_checks_only_the_tools_files(finished, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(finished, out)
+    (out / "1024" / "p_mydata.npy").write_bytes(b"mine")
+    (out / "1024" / "p00_00099.npy").write_bytes(b"also mine")
+    assert cli.main(["verify", "--output", str(out), *RUNNER]) == 0
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in CONTENT_FF))
+    scaffold = tmp_path / "scaffold"
+    assert cli.main(["scaffold", "--input", str(src), "--output", str(scaffold), "--tokenizer", "gpt2", *RUNNER]) == 0
+    (scaffold / "train" / "shard_999.bin").write_bytes(b"mine")
+    assert cli.main(["verify", "--output", str(scaffold), *RUNNER]) == 0
+
+
+def test_bad_input_is_one_line(tmp_path, capsys):
+    src = tmp_path / "bad.jsonl"
+    src.write_text(json.dumps(finepdfs_row("a", "text")) + "\n" + "{not json\n")
+    assert bucketed(src, tmp_path / "out") == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if " INFO " not in line and " WARNING " not in line]
+    assert err == [f"pretokenize bucketed: bad input: {src} line 2: is not JSON (Expecting property name enclosed "
+                   "in double quotes); nothing was published"]

@@ -75,10 +75,12 @@ def test_both_ways_give_the_same_shards_and_every_other_document(original, sourc
     assert plan.not_found == ("never-stored-id",)
     after = tree_hashes(surgical)
 
-    # The surgical tree records its removals in removals.txt; a re-run is told its list.
+    # Both trees record the request in removals.txt: verify needs no list, and re-runs keep them out.
     assert verify.run(["--output", str(surgical), "--input", str(source), *RUNNER]) == 0
-    assert verify.run(["--output", str(rerun), "--input", str(source), *RUNNER]) == 1
-    assert verify.run(["--output", str(rerun), "--input", str(source), "--removal-list", removal_list, *RUNNER]) == 0
+    assert verify.run(["--output", str(rerun), "--input", str(source), *RUNNER]) == 0
+    logged = [parse_removal_line(line) for line in (rerun / REMOVALS_NAME).read_text().splitlines()[1:]]
+    assert sorted(line[2] for line in logged) == sorted([*flagged, "never-stored-id"])
+    assert all(line[3] == "-" and line[4] == 0 for line in logged)
     for out in (rerun, surgical):
         assert stored_ids(out) == {r["id"] for r in ROWS} - set(flagged)
     # Only the files that held a flagged id changed; the one left empty is gone.
@@ -89,7 +91,7 @@ def test_both_ways_give_the_same_shards_and_every_other_document(original, sourc
             assert after[rel] == digest, f"{rel} changed"
     assert not (surgical / "2048").exists() or not os.listdir(surgical / "2048")
     # Surgery and a re-run agree byte for byte on shards and manifest, and on every count.
-    shard_and_manifest = {k: v for k, v in tree_hashes(rerun).items() if k != layout.STATS_NAME}
+    shard_and_manifest = {k: v for k, v in tree_hashes(rerun).items() if k not in (layout.STATS_NAME, REMOVALS_NAME)}
     assert shard_and_manifest == {k: v for k, v in after.items() if k not in (layout.STATS_NAME, REMOVALS_NAME)}
     a = DatasetStats.from_text((rerun / layout.STATS_NAME).read_text())
     b = DatasetStats.from_text((surgical / layout.STATS_NAME).read_text())

@@ -334,7 +334,7 @@ def test_bad_input_exits_2_naming_the_file(tmp_path, capsys, monkeypatch, gpt2_s
                      *RUNNER])
     assert code == 2
     err = capsys.readouterr().err
-    assert f"{bad} line 2: missing field(s) content-ff" in err and "Nothing was published" in err
+    assert f"{bad} line 2: missing field(s) content-ff" in err and "nothing was published" in err
     assert not (tmp_path / "out" / layout.STATS_NAME).exists()
 
 

@@ -11,6 +11,7 @@ from test_reader import doc_tokens, manifest_view, write_bucketed_tree
 
 from pipelines import bucketed, stats
 from shards import layout
+from shards import tree as ownership
 from shards.reader import open_tree
 
 
@@ -77,7 +78,8 @@ def test_an_empty_bucket_and_a_tree_with_one_document(tmp_path):
     pytest.importorskip("matplotlib", reason="the histogram needs matplotlib (the 'stats' extra)")
     rng = np.random.default_rng(0)
     write_bucketed_tree(tmp_path, {"2048/p00_00000.npy": [("only", doc_tokens(rng, 1500))]})
-    stats.run(["--output", str(tmp_path)])
+    (tmp_path / ownership.RECORD_NAME).write_text(ownership.TreeRecord("bucketed", ["2048/p00_00000.npy"]).to_json())
+    assert stats.run(["--output", str(tmp_path)]) == 0
     rows = table_rows((tmp_path / stats.TABLE_NAME).read_text())
     assert rows["2048"][:3] == ["1", "1,500", "100.0%"] and rows["1024"][:4] == ["0", "0", "0.0%", "-"]
     png_size((tmp_path / stats.PNG_NAME).read_bytes())

@@ -12,6 +12,7 @@ from conftest import finepdfs_row
 
 from pipelines import bucketed, verify
 from shards import layout, manifest
+from shards import tree as ownership
 
 RUNNER = ["--runner=FnApiRunner"]
 EOS = 151643
@@ -133,6 +134,8 @@ def test_eos_inside_a_document_is_caught(damaged, capsys):
 def test_file_without_rows_and_stale_stats_are_caught(damaged, capsys):
     _, out = damaged
     (out / "1024" / "p01_00007.npy").write_bytes(np.array([5, EOS], dtype="<u4").tobytes())
+    record = ownership.read_record(str(out))
+    ownership.record_files(str(out), record, add=["1024/p01_00007.npy"])  # the tool's own, by its record
     stats = (out / layout.STATS_NAME).read_text()
     (out / layout.STATS_NAME).write_text(stats.replace("raw_documents: 25", "raw_documents: 26"))
     code, text = run_verify(out, capsys)

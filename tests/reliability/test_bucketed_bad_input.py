@@ -92,7 +92,7 @@ def test_row_level_bad_input_fails_naming_the_line(case, tmp_path, capsys):
     out = tmp_path / "out"
     assert run_cli(src, out) == 2
     err = capsys.readouterr().err
-    assert f"{src} line 9" in err and message in err and "Nothing was published" in err
+    assert f"{src} line 9" in err and message in err and "nothing was published" in err
     assert not (out / layout.STATS_NAME).exists() and not (out / layout.MANIFEST_NAME).exists()
 
 

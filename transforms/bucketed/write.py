@@ -70,6 +70,9 @@ class ShardConfig(RunPaths):
     # The run id of a removal journalled in this output before the run began (and not finished):
     # its documents are kept out of this run, and publishing writes its audit lines.
     pending_removal: str | None = None
+    # The --removal-list this run honours: publishing records its ids in removals.txt, so that a
+    # later run without the flag keeps them out too.
+    removal_list: str | None = None
 
     def __post_init__(self):
         if not 1 <= self.partitions <= 100_000:

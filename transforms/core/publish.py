@@ -12,8 +12,9 @@ Runs once, after every shard group is staged. The order is what makes the output
        touched (shards/tree.py)
     4. staged shards are moved to their final names (a rename on local disks)
     5. processed_spec.txt and checksums.sha256; the audit lines of a removal that was pending
-       when the run began (its documents were kept out); then dataset_stats.txt: the stats file
-       is the commit point
+       when the run began (its documents were kept out), and those of the ids of --removal-list
+       (so every later run keeps them out); then dataset_stats.txt: the stats file is the commit
+       point
     6. the run's temporary directory (spill files, staging) is removed
 
 A reader that finds dataset_stats.txt may trust every file the manifest names. Every step can be
@@ -144,6 +145,12 @@ def publish(
     tree.write_file(config.output, layout.CHECKSUMS_NAME, format_checksums(sums).encode())
     if config.pending_removal is not None:
         finish_pending_removal(config.output, config.pending_removal)
+    if config.removal_list is not None:
+        from shards.removal import read_removal_list
+        from transforms.tools.surgery import record_removal_list
+
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        record_removal_list(config.output, read_removal_list(config.removal_list), config.run_id, now)
     commit(config, stats.to_text())
     log.info("published %d files, %d documents to %s", stats.total_files, stats.kept_documents, config.output)
     return stats

@@ -8,9 +8,9 @@ a crash at any point can be finished by running the same command again:
               the run id, the stats before, and for each affected file its rows, which to drop,
               and its token count before and after; then it deletes dataset_stats.txt, so the
               tree reads as unfinished until the removal is done
-    rewrite   each affected file is rewritten beside itself and renamed over the old one (or
-              deleted when nothing is left); a file whose size already equals its "after" count
-              was done by an earlier attempt and is skipped
+    rewrite   each affected file's new copy is written in the journal's directory and renamed
+              over the old one (or the file is deleted when nothing is left); a file whose size
+              already equals its "after" count was done by an earlier attempt and is skipped
     finish    the manifest without the removed rows replaces the old one; the ownership record
               drops the files left empty; removals.txt gets one line per removed document
               (once per run id); dataset_stats.txt is written, the commit point; the journal
@@ -263,6 +263,25 @@ def append_audit_lines(output: str, plan: RemovalPlan) -> None:
     if not any(parse_removal_line(line)[1] == plan.run for line in existing.splitlines()[1:] if line.strip()):
         lines = [format_removal_line(plan.utc_time, plan.run, d, rel, n) for rel, d, n in plan.removed_rows]
         tree.write_file(output, REMOVALS_NAME, (existing + "".join(lines)).encode("utf-8"))
+
+
+# The rel_path of an audit line for an id a --removal-list run kept out: it was never stored.
+NOT_STORED = "-"
+
+
+def record_removal_list(output: str, ids: list[str], run: str, utc_time: str) -> int:
+    """Append to removals.txt every id of a --removal-list that it does not list yet (rel_path
+    ``-``, tokens 0: left out before tokenizing), so that every later run keeps it out too.
+    Returns how many lines were added."""
+    fs, root = storage.filesystem(output)
+    log_path = posixpath.join(root, REMOVALS_NAME)
+    existing = fs.cat_file(log_path).decode("utf-8") if fs.exists(log_path) else REMOVALS_HEADER + "\n"
+    known = {parse_removal_line(line)[2] for line in existing.splitlines()[1:] if line.strip()}
+    new = [i for i in ids if i not in known]
+    if new:
+        lines = "".join(format_removal_line(utc_time, run, i, NOT_STORED, 0) for i in new)
+        tree.write_file(output, REMOVALS_NAME, (existing + lines).encode("utf-8"))
+    return len(new)
 
 
 def delete_journal(output: str) -> None:

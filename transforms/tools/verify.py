@@ -33,7 +33,7 @@ from typing import NamedTuple
 import apache_beam as beam
 import numpy as np
 
-from shards import layout, manifest, storage
+from shards import layout, manifest, storage, tree
 from shards.manifest import DatasetStats
 from transforms.bucketed.filter import DROP_REASONS as FILTER_REASONS
 from transforms.bucketed.filter import LidFilterConfig, drop_reason
@@ -160,8 +160,11 @@ def read_checksums(output: str) -> tuple[dict[str, str] | None, list[str]]:
 
 
 def plan_units(output: str, removed: Mapping[str, str] | None = None) -> tuple[list[FileUnit], list[str], int]:
+    """The files to check: those the manifest names, and those of the tool's record (shards/tree.py)
+    on disk. A file the user put in a bucket directory is not the tool's: it is not checked."""
     scan = scan_manifest(output, removed)
-    on_disk = list_shard_files(output)
+    record = tree.read_record(output)
+    on_disk = {rel for rel in list_shard_files(output) if rel in scan.units or tree.is_ours(record, rel)}
     names = sorted(set(scan.units) | on_disk)
     units = [
         FileUnit(rel, *scan.units.get(rel, (-1, -1)), rel in on_disk)
