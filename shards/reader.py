@@ -34,6 +34,7 @@ Only numpy here (and fsspec for remote trees): no Beam, no torch.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import posixpath
 from array import array
@@ -57,8 +58,8 @@ class IncompleteTreeError(FileNotFoundError):
 
 
 # ---------------------------------------------------------------------------------------------
-# Stable hashes for the split and the window generator. Each has its own BLAKE2b personalisation,
-# so neither correlates with the partition or shuffle hashes of shards.layout.
+# Stable hashes for the split, the window generator and the epoch permutations. Each has its own
+# BLAKE2b personalisation, so none correlates with another or with the hashes of shards.layout.
 
 
 def validation_key(doc_id: str) -> float:
@@ -81,6 +82,66 @@ def window_uniforms(seed: int, index: int) -> tuple[float, float]:
     a = int.from_bytes(digest[:8], "little") >> 11
     b = int.from_bytes(digest[8:], "little") >> 11
     return a * 2.0**-53, b * 2.0**-53
+
+
+def _round_keys(seed: int, *path: object) -> tuple[int, ...]:
+    """The Feistel round keys of the permutation named by ``path`` (e.g. ``("windows", "1024", 3)``)."""
+    digest = hashlib.blake2b("/".join(map(str, path)).encode("utf-8"), digest_size=8 * _ROUNDS,
+                             key=seed.to_bytes(8, "little"), person=b"epochs").digest()
+    return tuple(int.from_bytes(digest[8 * i:8 * i + 8], "little") for i in range(_ROUNDS))
+
+
+_ROUNDS = 8
+_M64 = (1 << 64) - 1
+
+
+class Permutation:
+    """A seeded bijection of ``range(n)``, computed for one index at a time: no table, so an epoch of
+    a billion windows costs no memory, and window k is found without the k before it.
+
+    A Feistel network over the bits of ``n - 1``, split into a left and a right half (floor and ceil
+    of half the bits): 8 rounds, each XORing into one half a splitmix64-style mix of the other half
+    and a round key; then walked back into range (applied again until the value is below ``n``,
+    at most twice on average, as ``n`` is more than half the network's range). Integers only, so the
+    same on every machine, Python and numpy version. The round keys are a BLAKE2b of the seed and
+    ``path``, which names the permutation.
+    """
+
+    def __init__(self, n: int, seed: int, *path: object):
+        if n < 1:
+            raise ValueError(f"a permutation needs n >= 1, got {n}")
+        self.n = n
+        bits = max(1, (n - 1).bit_length())
+        self._right_bits = bits - bits // 2
+        self._masks = ((1 << (bits // 2)) - 1, (1 << self._right_bits) - 1)
+        keys = _round_keys(seed, *path)
+        self._key_pairs = tuple(zip(keys[0::2], keys[1::2], strict=True))
+
+    def __len__(self) -> int:
+        return self.n
+
+    def _network(self, x: int) -> int:
+        shift = self._right_bits
+        mask_left, mask_right = self._masks
+        left, right = x >> shift, x & mask_right
+        for key_left, key_right in self._key_pairs:
+            z = ((right ^ key_left) * 0x9E3779B97F4A7C15) & _M64
+            z ^= z >> 29
+            z = (z * 0xBF58476D1CE4E5B9) & _M64
+            left ^= (z ^ (z >> 32)) & mask_left
+            z = ((left ^ key_right) * 0x9E3779B97F4A7C15) & _M64
+            z ^= z >> 29
+            z = (z * 0xBF58476D1CE4E5B9) & _M64
+            right ^= (z ^ (z >> 32)) & mask_right
+        return (left << shift) | right
+
+    def __call__(self, index: int) -> int:
+        if not 0 <= index < self.n:
+            raise IndexError(f"index {index} is outside 0..{self.n - 1}")
+        x = self._network(index)
+        while x >= self.n:
+            x = self._network(x)
+        return x
 
 
 # ---------------------------------------------------------------------------------------------
@@ -107,6 +168,11 @@ class Window(NamedTuple):
     start inside the inputs, S), as varlen attention kernels take them; ``position_ids`` count from 0
     at the window's start and again at each document start. ``doc_index[j]`` is the document of
     piece j (a row of ``tree.documents``), and ``first_offset`` where in its document the window starts.
+
+    ``loss_mask[i]`` is 1.0 where ``targets[i]`` is trained on. It is 0.0 where ``targets[i]`` is the
+    first token of a document, i.e. the target after each EOS (Megatron's ``eod_mask_loss``): no
+    model can predict the next document from the end of the last. With ``mask_across_docs`` it is
+    also 0.0 on every later target, so that only the window's first document is trained on.
     """
 
     inputs: np.ndarray  # (S,) int64
@@ -115,8 +181,9 @@ class Window(NamedTuple):
     position_ids: np.ndarray  # (S,) int64
     doc_index: np.ndarray  # (pieces,) int64
     first_offset: int
-    bucket: str | None  # the weighted bucket it was drawn from; None without weights
+    bucket: str | None  # the bucket whose stream it was cut from; None when the sampler has one stream
     start: int  # its first token's position in that stream
+    loss_mask: np.ndarray  # (S,) float32
 
 
 class Batch(NamedTuple):
@@ -128,15 +195,16 @@ class Batch(NamedTuple):
     cu_seqlens: np.ndarray  # (pieces + 1,) int32
     max_seqlen: int
     windows: tuple[Window, ...]
+    loss_mask: np.ndarray  # (B, S) float32
 
 
 def stack_windows(windows: Sequence[Window]) -> Batch:
     if not windows:
         raise ValueError("a batch needs at least one window")
     s = len(windows[0].inputs)
-    cu = [w.cu_seqlens[:-1].astype(np.int64) + i * s for i, w in enumerate(windows)]
-    cu.append(np.array([len(windows) * s], dtype=np.int64))
-    cu_seqlens = np.concatenate(cu).astype(np.int32)
+    cu = [w.cu_seqlens[:-1] + i * s for i, w in enumerate(windows)]
+    cu.append(np.array([len(windows) * s], dtype=np.int32))
+    cu_seqlens = np.concatenate(cu)
     return Batch(
         inputs=np.stack([w.inputs for w in windows]),
         targets=np.stack([w.targets for w in windows]),
@@ -144,6 +212,7 @@ def stack_windows(windows: Sequence[Window]) -> Batch:
         cu_seqlens=cu_seqlens,
         max_seqlen=int(np.diff(cu_seqlens).max()),
         windows=tuple(windows),
+        loss_mask=np.stack([w.loss_mask for w in windows]),
     )
 
 
@@ -374,13 +443,26 @@ class ShardTree:
 
     def sampler(self, seq_len: int, seed: int = 0, *, split: str = "train", val_fraction: float = 0.0,
                 buckets: Iterable[str] | None = None, partitions: Iterable[int] | None = None,
-                weights: Mapping[str, float] | None = None, align_to_docs: bool = False) -> WindowSampler:
+                weights: Mapping[str, float] | None = None, align_to_docs: bool = False,
+                replacement: bool = False, mask_across_docs: bool = False) -> WindowSampler:
+        """Windows of ``seq_len + 1`` tokens, epoch by epoch (see WindowSampler)."""
         return WindowSampler(self, seq_len, seed, split=split, val_fraction=val_fraction, buckets=buckets,
-                             partitions=partitions, weights=weights, align_to_docs=align_to_docs)
+                             partitions=partitions, weights=weights, align_to_docs=align_to_docs,
+                             replacement=replacement, mask_across_docs=mask_across_docs)
+
+    def length_sampler(self, tokens_per_batch: int, seed: int = 0, *, split: str = "train",
+                       val_fraction: float = 0.0, buckets: Iterable[str] | None = None,
+                       partitions: Iterable[int] | None = None, seq_lens: Mapping[str, int] | None = None,
+                       weights: Mapping[str, float] | None = None, align_to_docs: bool = False,
+                       mask_across_docs: bool = False) -> LengthSampler:
+        """Batches of ``tokens_per_batch`` tokens, each from one bucket at its own length (see LengthSampler)."""
+        return LengthSampler(self, tokens_per_batch, seed, split=split, val_fraction=val_fraction, buckets=buckets,
+                             partitions=partitions, seq_lens=seq_lens, weights=weights, align_to_docs=align_to_docs,
+                             mask_across_docs=mask_across_docs)
 
 
 # ---------------------------------------------------------------------------------------------
-# Streams of selected documents, and the window sampler.
+# Streams of selected documents, how an epoch cuts them into windows, and the samplers.
 
 
 class DocumentStream:
@@ -424,40 +506,189 @@ class DocumentStream:
             return np.empty(0, dtype=self.tree.dtype)
         return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
 
-    def window_at(self, start: int, seq_len: int) -> Window:
+    def window_at(self, start: int, seq_len: int, mask_across_docs: bool = False) -> Window:
         """The window of seq_len + 1 tokens starting at ``start`` of this stream."""
         stop = start + seq_len
         tokens = self.read(start, stop + 1).astype(np.int64)
-        lo = int(np.searchsorted(self.vstart, start, side="right")) - 1
-        hi = int(np.searchsorted(self.vstart, stop, side="left"))  # documents starting before the inputs end
+        vstart = self.vstart
+        lo = int(np.searchsorted(vstart, start, side="right")) - 1
+        hi = int(np.searchsorted(vstart, stop, side="left"))  # documents starting before the inputs end
         cu = np.empty(hi - lo + 1, dtype=np.int32)
         cu[0] = 0
-        cu[1:-1] = self.vstart[lo + 1:hi] - start
         cu[-1] = seq_len
-        position_ids = np.arange(seq_len, dtype=np.int64) - np.repeat(cu[:-1].astype(np.int64), np.diff(cu))
+        loss_mask = np.ones(seq_len, dtype=np.float32)
+        if hi - lo > 1:
+            inner = vstart[lo + 1:hi] - start  # document starts inside the inputs
+            cu[1:-1] = inner
+            position_ids = np.arange(seq_len, dtype=np.int64) - np.repeat(cu[:-1], np.diff(cu))
+            loss_mask[inner - 1] = 0.0  # the inputs there are EOS: their targets start documents
+        else:
+            position_ids = np.arange(seq_len, dtype=np.int64)
+        if vstart[hi] == stop:  # the last target starts a document
+            loss_mask[-1] = 0.0
+        if mask_across_docs and hi - lo > 1:
+            loss_mask[cu[1] - 1:] = 0.0  # every target from the first document start on
         return Window(
             inputs=tokens[:-1],
             targets=tokens[1:],
             cu_seqlens=cu,
             position_ids=position_ids,
             doc_index=self.rows[lo:hi],
-            first_offset=start - int(self.vstart[lo]),
+            first_offset=start - int(vstart[lo]),
             bucket=self.name,
             start=start,
+            loss_mask=loss_mask,
         )
 
 
-class WindowSampler:
-    """Seeded windows of ``seq_len + 1`` tokens over the selected documents of a tree.
+class WindowCut:
+    """Where the windows of an epoch start in one stream: every S tokens, each window S + 1 long.
+
+    Laid end to end (the default), the stream is one cut unit: windows start at 0, S, 2S, ... for
+    as long as S + 1 tokens remain, so there are (N - 1) // S of them, their inputs cover the first
+    count * S tokens once each, and the last 1 + (N - 1) % S tokens (1 to S) are never an input.
+
+    Aligned to documents, every document is a cut unit: a document of L tokens gives (L - 1) // S
+    windows, at its first token and every S tokens after, none reaching into the next document;
+    it leaves its last 1 + (L - 1) % S tokens, all of them when L <= S.
+    """
+
+    def __init__(self, stream: DocumentStream, seq_len: int, align_to_docs: bool):
+        self.stream = stream
+        self.seq_len = seq_len
+        self.aligned = align_to_docs
+        if align_to_docs:
+            per_doc = (np.diff(stream.vstart) - 1) // seq_len
+            self._first = np.zeros(len(per_doc) + 1, dtype=np.int64)  # first window of each document
+            np.cumsum(per_doc, out=self._first[1:])
+            self.count = int(self._first[-1])
+        else:
+            self.count = max(0, (stream.tokens - 1) // seq_len)
+
+    def start(self, j: int) -> int:
+        """Where window j of the cut (0 <= j < count, in stream order) starts in the stream."""
+        if not self.aligned:
+            return j * self.seq_len
+        i = int(np.searchsorted(self._first, j, side="right")) - 1
+        return int(self.stream.vstart[i]) + (j - int(self._first[i])) * self.seq_len
+
+    @property
+    def leftover(self) -> int:
+        """Tokens of the stream that are the input of no window of the cut."""
+        return self.stream.tokens - self.count * self.seq_len
+
+
+def apportion(total: int, weights: Sequence[float]) -> list[int]:
+    """``total`` split in proportion to ``weights`` by largest remainders (ties to the earlier one)."""
+    w = np.asarray(weights, dtype=np.float64)
+    raw = w / w.sum() * total
+    shares = np.floor(raw).astype(np.int64)
+    extra = total - int(shares.sum())
+    order = sorted(range(len(w)), key=lambda i: (-(raw[i] - shares[i]), i))
+    for i in order[:extra]:
+        shares[i] += 1
+    return [int(s) for s in shares]
+
+
+class EpochMix:
+    """Which source, which of its passes and which item of that pass each draw k takes.
+
+    Source b (a bucket's stream) holds ``counts[b]`` items (windows, or batches of windows) in one
+    pass. Draw k belongs to epoch ``k // len(mix)``. With one source an epoch is one pass, in order
+    (the caller permutes the pass). With several, epoch e gives source b ``shares[b]`` draws (by
+    default its count; with weights, its share of the sum of the counts, see ``apportion``), placed
+    in the epoch by a seeded permutation; they are draws e * shares[b] ... of that source, which
+    goes through its items pass after pass. A source whose share exceeds its count repeats items
+    within an epoch (a fresh permutation each pass); one whose share is smaller carries on in the
+    next epoch where it stopped, so no item repeats before its whole pass is used.
+    """
+
+    def __init__(self, counts: Sequence[int], seed: int, weights: Sequence[float] | None = None):
+        self.counts = [int(c) for c in counts]
+        self.shares = list(self.counts) if weights is None else apportion(sum(self.counts), weights)
+        self.first = [0]
+        for s in self.shares:
+            self.first.append(self.first[-1] + s)
+        self.seed = seed
+        self._epochs: dict[int, Permutation] = {}
+
+    def __len__(self) -> int:
+        return self.first[-1]
+
+    def locate(self, k: int) -> tuple[int, int, int]:
+        """(source, pass of that source, item within the pass) of draw k."""
+        if len(self.counts) == 1:
+            q, r = divmod(k, self.counts[0])
+            return 0, q, r
+        epoch, i = divmod(k, len(self))
+        perm = self._epochs.get(epoch)
+        if perm is None:
+            if len(self._epochs) > 8:
+                self._epochs.clear()
+            perm = self._epochs[epoch] = Permutation(len(self), self.seed, "mix", epoch)
+        v = perm(i)
+        b = bisect.bisect_right(self.first, v) - 1
+        q, r = divmod(epoch * self.shares[b] + v - self.first[b], self.counts[b])
+        return b, q, r
+
+
+class _Epochs:
+    """What both samplers share: each source's windows in a fresh permutation per pass, and
+    iteration from a position, with the position as state (torchdata's ``Stateful`` protocol).
+
+    A sampler is a pure function of the index; its iterators hand out indices from ``position``
+    and advance it, so ``state_dict()`` is that position (with what identifies the sampler), and
+    ``load_state_dict`` puts the iteration back there.
+    """
+
+    position: int
+
+    def _identity(self) -> dict:
+        raise NotImplementedError
+
+    def state_dict(self) -> dict:
+        return {"position": self.position, **self._identity()}
+
+    def load_state_dict(self, state: Mapping) -> None:
+        mine = self._identity()
+        differ = {k: (state.get(k), v) for k, v in mine.items() if state.get(k) != v}
+        if differ:
+            said = ", ".join(f"{k} {a!r} (this sampler: {b!r})" for k, (a, b) in differ.items())
+            raise ValueError(f"the state was saved by a different sampler: {said}")
+        position = state["position"]
+        if not isinstance(position, (int, np.integer)) or position < 0:
+            raise ValueError(f"state position must be an integer >= 0, got {position!r}")
+        self.position = int(position)
+
+    def _permutation(self, b: int, q: int) -> Permutation:
+        """The order of source b's windows in its pass q."""
+        perm = self._perms.get((b, q))
+        if perm is None:
+            if len(self._perms) > 64:
+                self._perms.clear()
+            name = self.streams[b].name
+            path = ("windows", q) if name is None else ("windows", name, q)
+            perm = self._perms[(b, q)] = Permutation(self.cuts[b].count, self.seed, *path)
+        return perm
+
+
+class WindowSampler(_Epochs):
+    """Windows of ``seq_len + 1`` tokens over the selected documents of a tree, epoch by epoch.
 
     Window k depends only on (tree, selection, seq_len, seed, k): ``window(k)`` is random access,
-    and ``batch(b, B)`` holds windows b*B .. b*B + B - 1.
+    ``batch(b, B)`` holds windows b*B .. b*B + B - 1. ``len(sampler)`` windows make an epoch; window
+    ``k + e * len(sampler)`` is window k's place in epoch e. Each epoch is a fresh permutation of
+    the windows of ``WindowCut`` (one stream, or one per weighted bucket, mixed by ``EpochMix``), so
+    an epoch visits every token of the selection once, but for the cut's leftover.
+
+    ``replacement=True`` draws every window independently instead, as this reader did before
+    epochs: a start at ``floor(u * (N - S - 1))`` from a generator keyed by the seed and k.
     """
 
     def __init__(self, tree: ShardTree, seq_len: int, seed: int = 0, *, split: str = "train",
                  val_fraction: float = 0.0, buckets: Iterable[str] | None = None,
                  partitions: Iterable[int] | None = None, weights: Mapping[str, float] | None = None,
-                 align_to_docs: bool = False):
+                 align_to_docs: bool = False, replacement: bool = False, mask_across_docs: bool = False):
         if seq_len < 1:
             raise ValueError(f"seq_len must be >= 1, got {seq_len}")
         if seed < 0:
@@ -466,52 +697,71 @@ class WindowSampler:
         self.seq_len = seq_len
         self.seed = seed
         self.align_to_docs = align_to_docs
+        self.replacement = replacement
+        self.mask_across_docs = mask_across_docs
         buckets = None if buckets is None else list(buckets)
         rows = tree.select(split, val_fraction, buckets, partitions)
         if weights is None:
             self.streams = [DocumentStream(tree, rows)]
-            self.cumulative = np.array([1.0])
+            self.weights = None
         else:
-            unknown = [b for b in weights if b not in layout.BUCKET_NAMES]
-            if unknown:
-                raise ValueError(f"weights name unknown bucket(s) {unknown}; buckets are {list(layout.BUCKET_NAMES)}")
-            if any(not np.isfinite(w) or w < 0 for w in weights.values()):
-                raise ValueError(f"weights must be finite and >= 0, got {dict(weights)}")
-            named = [b for b in layout.BUCKET_NAMES if weights.get(b, 0) > 0]
-            if not named:
-                raise ValueError("at least one bucket needs a weight above 0")
+            named = _check_weights(weights)
             bucket_of_row = tree.documents.bucket[rows]
             self.streams = [
                 DocumentStream(tree, rows[bucket_of_row == layout.BUCKET_NAMES.index(b)], b) for b in named
             ]
-            w = np.array([weights[b] for b in named], dtype=np.float64)
-            self.cumulative = np.cumsum(w) / w.sum()
-            self.cumulative[-1] = 1.0
+            self.weights = {b: float(weights[b]) for b in named}
+        w = None if weights is None else np.array(list(self.weights.values()), dtype=np.float64)
+        self.cumulative = np.array([1.0]) if w is None else np.cumsum(w) / w.sum()
+        self.cumulative[-1] = 1.0
         self._eligible = []
         for stream in self.streams:
             if stream.tokens < seq_len + 2:
-                where = f" of bucket {stream.name}" if stream.name else ""
                 raise ValueError(
-                    f"the selected {split} documents{where} hold {stream.tokens} tokens; windows of {seq_len} + 1 "
-                    f"tokens need a stream of at least {seq_len + 2}"
+                    f"the selected {split} documents{_of_bucket(stream)} hold {stream.tokens} tokens; windows of "
+                    f"{seq_len} + 1 tokens need a stream of at least {seq_len + 2}"
                 )
             # Documents a window may start at: those with seq_len + 1 tokens of stream from their start on.
             self._eligible.append(int(np.searchsorted(stream.vstart[:-1], stream.tokens - seq_len - 1, side="right")))
+        self.cuts = [WindowCut(s, seq_len, align_to_docs) for s in self.streams]
+        if not replacement:
+            for stream, cut in zip(self.streams, self.cuts, strict=True):
+                if cut.count == 0:
+                    raise ValueError(
+                        f"no selected {split} document{_of_bucket(stream)} is longer than {seq_len} tokens, so "
+                        f"align_to_docs cuts no window of {seq_len} + 1 tokens from them"
+                    )
+        self.mix = EpochMix([c.count for c in self.cuts], seed, w)
+        self._perms: dict[tuple[int, int], Permutation] = {}
+        self.position = 0
 
     @property
     def tokens(self) -> int:
         return sum(s.tokens for s in self.streams)
 
+    def __len__(self) -> int:
+        """Windows in one epoch."""
+        return len(self.mix)
+
+    def _identity(self) -> dict:
+        return {"sampler": "windows", "seq_len": self.seq_len, "seed": self.seed, "replacement": self.replacement,
+                "epoch_windows": len(self), "tokens": self.tokens}
+
     def window(self, index: int) -> Window:
-        u_bucket, u_start = window_uniforms(self.seed, index)
-        k = int(np.searchsorted(self.cumulative, u_bucket, side="right")) if len(self.streams) > 1 else 0
-        stream = self.streams[k]
-        if self.align_to_docs:
-            doc = int(u_start * self._eligible[k])
-            start = int(stream.vstart[doc])
+        if index < 0:
+            raise ValueError(f"window index must be >= 0, got {index}")
+        if self.replacement:
+            u_bucket, u_start = window_uniforms(self.seed, index)
+            b = int(np.searchsorted(self.cumulative, u_bucket, side="right")) if len(self.streams) > 1 else 0
+            stream = self.streams[b]
+            if self.align_to_docs:
+                start = int(stream.vstart[int(u_start * self._eligible[b])])
+            else:
+                start = int(u_start * (stream.tokens - self.seq_len - 1))
         else:
-            start = int(u_start * (stream.tokens - self.seq_len - 1))
-        return stream.window_at(start, self.seq_len)
+            b, q, r = self.mix.locate(index)
+            start = self.cuts[b].start(self._permutation(b, q)(r))
+        return self.streams[b].window_at(start, self.seq_len, self.mask_across_docs)
 
     def batch(self, index: int, batch_size: int) -> Batch:
         if batch_size < 1:
@@ -519,18 +769,162 @@ class WindowSampler:
         first = index * batch_size
         return stack_windows([self.window(first + j) for j in range(batch_size)])
 
-    def windows(self, start: int = 0, step: int = 1) -> Iterator[Window]:
-        """Windows start, start + step, ... without end."""
+    def __iter__(self) -> Iterator[Window]:
+        return self.windows()
+
+    def windows(self, start: int | None = None, step: int = 1) -> Iterator[Window]:
+        """Windows without end: from ``position`` one by one, advancing it (so ``state_dict`` resumes
+        after the last one handed out); or, given ``start``, windows start, start + step, ...
+        leaving ``position`` alone."""
+        if start is None:
+            while True:
+                window = self.window(self.position)
+                self.position += 1
+                yield window
         index = start
         while True:
             yield self.window(index)
             index += step
 
-    def batches(self, batch_size: int, start: int = 0, step: int = 1) -> Iterator[Batch]:
+    def batches(self, batch_size: int, start: int | None = None, step: int = 1) -> Iterator[Batch]:
+        """Batches without end: the next ``batch_size`` windows from ``position``, advancing it; or,
+        given ``start``, batches start, start + step, ... (as ``batch``), leaving ``position`` alone."""
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if start is None:
+            while True:
+                batch = stack_windows([self.window(self.position + j) for j in range(batch_size)])
+                self.position += batch_size
+                yield batch
         index = start
         while True:
             yield self.batch(index, batch_size)
             index += step
+
+
+class LengthSampler(_Epochs):
+    """Batches of ``tokens_per_batch`` tokens, each from a single bucket, as sequences of that bucket's
+    length: ``tokens_per_batch // seq_lens[b]`` windows of ``seq_lens[b] + 1`` tokens, cut from the
+    bucket's documents as ``WindowSampler`` cuts them (OLMo-core's variable sequence length).
+
+    A bucket's sequence length defaults to its bound (``"8192"``: 8192 tokens, as long as its
+    longest document), ``"beyond"`` has none and needs ``seq_lens``. ``len(sampler)`` batches make an
+    epoch: every bucket's full batches, in a seeded order across buckets (``EpochMix``; with
+    ``weights``, shares of the batches). Per pass, a bucket uses the windows of its cut in a fresh
+    permutation, ``len // per_batch`` batches of them; the rest (fewer than one batch of windows)
+    waits for the next pass.
+    """
+
+    def __init__(self, tree: ShardTree, tokens_per_batch: int, seed: int = 0, *, split: str = "train",
+                 val_fraction: float = 0.0, buckets: Iterable[str] | None = None,
+                 partitions: Iterable[int] | None = None, seq_lens: Mapping[str, int] | None = None,
+                 weights: Mapping[str, float] | None = None, align_to_docs: bool = False,
+                 mask_across_docs: bool = False):
+        if tokens_per_batch < 1:
+            raise ValueError(f"tokens_per_batch must be >= 1, got {tokens_per_batch}")
+        if seed < 0:
+            raise ValueError(f"seed must be >= 0, got {seed}")
+        self.tree = tree
+        self.tokens_per_batch = tokens_per_batch
+        self.seed = seed
+        self.mask_across_docs = mask_across_docs
+        rows = tree.select(split, val_fraction, None if buckets is None else list(buckets), partitions)
+        bucket_of_row = tree.documents.bucket[rows]
+        if weights is not None:
+            names = _check_weights(weights)
+        elif buckets is not None:
+            names = [b for b in layout.BUCKET_NAMES if b in set(buckets)]
+        else:
+            names = [layout.BUCKET_NAMES[i] for i in np.unique(bucket_of_row)]
+        if not names:
+            raise ValueError(f"no selected {split} documents to draw batches from")
+        given = dict(seq_lens or {})
+        unknown = [b for b in given if b not in layout.BUCKET_NAMES]
+        if unknown:
+            raise ValueError(f"seq_lens name unknown bucket(s) {unknown}; buckets are {list(layout.BUCKET_NAMES)}")
+        self.seq_lens = {}
+        for b in names:
+            if b not in given and b == layout.BEYOND:
+                raise ValueError(f"bucket {b} has no bound to take as its sequence length: give seq_lens={{'{b}': S}}")
+            s = int(given.get(b, b))
+            if s < 1 or tokens_per_batch % s:
+                raise ValueError(
+                    f"bucket {b}'s sequence length {s} does not divide tokens_per_batch {tokens_per_batch}; "
+                    "every batch holds the same number of tokens"
+                )
+            self.seq_lens[b] = s
+        self.streams = [DocumentStream(tree, rows[bucket_of_row == layout.BUCKET_NAMES.index(b)], b) for b in names]
+        self.cuts = [WindowCut(st, self.seq_lens[b], align_to_docs) for b, st in zip(names, self.streams, strict=True)]
+        self.per_batch = [tokens_per_batch // self.seq_lens[b] for b in names]
+        counts = [c.count // g for c, g in zip(self.cuts, self.per_batch, strict=True)]
+        for b, stream, cut, g, n in zip(names, self.streams, self.cuts, self.per_batch, counts, strict=True):
+            if n == 0:
+                raise ValueError(
+                    f"the selected {split} documents of bucket {b} hold {stream.tokens} tokens, {cut.count} windows of "
+                    f"{self.seq_lens[b]} + 1{' aligned to documents' if align_to_docs else ''}; a batch takes {g}. "
+                    "Leave the bucket out (buckets=...) or give it a shorter sequence (seq_lens=...)"
+                )
+        self.mix = EpochMix(counts, seed, None if weights is None else [float(weights[b]) for b in names])
+        self._perms: dict[tuple[int, int], Permutation] = {}
+        self.position = 0
+
+    @property
+    def buckets(self) -> list[str]:
+        return [s.name for s in self.streams]
+
+    @property
+    def tokens(self) -> int:
+        return sum(s.tokens for s in self.streams)
+
+    def __len__(self) -> int:
+        """Batches in one epoch."""
+        return len(self.mix)
+
+    def _identity(self) -> dict:
+        return {"sampler": "lengths", "tokens_per_batch": self.tokens_per_batch, "seq_lens": dict(self.seq_lens),
+                "seed": self.seed, "epoch_batches": len(self), "tokens": self.tokens}
+
+    def batch(self, index: int) -> Batch:
+        """Batch ``index``: ``index // len(self)`` is its epoch."""
+        if index < 0:
+            raise ValueError(f"batch index must be >= 0, got {index}")
+        b, q, r = self.mix.locate(index)
+        perm, cut, g = self._permutation(b, q), self.cuts[b], self.per_batch[b]
+        stream, s = self.streams[b], cut.seq_len
+        return stack_windows([stream.window_at(cut.start(perm(r * g + j)), s, self.mask_across_docs)
+                              for j in range(g)])
+
+    def __iter__(self) -> Iterator[Batch]:
+        return self.batches()
+
+    def batches(self, start: int | None = None, step: int = 1) -> Iterator[Batch]:
+        """Batches without end, from ``position`` (advancing it) or from ``start`` by ``step``."""
+        if start is None:
+            while True:
+                batch = self.batch(self.position)
+                self.position += 1
+                yield batch
+        index = start
+        while True:
+            yield self.batch(index)
+            index += step
+
+
+def _check_weights(weights: Mapping[str, float]) -> list[str]:
+    """The buckets with a weight above 0, in layout order; ValueError on a bad mapping."""
+    unknown = [b for b in weights if b not in layout.BUCKET_NAMES]
+    if unknown:
+        raise ValueError(f"weights name unknown bucket(s) {unknown}; buckets are {list(layout.BUCKET_NAMES)}")
+    if any(not np.isfinite(w) or w < 0 for w in weights.values()):
+        raise ValueError(f"weights must be finite and >= 0, got {dict(weights)}")
+    named = [b for b in layout.BUCKET_NAMES if weights.get(b, 0) > 0]
+    if not named:
+        raise ValueError("at least one bucket needs a weight above 0")
+    return named
+
+
+def _of_bucket(stream: DocumentStream) -> str:
+    return f" of bucket {stream.name}" if stream.name else ""
 
 
 # ---------------------------------------------------------------------------------------------

@@ -172,6 +172,8 @@ def check_window(w, stream, seq_len, eos=EOS):
     assert w.first_offset == w.start - stream.starts[first_doc]
     assert [stream.ids[first_doc + j] for j in range(len(w.cu_seqlens) - 1)] == \
         [stream.doc_ids_by_row[i] for i in w.doc_index]
+    # Megatron's eod_mask_loss: no loss on the target after an EOS (the next document's first token).
+    assert w.loss_mask.dtype == np.float32 and np.array_equal(w.loss_mask, (w.inputs != eos).astype(np.float32))
     # Position ids restart at every document, and a document starts right after an EOS.
     for j, (a, b) in enumerate(zip(w.cu_seqlens[:-1], w.cu_seqlens[1:], strict=True)):
         assert w.position_ids[a:b].tolist() == list(range(b - a))
@@ -189,7 +191,7 @@ def test_windows_are_the_chapters_windows_over_the_manifest_stream(sample_tree, 
     docs = manifest_view(sample_tree)
     stream = stream_for(tree, docs)
     n = len(stream.tokens)
-    sampler = tree.sampler(SEQ, seed=3)
+    sampler = tree.sampler(SEQ, seed=3, replacement=True)  # the draws with replacement (epochs: test_reader_epochs)
     assert sampler.tokens == n == tree.stats.total_tokens
     for k in range(300):
         w = sampler.window(k)
@@ -237,7 +239,7 @@ def test_block_causal_mask_follows_the_boundaries():
 
 def test_windows_aligned_to_documents_start_at_a_document(sample_tree, tree):
     stream = stream_for(tree, manifest_view(sample_tree))
-    sampler = tree.sampler(SEQ, seed=1, align_to_docs=True)
+    sampler = tree.sampler(SEQ, seed=1, align_to_docs=True, replacement=True)
     firsts = set()
     for k in range(300):
         w = sampler.window(k)
@@ -297,7 +299,7 @@ def test_bucket_and_partition_selection(tree):
 
 def test_weights_pick_buckets_in_proportion_and_stay_inside_them(sample_tree, tree):
     docs = manifest_view(sample_tree)
-    sampler = tree.sampler(SEQ, seed=4, weights={"1024": 1, "16384": 3, "beyond": 0})
+    sampler = tree.sampler(SEQ, seed=4, weights={"1024": 1, "16384": 3, "beyond": 0}, replacement=True)
     by_bucket = {b: stream_for(tree, [d for d in docs if d[1].startswith(b + "/")]) for b in ("1024", "16384")}
     counts = {"1024": 0, "16384": 0}
     for k in range(2000):

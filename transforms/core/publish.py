@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import posixpath
+import time
 
 import apache_beam as beam
 
