@@ -30,10 +30,11 @@ from shards import layout, storage, tree
 from shards.manifest import DatasetStats
 from shards.removal import REMOVALS_NAME
 from transforms.bucketed.filter import DROPPED, FilterLanguage, LidFilterConfig
+from transforms.bucketed.format import BucketedFormat
 from transforms.bucketed.removal import MATCHED, DropRemoved
 from transforms.bucketed.tokenize import TokenizeDocuments, TokenizerConfig
 from transforms.bucketed.write import ShardConfig, WriteShards
-from transforms.core.publish import PublishOutput, StatsSettings
+from transforms.core.publish import PublishOutput
 from transforms.core.read import RECORDS, CountRecords, ReadConfig, ReadDocuments
 from transforms.tools.surgery import JOURNAL_DIR, load_journal
 
@@ -130,13 +131,14 @@ def build(pipeline: beam.Pipeline, options: BucketedOptions, run_id: str | None 
         log.warning("%s has an unfinished removal (run %s, %d documents): they stay out, and this run "
                     "records them in %s", output, pending.run, len(pending.removed_rows), REMOVALS_NAME)
     removal = DropRemoved(*sources) if sources else None
-    settings = StatsSettings(
+    publish_format = BucketedFormat(
         language=lid.language,
         lid_threshold=lid.threshold,
         min_token_count=lid.min_token_count,
         tokenizer=options.tokenizer,
         eos_id=encoder.eos_id,
         vocab_size=encoder.max_token_id + 1,
+        config=shards,
         removal_list_ids=len(removal.ids) if removal else None,
     )
 
@@ -162,7 +164,8 @@ def build(pipeline: beam.Pipeline, options: BucketedOptions, run_id: str | None 
         | "WriteShards" >> WriteShards(shards)
     )
     drops.append(written[DROPPED])
-    return written.groups | "PublishOutput" >> PublishOutput(shards, settings, raw, tuple(drops), removal_found)
+    extras = {} if removal_found is None else {"removal_found": beam.pvalue.AsSingleton(removal_found)}
+    return written.groups | "PublishOutput" >> PublishOutput(publish_format, shards, raw, tuple(drops), **extras)
 
 
 def read_stats(output: str) -> DatasetStats:

@@ -38,7 +38,7 @@ from transforms.scaffold.encode import (
 )
 from transforms.scaffold.write import (
     DEFAULT_ORDER_RANGES,
-    LlmcSettings,
+    LlmcFormat,
     LlmcShardConfig,
     PublishLlmcOutput,
     WriteLlmcShards,
@@ -130,12 +130,13 @@ def build(pipeline: beam.Pipeline, options: ScaffoldOptions, run_id: str | None 
         chunked_documents=options.long_docs == "chunk",
     )
     scaffold.load()
-    settings = LlmcSettings(
+    publish_format = LlmcFormat(
         tokenizer=options.tokenizer,
         annotate=options.annotate,
         long_docs=options.long_docs,
         max_word_chars=options.max_word_chars,
         val_fraction=options.val_fraction,
+        config=shards,
     )
     read = ReadDocuments(
         ReadConfig(
@@ -156,7 +157,7 @@ def build(pipeline: beam.Pipeline, options: ScaffoldOptions, run_id: str | None 
     drops = (read_result[DROPPED], encoded[DROPPED], written.dropped)
     # What each kept document added, less what each copy of an id that was left out had added.
     counts = (encoded[COUNTS], written.counts) | "CollectSplitCounts" >> beam.Flatten()
-    return written.staged | "PublishLlmcOutput" >> PublishLlmcOutput(shards, settings, raw, drops, counts)
+    return written.staged | "PublishLlmcOutput" >> PublishLlmcOutput(publish_format, raw, drops, counts)
 
 
 def read_stats(output: str) -> ScaffoldStats:

@@ -267,8 +267,10 @@ class TokenStore:
     def _map(self, i: int) -> np.ndarray:
         m = self._maps[i]
         if m is None:
-            m = np.memmap(self.path(i), dtype=self.dtype, mode="r", offset=self.header_bytes, shape=(self.count(i),))
-            self._maps[i] = m
+            mapped = np.memmap(self.path(i), dtype=self.dtype, mode="r", offset=self.header_bytes,
+                               shape=(self.count(i),))
+            # A plain ndarray over the map: slicing np.memmap itself costs ten times as much.
+            m = self._maps[i] = mapped.view(np.ndarray)
         return m
 
     def _slice(self, i: int, a: int, b: int) -> np.ndarray:
@@ -284,7 +286,10 @@ class TokenStore:
             raise IndexError(f"token range [{start}, {stop}) is outside the stream of {self.total} tokens")
         if start == stop:
             return np.empty(0, dtype=self.dtype)
-        i = int(np.searchsorted(self.starts, start, side="right")) - 1
+        i = int(self.starts.searchsorted(start, "right")) - 1
+        if stop <= self.starts[i + 1]:  # one file, the common case
+            base = int(self.starts[i])
+            return self._slice(i, start - base, stop - base)
         pieces = []
         while start < stop:
             end = min(stop, int(self.starts[i + 1]))
@@ -494,7 +499,10 @@ class DocumentStream:
         """Tokens [start, stop) of this stream."""
         if not 0 <= start <= stop <= self.tokens:
             raise IndexError(f"range [{start}, {stop}) is outside a stream of {self.tokens} tokens")
-        r = int(np.searchsorted(self.run_vstart, start, side="right")) - 1
+        r = int(self.run_vstart.searchsorted(start, "right")) - 1
+        if stop <= self.run_vstart[r + 1]:  # one run of documents adjacent on disk, the common case
+            g = int(self.run_gstart[r]) + start - int(self.run_vstart[r])
+            return self.tree.store.read(g, g + stop - start)
         pieces = []
         while start < stop:
             end = min(stop, int(self.run_vstart[r + 1]))
@@ -506,31 +514,49 @@ class DocumentStream:
             return np.empty(0, dtype=self.tree.dtype)
         return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
 
-    def window_at(self, start: int, seq_len: int, mask_across_docs: bool = False) -> Window:
-        """The window of seq_len + 1 tokens starting at ``start`` of this stream."""
+    def window_at(self, start: int, seq_len: int, mask_across_docs: bool = False,
+                  out: tuple[np.ndarray, ...] | None = None) -> Window:
+        """The window of seq_len + 1 tokens starting at ``start`` of this stream.
+
+        ``out`` is one row of each array of a batch, to fill in place: inputs, targets, position_ids
+        (holding 0 .. S-1) and loss_mask (holding 1.0).
+        """
         stop = start + seq_len
-        tokens = self.read(start, stop + 1).astype(np.int64)
-        vstart = self.vstart
-        lo = int(np.searchsorted(vstart, start, side="right")) - 1
-        hi = int(np.searchsorted(vstart, stop, side="left"))  # documents starting before the inputs end
-        cu = np.empty(hi - lo + 1, dtype=np.int32)
-        cu[0] = 0
-        cu[-1] = seq_len
-        loss_mask = np.ones(seq_len, dtype=np.float32)
-        if hi - lo > 1:
-            inner = vstart[lo + 1:hi] - start  # document starts inside the inputs
-            cu[1:-1] = inner
-            position_ids = np.arange(seq_len, dtype=np.int64) - np.repeat(cu[:-1], np.diff(cu))
-            loss_mask[inner - 1] = 0.0  # the inputs there are EOS: their targets start documents
-        else:
+        raw = self.read(start, stop + 1)
+        if out is None:
+            tokens = raw.astype(np.int64)
+            inputs, targets = tokens[:-1], tokens[1:]
             position_ids = np.arange(seq_len, dtype=np.int64)
+            loss_mask = np.ones(seq_len, dtype=np.float32)
+        else:
+            inputs, targets, position_ids, loss_mask = out
+            inputs[:] = raw[:-1]
+            targets[:] = raw[1:]
+        vstart = self.vstart
+        lo = int(vstart.searchsorted(start, "right")) - 1
+        hi = int(vstart.searchsorted(stop, "left"))  # documents starting before the inputs end
+        if hi - lo == 1:
+            cu = np.array((0, seq_len), dtype=np.int32)
+        else:
+            inner = vstart[lo + 1:hi] - start  # document starts inside the inputs
+            cu = np.empty(hi - lo + 1, dtype=np.int32)
+            cu[0] = 0
+            cu[1:-1] = inner
+            cu[-1] = seq_len
+            if hi - lo <= 16:
+                bounds = cu.tolist()
+                for a, b in zip(bounds[1:-1], bounds[2:], strict=True):
+                    position_ids[a:b] -= a
+            else:
+                position_ids -= np.repeat(cu[:-1], np.diff(cu))
+            loss_mask[inner - 1] = 0.0  # the inputs there are EOS: their targets start documents
+            if mask_across_docs:
+                loss_mask[int(inner[0]) - 1:] = 0.0  # and every target after the window's first document
         if vstart[hi] == stop:  # the last target starts a document
             loss_mask[-1] = 0.0
-        if mask_across_docs and hi - lo > 1:
-            loss_mask[cu[1] - 1:] = 0.0  # every target from the first document start on
         return Window(
-            inputs=tokens[:-1],
-            targets=tokens[1:],
+            inputs=inputs,
+            targets=targets,
             cu_seqlens=cu,
             position_ids=position_ids,
             doc_index=self.rows[lo:hi],
@@ -539,6 +565,26 @@ class DocumentStream:
             start=start,
             loss_mask=loss_mask,
         )
+
+
+def batch_at(places: Sequence[tuple[DocumentStream, int]], seq_len: int, mask_across_docs: bool = False) -> Batch:
+    """The batch of the windows at ``(stream, start)`` of ``places``, as ``stack_windows`` of their
+    ``window_at``, but with every window written straight into the batch's arrays."""
+    n = len(places)
+    inputs = np.empty((n, seq_len), dtype=np.int64)
+    targets = np.empty((n, seq_len), dtype=np.int64)
+    position_ids = np.empty((n, seq_len), dtype=np.int64)
+    position_ids[:] = np.arange(seq_len, dtype=np.int64)
+    loss_mask = np.ones((n, seq_len), dtype=np.float32)
+    windows = tuple(
+        stream.window_at(start, seq_len, mask_across_docs, (inputs[i], targets[i], position_ids[i], loss_mask[i]))
+        for i, (stream, start) in enumerate(places)
+    )
+    cu = [w.cu_seqlens[:-1] + i * seq_len for i, w in enumerate(windows)]
+    cu.append(np.array([n * seq_len], dtype=np.int32))
+    cu_seqlens = np.concatenate(cu)
+    return Batch(inputs=inputs, targets=targets, position_ids=position_ids, cu_seqlens=cu_seqlens,
+                 max_seqlen=int(np.diff(cu_seqlens).max()), windows=windows, loss_mask=loss_mask)
 
 
 class WindowCut:
@@ -569,7 +615,7 @@ class WindowCut:
         """Where window j of the cut (0 <= j < count, in stream order) starts in the stream."""
         if not self.aligned:
             return j * self.seq_len
-        i = int(np.searchsorted(self._first, j, side="right")) - 1
+        i = int(self._first.searchsorted(j, "right")) - 1
         return int(self.stream.vstart[i]) + (j - int(self._first[i])) * self.seq_len
 
     @property
@@ -747,27 +793,32 @@ class WindowSampler(_Epochs):
         return {"sampler": "windows", "seq_len": self.seq_len, "seed": self.seed, "replacement": self.replacement,
                 "epoch_windows": len(self), "tokens": self.tokens}
 
-    def window(self, index: int) -> Window:
+    def place(self, index: int) -> tuple[DocumentStream, int]:
+        """The stream window ``index`` is cut from, and its start there."""
         if index < 0:
             raise ValueError(f"window index must be >= 0, got {index}")
         if self.replacement:
             u_bucket, u_start = window_uniforms(self.seed, index)
-            b = int(np.searchsorted(self.cumulative, u_bucket, side="right")) if len(self.streams) > 1 else 0
+            b = int(self.cumulative.searchsorted(u_bucket, "right")) if len(self.streams) > 1 else 0
             stream = self.streams[b]
             if self.align_to_docs:
-                start = int(stream.vstart[int(u_start * self._eligible[b])])
-            else:
-                start = int(u_start * (stream.tokens - self.seq_len - 1))
-        else:
-            b, q, r = self.mix.locate(index)
-            start = self.cuts[b].start(self._permutation(b, q)(r))
-        return self.streams[b].window_at(start, self.seq_len, self.mask_across_docs)
+                return stream, int(stream.vstart[int(u_start * self._eligible[b])])
+            return stream, int(u_start * (stream.tokens - self.seq_len - 1))
+        b, q, r = self.mix.locate(index)
+        return self.streams[b], self.cuts[b].start(self._permutation(b, q)(r))
+
+    def window(self, index: int) -> Window:
+        stream, start = self.place(index)
+        return stream.window_at(start, self.seq_len, self.mask_across_docs)
 
     def batch(self, index: int, batch_size: int) -> Batch:
+        """Windows ``index * batch_size`` .. ``index * batch_size + batch_size - 1``, stacked."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        first = index * batch_size
-        return stack_windows([self.window(first + j) for j in range(batch_size)])
+        return self._windows_from(index * batch_size, batch_size)
+
+    def _windows_from(self, first: int, count: int) -> Batch:
+        return batch_at([self.place(first + j) for j in range(count)], self.seq_len, self.mask_across_docs)
 
     def __iter__(self) -> Iterator[Window]:
         return self.windows()
@@ -793,7 +844,7 @@ class WindowSampler(_Epochs):
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if start is None:
             while True:
-                batch = stack_windows([self.window(self.position + j) for j in range(batch_size)])
+                batch = self._windows_from(self.position, batch_size)
                 self.position += batch_size
                 yield batch
         index = start
@@ -889,10 +940,8 @@ class LengthSampler(_Epochs):
         if index < 0:
             raise ValueError(f"batch index must be >= 0, got {index}")
         b, q, r = self.mix.locate(index)
-        perm, cut, g = self._permutation(b, q), self.cuts[b], self.per_batch[b]
-        stream, s = self.streams[b], cut.seq_len
-        return stack_windows([stream.window_at(cut.start(perm(r * g + j)), s, self.mask_across_docs)
-                              for j in range(g)])
+        perm, cut, g, stream = self._permutation(b, q), self.cuts[b], self.per_batch[b], self.streams[b]
+        return batch_at([(stream, cut.start(perm(r * g + j))) for j in range(g)], cut.seq_len, self.mask_across_docs)
 
     def __iter__(self) -> Iterator[Batch]:
         return self.batches()

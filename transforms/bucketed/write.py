@@ -31,30 +31,14 @@ import numpy as np
 
 from shards import layout, storage
 from transforms.core.batches import RefBatch, Refs, TokenBatch, first_copies, stream_order
-from transforms.core.drops import Drops
+from transforms.core.drops import DUPLICATE_ID, Drops
 from transforms.core.progress import Progress
+from transforms.core.publish import RunPaths
 from transforms.core.records import DROPPED
 from transforms.core.spill import AtomicFile, SpillReader, roll
 from transforms.core.spill import SpillTokensFn as CoreSpillTokensFn
 
 log = logging.getLogger(__name__)
-
-
-class RunPaths:
-    """What a job's writer config shares: where its run's temporary files go. Needs ``output`` and
-    ``run_id``."""
-
-    @property
-    def run_url(self) -> str:
-        return storage.join(self.output, layout.TEMP_DIR_NAME, self.run_id)
-
-    @property
-    def spill_url(self) -> str:
-        return storage.join(self.run_url, "spill")
-
-    @property
-    def staged_url(self) -> str:
-        return storage.join(self.run_url, "staged")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,9 +83,6 @@ class ShardGroup(NamedTuple):
     partition: int
     files: tuple[ShardFile, ...]
     manifest_url: str
-
-
-DUPLICATE_ID = "duplicate_id"
 
 
 def bucketed_keys(batch: TokenBatch, config: ShardConfig) -> tuple[list[int], np.ndarray]:

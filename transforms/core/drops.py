@@ -17,6 +17,8 @@ import apache_beam as beam
 from transforms.core.records import DROPPED
 
 NAMESPACE = "pretokenize"
+# Every job keeps the first copy of a repeated id (by input file, then row) and drops the others.
+DUPLICATE_ID = "duplicate_id"
 
 
 class Drops:

@@ -1,159 +1,119 @@
-"""PublishOutput: move a run's staged shards into place and write the manifest and stats last.
+"""PublishOutput: move a run's staged files into place and write the stats last, for every job.
 
-Runs once, after every shard group is staged. The order is what makes the output safe to read:
+Runs once, after every file is staged. What differs between jobs is one OutputFormat (the
+bucketed layout, llm.c shards); the order, which is what makes the output safe to read, is this:
 
-    1. the manifest is assembled in the staging area from the groups' rows, in bucket and
-       partition order, and the stats are computed; documents in must equal documents written
-       plus documents dropped, or the run fails here and publishes nothing
-    2. the old commit markers go first (dataset_stats.txt, then processed_spec.txt), so from this
-       moment the tree no longer looks complete
+    1. the job's stats are computed from its settings and what was staged; documents in must
+       equal documents written plus documents dropped (check_accounting), or the run fails here
+       and publishes nothing; the job prepares its own files in the staging area (the bucketed
+       manifest, assembled from the groups' rows in bucket and partition order)
+    2. the old commit markers go first (dataset_stats.txt, then the job's markers such as
+       processed_spec.txt), so from this moment the tree no longer looks complete
     3. the files the tree's ownership record lists that this run does not write (shards of an
        earlier run, files derived from them) are deleted; nothing the record does not list is
        touched (shards/tree.py)
-    4. staged shards are moved to their final names (a rename on local disks)
-    5. processed_spec.txt and checksums.sha256; the audit lines of a removal that was pending
-       when the run began (its documents were kept out), and those of the ids of --removal-list
-       (so every later run keeps them out); then dataset_stats.txt: the stats file is the commit
+    4. staged files are moved to their final names (a rename on local disks)
+    5. the job's own files (the manifest; the audit lines of a pending removal and of
+       --removal-list), checksums.sha256, then dataset_stats.txt: the stats file is the commit
        point
     6. the run's temporary directory (spill files, staging) is removed
 
-A reader that finds dataset_stats.txt may trust every file the manifest names. Every step can be
+A reader that finds dataset_stats.txt may trust every file the tree names. Every step can be
 repeated, so a retried publish finishes the job.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import posixpath
-import time
+from typing import Protocol
 
 import apache_beam as beam
 
 from shards import layout, storage, tree
-from shards.manifest import MANIFEST_HEADER, BucketStats, DatasetStats, format_checksums
-from transforms.bucketed.write import RunPaths, ShardConfig, ShardGroup
+from shards.manifest import format_checksums
 from transforms.core.drops import CountDrops
 
 log = logging.getLogger(__name__)
-
-
-@dataclasses.dataclass(frozen=True)
-class StatsSettings:
-    """The job settings dataset_stats.txt records beside the counts."""
-
-    language: str
-    lid_threshold: float
-    min_token_count: int
-    tokenizer: str
-    eos_id: int
-    vocab_size: int
-    removal_list_ids: int | None = None
 
 
 class UnaccountedDocumentsError(RuntimeError):
     pass
 
 
-def compute_stats(
-    groups: list[ShardGroup],
-    raw_documents: int,
-    drops: dict[str, int],
-    settings: StatsSettings,
-    config: ShardConfig,
-    removal_found: int | None = None,
-) -> DatasetStats:
-    buckets = {name: BucketStats() for name in layout.BUCKET_NAMES}
-    for group in groups:
-        b = buckets[group.bucket]
-        for f in group.files:
-            b.documents += f.documents
-            b.tokens += f.tokens
-            b.files += 1
-    stats = DatasetStats(
-        raw_documents=raw_documents,
-        language=settings.language,
-        lid_threshold=settings.lid_threshold,
-        min_token_count=settings.min_token_count,
-        tokenizer=settings.tokenizer,
-        eos_id=settings.eos_id,
-        vocab_size=settings.vocab_size,
-        dtype=config.dtype,
-        partitions=config.partitions,
-        seed=config.seed,
-        buckets=buckets,
-        drops=dict(sorted(drops.items())),
-        removal_list_ids=settings.removal_list_ids,
-        removal_ids_not_found=(
-            None if settings.removal_list_ids is None else settings.removal_list_ids - (removal_found or 0)
-        ),
-    )
-    if stats.kept_documents + stats.dropped_documents != raw_documents:
+class RunPaths:
+    """What a job's writer config shares: where its run's temporary files go. Needs ``output`` and
+    ``run_id``."""
+
+    @property
+    def run_url(self) -> str:
+        return storage.join(self.output, layout.TEMP_DIR_NAME, self.run_id)
+
+    @property
+    def spill_url(self) -> str:
+        return storage.join(self.run_url, "spill")
+
+    @property
+    def staged_url(self) -> str:
+        return storage.join(self.run_url, "staged")
+
+
+class OutputFormat(Protocol):
+    """What differs between the jobs' outputs at publish time (as Beam's FileSink is to WriteToFiles).
+
+    ``staged`` is the list of what the job's writer staged (ShardGroups, StagedShards), ``extras``
+    the job's own side inputs by name. ``compute_stats`` builds the job's stats from its settings
+    and checks what only the job can (tokens encoded = tokens written); the document accounting
+    and every step of publishing are the core's.
+    """
+
+    kind: str  # the tree kind of shards/tree.py
+    markers: tuple[str, ...]  # tree files that must go before any shard changes (besides the stats)
+
+    def compute_stats(self, staged: list, raw_documents: int, drops: dict[str, int], extras: dict): ...
+
+    def files(self, staged: list) -> dict[str, str]:
+        """rel_path -> sha256 of every file the run publishes."""
+
+    def prepare(self, staged: list, config: RunPaths) -> None:
+        """Work in the staging area before the tree changes (bucketed: assemble the manifest)."""
+
+    def finish(self, staged: list, config: RunPaths) -> None:
+        """After the files moved in, before the stats (bucketed: the manifest, removal records)."""
+
+
+def check_accounting(kept: int, dropped: int, raw_documents: int) -> None:
+    """Documents read must equal documents written plus documents dropped: the one check every job
+    passes before anything is published."""
+    if kept + dropped != raw_documents:
         raise UnaccountedDocumentsError(
-            f"{raw_documents} documents were read, but {stats.kept_documents} written + "
-            f"{stats.dropped_documents} dropped = {stats.kept_documents + stats.dropped_documents}; "
+            f"{raw_documents} documents were read, but {kept} written + {dropped} dropped = {kept + dropped}; "
             "refusing to publish an output that lost or duplicated documents"
         )
-    return stats
 
 
-def _group_order(group: ShardGroup) -> tuple[int, int]:
-    return layout.BUCKET_NAMES.index(group.bucket), group.partition
-
-
-def publish(
-    groups: list[ShardGroup],
-    raw_documents: int,
-    drops: dict[str, int],
-    settings: StatsSettings,
-    config: ShardConfig,
-    removal_found: int | None = None,
-) -> DatasetStats:
-    groups = sorted(groups, key=_group_order)
-    stats = compute_stats(groups, raw_documents, drops, settings, config, removal_found)
+def publish(staged: list, raw_documents: int, drops: dict[str, int], extras: dict, fmt: OutputFormat,
+            config: RunPaths):
+    """Publish a run's staged files as the module docstring says; returns the stats written."""
+    stats = fmt.compute_stats(staged, raw_documents, dict(sorted(drops.items())), extras)
+    check_accounting(stats.kept_documents, stats.dropped_documents, raw_documents)
     fs, root = storage.filesystem(config.output)
-    _, staged = storage.filesystem(config.staged_url)
-
-    # 1. The manifest, streamed together from the groups' rows, in the staging area.
-    staged_manifest = posixpath.join(staged, layout.MANIFEST_NAME)
-    if not fs.exists(staged_manifest):
-        tmp = staged_manifest + ".partial"
-        fs.makedirs(staged, exist_ok=True)  # no group was staged when no document was kept
-        with fs.open(tmp, "wb") as out:
-            out.write((MANIFEST_HEADER + "\n").encode())
-            for group in groups:
-                with fs.open(storage.filesystem(group.manifest_url)[1], "rb") as rows:
-                    while chunk := rows.read(1 << 20):
-                        out.write(chunk)
-        fs.mv(tmp, staged_manifest)
-
+    files = fmt.files(staged)
+    # 1. The job's own preparation, in the staging area.
+    fmt.prepare(staged, config)
     # 2. From here on the tree does not look complete.
     mark_publishing(config)
-    final_stats = posixpath.join(root, layout.STATS_NAME)
-    final_manifest = posixpath.join(root, layout.MANIFEST_NAME)
-    for marker in (final_stats, final_manifest):
+    for name in (layout.STATS_NAME, *fmt.markers):
+        marker = posixpath.join(root, name)
         if fs.exists(marker):
             fs.rm(marker)
-
     # 3. and 4. Files of an earlier run this run does not write go; the staged ones move in.
-    new_files = {f.rel_path for g in groups for f in g.files}
-    replace_files(config, "bucketed", new_files)
-
-    # 5. The manifest and the checksums, then the stats: the commit point. 6. Temporary files go.
-    if fs.exists(staged_manifest):
-        fs.mv(staged_manifest, final_manifest)
-    sums = {f.rel_path: f.sha256 for g in groups for f in g.files}
-    tree.write_file(config.output, layout.CHECKSUMS_NAME, format_checksums(sums).encode())
-    if config.pending_removal is not None:
-        finish_pending_removal(config.output, config.pending_removal)
-    if config.removal_list is not None:
-        from shards.removal import read_removal_list
-        from transforms.tools.surgery import record_removal_list
-
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        record_removal_list(config.output, read_removal_list(config.removal_list), config.run_id, now)
+    replace_files(config, fmt.kind, set(files))
+    # 5. The job's own files, the checksums, then the stats: the commit point. 6. Temporary files go.
+    fmt.finish(staged, config)
+    tree.write_file(config.output, layout.CHECKSUMS_NAME, format_checksums(files).encode())
     commit(config, stats.to_text())
-    log.info("published %d files, %d documents to %s", stats.total_files, stats.kept_documents, config.output)
+    log.info("published %d files, %d documents to %s", len(files), stats.kept_documents, config.output)
     return stats
 
 
@@ -166,18 +126,6 @@ def mark_publishing(config: RunPaths) -> None:
     fs, path = storage.filesystem(storage.join(config.run_url, PUBLISHING_NAME))
     fs.makedirs(posixpath.dirname(path), exist_ok=True)
     fs.pipe_file(path, b"")
-
-
-def finish_pending_removal(output: str, run: str) -> None:
-    """A removal that was interrupted before this run: its documents were kept out of this run
-    (its ids were a removal source), so what is left is its audit lines; then its journal goes."""
-    from transforms.tools.surgery import append_audit_lines, delete_journal, load_journal
-
-    plan = load_journal(output)
-    if plan is None or plan.run != run:
-        return
-    append_audit_lines(output, plan)
-    delete_journal(output)
 
 
 def replace_files(config: RunPaths, kind: str, new_files: set[str]) -> None:
@@ -230,42 +178,44 @@ def commit(config: RunPaths, stats_text: str) -> None:
 
 
 class PublishFn(beam.DoFn):
-    def __init__(self, config: ShardConfig, settings: StatsSettings):
+    def __init__(self, fmt: OutputFormat, config: RunPaths):
+        self._fmt = fmt
         self._config = config
-        self._settings = settings
 
-    def process(self, groups: list[ShardGroup], raw_documents: int, drops: dict[str, int], removal_found=None):
-        yield publish(groups, raw_documents, drops, self._settings, self._config, removal_found)
+    def process(self, staged: list, raw_documents: int, drops: dict[str, int], **extras):
+        yield publish(staged, raw_documents, drops, extras, self._fmt, self._config)
 
 
 class PublishOutput(beam.PTransform):
-    """ShardGroups in; publishes once all are staged and yields the DatasetStats.
+    """What a job's writer staged in; publishes once all of it is staged and yields the stats.
 
     ``raw_documents`` is a PCollection of one count, ``drop_reasons`` a tuple of PCollections of
-    ``(reason, n)`` pairs, ``removal_found`` (optional) one count of the removal-list ids seen.
+    ``(reason, n)`` pairs, ``extras`` the job's own side inputs by name (beam.pvalue.AsSingleton,
+    AsDict...), given to its OutputFormat's compute_stats.
+
+    Example::
+
+        written.groups | "PublishOutput" >> PublishOutput(BucketedFormat(settings), shards, raw, drops)
     """
 
-    def __init__(self, config: ShardConfig, settings: StatsSettings, raw_documents, drop_reasons, removal_found=None):
+    def __init__(self, fmt: OutputFormat, config: RunPaths, raw_documents, drop_reasons, **extras):
         super().__init__()
+        self._fmt = fmt
         self._config = config
-        self._settings = settings
         self._raw = raw_documents
         self._drops = drop_reasons
-        self._removal_found = removal_found
+        self._extras = extras
 
-    def expand(self, groups):
+    def expand(self, staged):
         drop_counts = tuple(self._drops) | "CountDropReasons" >> CountDrops()
-        side = {}
-        if self._removal_found is not None:
-            side["removal_found"] = beam.pvalue.AsSingleton(self._removal_found)
         return (
-            groups
-            | "CollectShardGroups" >> beam.combiners.ToList()
+            staged
+            | "CollectStaged" >> beam.combiners.ToList()
             | "PublishFiles"
             >> beam.ParDo(
-                PublishFn(self._config, self._settings),
+                PublishFn(self._fmt, self._config),
                 raw_documents=beam.pvalue.AsSingleton(self._raw),
                 drops=beam.pvalue.AsDict(drop_counts),
-                **side,
+                **self._extras,
             )
         )

@@ -47,14 +47,12 @@ from typing import NamedTuple
 import apache_beam as beam
 import numpy as np
 
-from shards import layout, llmc, storage, tree
+from shards import layout, llmc, storage
 from shards.llmc import ScaffoldStats, SplitStats
-from shards.manifest import format_checksums
-from transforms.bucketed.write import DUPLICATE_ID, RunPaths
 from transforms.core.batches import Refs, TokenBatch, stream_order
-from transforms.core.drops import CountDrops, Drops
+from transforms.core.drops import DUPLICATE_ID, Drops
 from transforms.core.progress import Progress
-from transforms.core.publish import UnaccountedDocumentsError, commit, mark_publishing, replace_files
+from transforms.core.publish import PublishOutput, RunPaths, UnaccountedDocumentsError
 from transforms.core.records import DROPPED
 from transforms.core.spill import AtomicFile, SpillReader, SpillTokensFn
 from transforms.scaffold.encode import COUNTS, DocumentCounts, sum_counts
@@ -429,132 +427,82 @@ class WriteLlmcShards(beam.PTransform):
 
 
 @dataclasses.dataclass(frozen=True)
-class LlmcSettings:
-    """The job settings dataset_stats.txt records beside the counts."""
+class LlmcFormat:
+    """The settings dataset_stats.txt records, and what llm.c shards add to the core's publish
+    step: the stats, checked for tokens (tokens encoded = tokens in the shards, shards 0..n-1)."""
 
     tokenizer: str
     annotate: bool
     long_docs: str
     max_word_chars: int
     val_fraction: float
+    config: LlmcShardConfig
 
+    kind = "scaffold"
+    markers = ()
 
-def compute_stats(
-    staged: list[StagedShard],
-    raw_documents: int,
-    drops: dict[str, int],
-    counts: dict[str, DocumentCounts],
-    settings: LlmcSettings,
-    config: LlmcShardConfig,
-) -> ScaffoldStats:
-    """The stats of a run, after checking that every document and token is accounted for."""
-    splits = {name: SplitStats() for name in llmc.SPLITS}
-    counts = {name: DocumentCounts(*c) for name, c in counts.items()}
-    for name, c in counts.items():
-        s = splits[name]
-        s.documents, s.sequences, s.words = c.documents, c.sequences, c.words
-    written = {name: 0 for name in llmc.SPLITS}
-    for shard in staged:
-        written[shard.split] += shard.tokens
-        splits[shard.split].files += 1
-    for name, s in splits.items():
-        s.tokens = written[name]
-        encoded = counts[name].tokens if name in counts else 0
-        if encoded != written[name]:
-            raise UnaccountedDocumentsError(
-                f"{name}: {encoded} tokens were encoded but the shards hold {written[name]}; refusing to publish"
-            )
-        indices = sorted(sh.index for sh in staged if sh.split == name)
-        if indices != list(range(len(llmc.shard_lengths(written[name], config.shard_tokens)))):
-            raise UnaccountedDocumentsError(f"{name}: staged shards {indices} are not 0..n-1; refusing to publish")
-    stats = ScaffoldStats(
-        raw_documents=raw_documents,
-        tokenizer=settings.tokenizer,
-        annotate=settings.annotate,
-        long_docs=settings.long_docs,
-        max_word_chars=settings.max_word_chars,
-        val_fraction=settings.val_fraction,
-        seed=config.seed,
-        shard_tokens=config.shard_tokens,
-        countdown_mismatches=sum(c.countdown_mismatches for c in counts.values()),
-        splits=splits,
-        drops=dict(sorted(drops.items())),
-    )
-    if stats.kept_documents + stats.dropped_documents != raw_documents:
-        raise UnaccountedDocumentsError(
-            f"{raw_documents} documents were read, but {stats.kept_documents} written + "
-            f"{stats.dropped_documents} dropped = {stats.kept_documents + stats.dropped_documents}; "
-            "refusing to publish an output that lost or duplicated documents"
+    def compute_stats(self, staged: list[StagedShard], raw_documents: int, drops: dict[str, int],
+                      extras: dict) -> ScaffoldStats:
+        """The stats of a run, after checking that every token is accounted for."""
+        splits = {name: SplitStats() for name in llmc.SPLITS}
+        counts = {name: DocumentCounts(*c) for name, c in extras["counts"].items()}
+        for name, c in counts.items():
+            s = splits[name]
+            s.documents, s.sequences, s.words = c.documents, c.sequences, c.words
+        written = {name: 0 for name in llmc.SPLITS}
+        for shard in staged:
+            written[shard.split] += shard.tokens
+            splits[shard.split].files += 1
+        for name, s in splits.items():
+            s.tokens = written[name]
+            encoded = counts[name].tokens if name in counts else 0
+            if encoded != written[name]:
+                raise UnaccountedDocumentsError(
+                    f"{name}: {encoded} tokens were encoded but the shards hold {written[name]}; refusing to publish"
+                )
+            indices = sorted(sh.index for sh in staged if sh.split == name)
+            if indices != list(range(len(llmc.shard_lengths(written[name], self.config.shard_tokens)))):
+                raise UnaccountedDocumentsError(f"{name}: staged shards {indices} are not 0..n-1; refusing to publish")
+        return ScaffoldStats(
+            raw_documents=raw_documents,
+            tokenizer=self.tokenizer,
+            annotate=self.annotate,
+            long_docs=self.long_docs,
+            max_word_chars=self.max_word_chars,
+            val_fraction=self.val_fraction,
+            seed=self.config.seed,
+            shard_tokens=self.config.shard_tokens,
+            countdown_mismatches=sum(c.countdown_mismatches for c in counts.values()),
+            splits=splits,
+            drops=drops,
         )
-    return stats
 
+    def files(self, staged: list[StagedShard]) -> dict[str, str]:
+        return {s.rel_path: s.sha256 for s in staged}
 
-def publish(
-    staged: list[StagedShard],
-    raw_documents: int,
-    drops: dict[str, int],
-    counts: dict[str, DocumentCounts],
-    settings: LlmcSettings,
-    config: LlmcShardConfig,
-) -> ScaffoldStats:
-    """Move a run's staged shards into place; dataset_stats.txt last, as the commit point.
+    def prepare(self, staged: list[StagedShard], config: LlmcShardConfig) -> None:
+        """llm.c shards need nothing staged besides themselves."""
 
-    Every step can be repeated, so a retried publish finishes the job: (1) check and compute the
-    stats, (2) remove the old dataset_stats.txt, (3) delete the files the tree's ownership record
-    lists that this run does not write (shards/tree.py: nothing else is ever touched), (4) move
-    the staged shards to their names, (5) write checksums.sha256, then dataset_stats.txt, (6)
-    remove the run's temporary directory (spill files, staging).
-    """
-    stats = compute_stats(staged, raw_documents, drops, counts, settings, config)
-    fs, root = storage.filesystem(config.output)
-    mark_publishing(config)
-    final_stats = posixpath.join(root, layout.STATS_NAME)
-    if fs.exists(final_stats):
-        fs.rm(final_stats)
-    replace_files(config, "scaffold", {s.rel_path for s in staged})
-    sums = format_checksums({s.rel_path: s.sha256 for s in staged})
-    tree.write_file(config.output, layout.CHECKSUMS_NAME, sums.encode())
-    commit(config, stats.to_text())
-    log.info("published %d files, %d documents to %s", stats.total_files, stats.kept_documents, config.output)
-    return stats
-
-
-class PublishFn(beam.DoFn):
-    def __init__(self, config: LlmcShardConfig, settings: LlmcSettings):
-        self._config = config
-        self._settings = settings
-
-    def process(self, staged, raw_documents: int, drops: dict[str, int], counts: dict[str, DocumentCounts]):
-        yield publish(staged, raw_documents, drops, counts, self._settings, self._config)
+    def finish(self, staged: list[StagedShard], config: LlmcShardConfig) -> None:
+        """Nor any file of their own besides the checksums and the stats, which the core writes."""
 
 
 class PublishLlmcOutput(beam.PTransform):
-    """StagedShards in; publishes once all are staged and yields the ScaffoldStats.
+    """StagedShards in; publishes once all are staged (the core's PublishOutput with an LlmcFormat)
+    and yields the ScaffoldStats.
 
-    ``raw_documents`` is a PCollection of one count, ``drop_reasons`` a tuple of PCollections of
-    ``(reason, n)`` pairs, ``counts`` (split, DocumentCounts) of the encoded documents and negative
-    ones for the copies of ids WriteLlmcShards left out (their sums are the documents kept).
+    ``counts`` holds (split, DocumentCounts) of the encoded documents and negative ones for the
+    copies of ids WriteLlmcShards left out: their sums are the documents kept.
     """
 
-    def __init__(self, config: LlmcShardConfig, settings: LlmcSettings, raw_documents, drop_reasons, counts):
+    def __init__(self, fmt: LlmcFormat, raw_documents, drop_reasons, counts):
         super().__init__()
-        self._config = config
-        self._settings = settings
+        self._fmt = fmt
         self._raw = raw_documents
         self._drops = drop_reasons
         self._counts = counts
 
     def expand(self, staged):
-        drop_counts = tuple(self._drops) | "CountDropReasons" >> CountDrops()
         split_counts = self._counts | "SumSplitCounts" >> beam.CombinePerKey(sum_counts)
-        return (
-            staged
-            | "CollectStagedShards" >> beam.combiners.ToList()
-            | "PublishFiles"
-            >> beam.ParDo(
-                PublishFn(self._config, self._settings),
-                raw_documents=beam.pvalue.AsSingleton(self._raw),
-                drops=beam.pvalue.AsDict(drop_counts),
-                counts=beam.pvalue.AsDict(split_counts),
-            )
-        )
+        return staged | "PublishOutput" >> PublishOutput(
+            self._fmt, self._fmt.config, self._raw, self._drops, counts=beam.pvalue.AsDict(split_counts))

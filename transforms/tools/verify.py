@@ -39,7 +39,7 @@ from transforms.bucketed.filter import DROP_REASONS as FILTER_REASONS
 from transforms.bucketed.filter import LidFilterConfig, drop_reason
 from transforms.bucketed.removal import REMOVED
 from transforms.bucketed.tokenize import TokenizeDocuments, TokenizerConfig
-from transforms.bucketed.write import DUPLICATE_ID
+from transforms.core.drops import DUPLICATE_ID
 from transforms.core.read import ReadConfig, ReadDocuments
 from transforms.core.records import DROPPED
 

@@ -1,0 +1,104 @@
+"""BucketedFormat: what the bucketed (FinePDFs-Edu) layout adds to the core's publish step.
+
+Its stats (dataset_stats.txt) are built from the job's settings and the staged groups; its own
+files are the manifest (processed_spec.txt, assembled in the staging area, moved in after the
+shards) and the removal records: the audit lines of a removal that was pending when the run began,
+and those of the ids of --removal-list, so that every later run keeps them out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import posixpath
+import time
+
+from shards import layout, storage
+from shards.manifest import MANIFEST_HEADER, BucketStats, DatasetStats
+from transforms.bucketed.write import ShardConfig, ShardGroup
+
+
+@dataclasses.dataclass(frozen=True)
+class BucketedFormat:
+    """The settings dataset_stats.txt records, and the layout's publish steps."""
+
+    language: str
+    lid_threshold: float
+    min_token_count: int
+    tokenizer: str
+    eos_id: int
+    vocab_size: int
+    config: ShardConfig
+    removal_list_ids: int | None = None
+
+    kind = "bucketed"
+    markers = (layout.MANIFEST_NAME,)
+
+    def compute_stats(self, groups: list[ShardGroup], raw_documents: int, drops: dict[str, int],
+                      extras: dict) -> DatasetStats:
+        buckets = {name: BucketStats() for name in layout.BUCKET_NAMES}
+        for group in groups:
+            b = buckets[group.bucket]
+            for f in group.files:
+                b.documents += f.documents
+                b.tokens += f.tokens
+                b.files += 1
+        found = extras.get("removal_found") or 0
+        return DatasetStats(
+            raw_documents=raw_documents,
+            language=self.language,
+            lid_threshold=self.lid_threshold,
+            min_token_count=self.min_token_count,
+            tokenizer=self.tokenizer,
+            eos_id=self.eos_id,
+            vocab_size=self.vocab_size,
+            dtype=self.config.dtype,
+            partitions=self.config.partitions,
+            seed=self.config.seed,
+            buckets=buckets,
+            drops=drops,
+            removal_list_ids=self.removal_list_ids,
+            removal_ids_not_found=None if self.removal_list_ids is None else self.removal_list_ids - found,
+        )
+
+    def files(self, groups: list[ShardGroup]) -> dict[str, str]:
+        return {f.rel_path: f.sha256 for g in groups for f in g.files}
+
+    def prepare(self, groups: list[ShardGroup], config: ShardConfig) -> None:
+        """The manifest, streamed together from the groups' rows in bucket and partition order."""
+        fs, _ = storage.filesystem(config.output)
+        _, staged = storage.filesystem(config.staged_url)
+        staged_manifest = posixpath.join(staged, layout.MANIFEST_NAME)
+        if fs.exists(staged_manifest):
+            return
+        tmp = staged_manifest + ".partial"
+        fs.makedirs(staged, exist_ok=True)  # no group was staged when no document was kept
+        with fs.open(tmp, "wb") as out:
+            out.write((MANIFEST_HEADER + "\n").encode())
+            for group in sorted(groups, key=_group_order):
+                with fs.open(storage.filesystem(group.manifest_url)[1], "rb") as rows:
+                    while chunk := rows.read(1 << 20):
+                        out.write(chunk)
+        fs.mv(tmp, staged_manifest)
+
+    def finish(self, groups: list[ShardGroup], config: ShardConfig) -> None:
+        from shards.removal import read_removal_list
+        from transforms.tools.surgery import append_audit_lines, delete_journal, load_journal, record_removal_list
+
+        fs, root = storage.filesystem(config.output)
+        staged_manifest = posixpath.join(storage.filesystem(config.staged_url)[1], layout.MANIFEST_NAME)
+        if fs.exists(staged_manifest):
+            fs.mv(staged_manifest, posixpath.join(root, layout.MANIFEST_NAME))
+        if config.pending_removal is not None:
+            # Its documents were kept out of this run (its ids were a removal source): what is
+            # left is its audit lines; then its journal goes.
+            plan = load_journal(config.output)
+            if plan is not None and plan.run == config.pending_removal:
+                append_audit_lines(config.output, plan)
+                delete_journal(config.output)
+        if config.removal_list is not None:
+            now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            record_removal_list(config.output, read_removal_list(config.removal_list), config.run_id, now)
+
+
+def _group_order(group: ShardGroup) -> tuple[int, int]:
+    return layout.BUCKET_NAMES.index(group.bucket), group.partition
