@@ -29,38 +29,21 @@ from pipelines.common import (
 from shards import layout, storage, tree
 from shards.manifest import DatasetStats
 from shards.removal import REMOVALS_NAME
-from transforms.bucketed.filter import DROPPED, FilterLanguage, LidFilterConfig
+from transforms.bucketed.filter import DROPPED, FilterLanguage
 from transforms.bucketed.format import BucketedFormat
 from transforms.bucketed.removal import MATCHED, DropRemoved
-from transforms.bucketed.tokenize import TokenizeDocuments, TokenizerConfig
-from transforms.bucketed.write import ShardConfig, WriteShards
+from transforms.bucketed.settings import BucketedSettings
+from transforms.bucketed.tokenize import TokenizeDocuments
+from transforms.bucketed.write import WriteShards
 from transforms.core.publish import PublishOutput
-from transforms.core.read import RECORDS, CountRecords, ReadConfig, ReadDocuments
+from transforms.core.read import RECORDS, CountRecords, ReadDocuments
 from transforms.tools.surgery import JOURNAL_DIR, load_journal
 
 log = logging.getLogger(__name__)
 
 
-@dataclasses.dataclass(frozen=True)
-class BucketedOptions:
-    input: str
-    output: str
-    language: str = "eng_Latn"
-    lid_threshold: float = 0.90
-    min_token_count: int = 1
-    tokenizer: str = "jet-nemotron"
-    eos_token: str | None = None
-    dtype: str = layout.DEFAULT_DTYPE
-    partitions: int = layout.DEFAULT_PARTITIONS
-    max_shard_bytes: int = layout.DEFAULT_MAX_SHARD_BYTES
-    seed: int = layout.DEFAULT_SEED
-    batch_docs: int = 64
-    removal_list: str | None = None
-    on_bad_record: str = "fail"
-
-
 def make_parser() -> argparse.ArgumentParser:
-    d = BucketedOptions("", "")
+    d = BucketedSettings("", "")
     p = argparse.ArgumentParser(
         prog="pretokenize bucketed",
         description="Tokenize parquet/JSONL documents into length-bucketed uint32 shards (FinePDFs-Edu layout).",
@@ -84,34 +67,25 @@ def make_parser() -> argparse.ArgumentParser:
     return p
 
 
-def parse_args(argv: list[str]) -> tuple[BucketedOptions, PipelineOptions]:
+def parse_args(argv: list[str]) -> tuple[BucketedSettings, PipelineOptions]:
     ours, beam_args = parse_job_args(make_parser(), argv)
     values = vars(ours)
     values["max_shard_bytes"] = int(values["max_shard_bytes"])
-    return BucketedOptions(**values), PipelineOptions(beam_args)
+    return BucketedSettings(**values), PipelineOptions(beam_args)
 
 
-def build(pipeline: beam.Pipeline, options: BucketedOptions, run_id: str | None = None):
+def build(pipeline: beam.Pipeline, options: BucketedSettings, run_id: str | None = None):
     """Adds the job to ``pipeline``; returns the PCollection holding the published DatasetStats.
 
     Everything checkable is checked here, before the pipeline runs: the tokenizer loads and fits
     the dtype, and every input file exists and has the columns the job reads.
     """
     output = storage.normalize(options.output)
-    tokenizer = TokenizerConfig(
-        spec=options.tokenizer, dtype=options.dtype, eos_token=options.eos_token, batch_docs=options.batch_docs
-    )
+    tokenizer = options.tokenizer_config()
     encoder = tokenizer.load()
-    lid = LidFilterConfig(options.language, options.lid_threshold, options.min_token_count)
-    shards = ShardConfig(
-        output=output,
-        run_id=run_id or new_run_id(),
-        partitions=options.partitions,
-        max_shard_bytes=options.max_shard_bytes,
-        seed=options.seed,
-        dtype=options.dtype,
-    )
-    read = ReadDocuments(ReadConfig(storage.normalize(options.input), on_bad_record=options.on_bad_record))
+    lid = options.lid_filter()
+    shards = options.shard_config(run_id or new_run_id())
+    read = ReadDocuments(options.read_config())
     pending = load_journal(output) if tree.read_record(output) is not None else None
     prepare_output(output, "bucketed", inputs=[u.path for u in read.units], keep=(JOURNAL_DIR,) if pending else ())
     # Removal requests this output has accepted stay honoured: the ids removals.txt lists as taken
@@ -132,14 +106,7 @@ def build(pipeline: beam.Pipeline, options: BucketedOptions, run_id: str | None 
                     "records them in %s", output, pending.run, len(pending.removed_rows), REMOVALS_NAME)
     removal = DropRemoved(*sources) if sources else None
     publish_format = BucketedFormat(
-        language=lid.language,
-        lid_threshold=lid.threshold,
-        min_token_count=lid.min_token_count,
-        tokenizer=options.tokenizer,
-        eos_id=encoder.eos_id,
-        vocab_size=encoder.max_token_id + 1,
-        config=shards,
-        removal_list_ids=len(removal.ids) if removal else None,
+        options, encoder.eos_id, encoder.max_token_id + 1, shards, len(removal.ids) if removal else None
     )
 
     read_result = pipeline | "ReadDocuments" >> read

@@ -9,9 +9,10 @@ their own, and the words are joined with single spaces (the dataset card's "How 
 Documents are separated by a blank line.
 
 A document may continue from one shard into the next. Shards given one after another in their
-order are read as one stream; a document still open at the end of the last one given is read on
-into the shards beside it. A shard that begins inside a document (its predecessor beside it does
-not end with EOT) has those first tokens skipped, with a note on stderr.
+order are read as one stream (the reader's: shards.reader.TokenStore over the files, each header
+checked against its file's size); a document still open at the end of the last one given is read
+on into the shards beside it. A stream that begins inside a document (the shard before it, beside
+it, does not end with EOT) has the tokens up to that document's EOT skipped, with a note on stderr.
 """
 
 from __future__ import annotations
@@ -26,7 +27,11 @@ from typing import NamedTuple, TextIO
 import numpy as np
 
 from shards import llmc, storage
+from shards.reader import TokenStore
 from transforms.core.records import BadInputError
+
+# Tokens read at a time from a stream: memory stays small, and --docs N reads little more than N documents.
+_BLOCK_TOKENS = 1 << 20
 
 
 def load_token_bytes(spec: str) -> Callable[[Sequence[int]], bytes]:
@@ -105,32 +110,28 @@ def _beside(f: ShardFile, index: int) -> str | None:
     return storage.unstrip(fs, other, storage.normalize(f.path)) if fs.exists(other) else None
 
 
-def load_tokens(path: str) -> np.ndarray:
-    """A shard's tokens (memory-mapped when local), header checked against the size."""
-    url = storage.normalize(path)
-    if "://" not in url:
-        return llmc.read_tokens(url)
-    fs, p = storage.filesystem(url)
-    data = fs.cat(p)
-    count = llmc.parse_header(data, path)
-    body = np.frombuffer(data, dtype=llmc.TOKEN_DTYPE, offset=llmc.HEADER_BYTES)
-    if len(body) != count:
-        raise ValueError(f"{path}: header says {count} tokens, the file holds {len(body)}")
-    return body
+def shard_stream(paths: Sequence[str]) -> TokenStore:
+    """Shard files of one filesystem laid end to end, as the reader reads an llm.c split: local
+    files memory-mapped, others read by byte range; each header's count checked against its file."""
+    fs, _ = storage.filesystem(storage.normalize(paths[0]))
+    inner = [storage.filesystem(storage.normalize(p))[1] for p in paths]
+    counts = [llmc.token_count(fs, p) for p in inner]
+    return TokenStore(fs, "", inner, counts, llmc.TOKEN_DTYPE, header_bytes=llmc.HEADER_BYTES)
 
 
-def _last_token(path: str) -> int | None:
-    """The last token of a shard (None when it has none), read without reading the shard."""
-    fs, p = storage.filesystem(storage.normalize(path))
-    with fs.open(p, "rb") as f:
-        count = llmc.parse_header(f.read(llmc.HEADER_BYTES), path)
-        if count == 0:
-            return None
-        f.seek(llmc.HEADER_BYTES + (count - 1) * llmc.TOKEN_DTYPE.itemsize)
-        data = f.read(llmc.TOKEN_DTYPE.itemsize)
-    if len(data) != llmc.TOKEN_DTYPE.itemsize:
-        raise ValueError(f"{path}: shorter than its header says")
-    return int(np.frombuffer(data, dtype=llmc.TOKEN_DTYPE)[0])
+def _blocks(stream: TokenStore, start: int = 0) -> Iterator[tuple[int, np.ndarray]]:
+    """(position, tokens) of the stream from ``start``, a block at a time."""
+    for a in range(start, stream.total, _BLOCK_TOKENS):
+        yield a, stream.read(a, min(a + _BLOCK_TOKENS, stream.total))
+
+
+def _first_eot(stream: TokenStore) -> int | None:
+    """The position of the stream's first EOT, None when it has none."""
+    for a, block in _blocks(stream):
+        ends = np.flatnonzero(block == llmc.GPT2_EOT)
+        if len(ends):
+            return a + int(ends[0])
+    return None
 
 
 def expand_paths(paths: Sequence[str]) -> list[str]:
@@ -151,54 +152,65 @@ def expand_paths(paths: Sequence[str]) -> list[str]:
     return out
 
 
-def _starts_inside_document(f: ShardFile, first_tokens: np.ndarray) -> bool:
+def _starts_inside_document(f: ShardFile, stream: TokenStore) -> bool:
+    """Whether ``stream``, which begins with the shard ``f``, begins inside a document."""
     if f.index == 0:
         return False
     before = _beside(f, f.index - 1)
     if before is not None:
-        last = _last_token(before)
-        return last is not None and last != llmc.GPT2_EOT
+        last = shard_stream([before])
+        return last.total > 0 and int(last.read(last.total - 1, last.total)[0]) != llmc.GPT2_EOT
     # Unknown: a stream that opens with a countdown token is taken to open a document.
-    return len(first_tokens) > 0 and first_tokens[0] < llmc.FF_BASE and first_tokens[0] != llmc.GPT2_EOT
+    first = stream.read(0, min(1, stream.total))
+    return len(first) > 0 and first[0] < llmc.FF_BASE and first[0] != llmc.GPT2_EOT
+
+
+def _runs(files: Sequence[ShardFile]) -> list[list[ShardFile]]:
+    """The files in runs of consecutive shards of one directory: each run is one stream."""
+    runs: list[list[ShardFile]] = []
+    for f in files:
+        previous = runs[-1][-1] if runs else None
+        if previous is not None and previous.index >= 0 and f.index == previous.index + 1 and (
+                posixpath.dirname(previous.path) == posixpath.dirname(f.path)):
+            runs[-1].append(f)
+        else:
+            runs.append([f])
+    return runs
 
 
 def iter_documents(paths: Sequence[str], log: TextIO = sys.stderr) -> Iterator[np.ndarray]:
-    """The documents of shard files read as a stream (see the module docstring), EOT included."""
-    files = [_shard_file(p) for p in expand_paths(paths)]
+    """The documents of shard files read as streams (see the module docstring), EOT included."""
+    runs = _runs([_shard_file(p) for p in expand_paths(paths)])
     pending: list[np.ndarray] = []
-    previous: ShardFile | None = None
-    for f in files:
-        tokens = load_tokens(f.path)
-        follows = previous is not None and previous.index >= 0 and f.index == previous.index + 1 and (
-            posixpath.dirname(previous.path) == posixpath.dirname(f.path))
-        if not follows:
-            if pending:
-                print(f"note: the document at the end of {previous.path} continues beyond it", file=log)
-                yield np.concatenate(pending)
-                pending = []
-            if _starts_inside_document(f, tokens):
-                ends = np.flatnonzero(tokens == llmc.GPT2_EOT)
-                skip = int(ends[0]) + 1 if len(ends) else len(tokens)
-                print(f"note: skipped {skip} tokens at the start of {f.path} that finish a document "
-                      "begun in the shard before it", file=log)
-                tokens = tokens[skip:]
-        yield from _split(tokens, pending)
-        previous = f
+    for k, run in enumerate(runs):
+        if pending:
+            print(f"note: the document at the end of {runs[k - 1][-1].path} continues beyond it", file=log)
+            yield np.concatenate(pending)
+            pending = []
+        stream = shard_stream([f.path for f in run])
+        start = 0
+        if _starts_inside_document(run[0], stream):
+            eot = _first_eot(stream)
+            start = stream.total if eot is None else eot + 1
+            print(f"note: skipped {start} tokens at the start of {run[0].path} that finish a document "
+                  "begun in the shard before it", file=log)
+        for _, block in _blocks(stream, start):
+            yield from _split(block, pending)
     # A document still open: read on into the next shards beside the last one.
-    while pending and previous is not None:
-        nxt = _beside(previous, previous.index + 1)
+    last = runs[-1][-1] if runs else None
+    while pending:
+        nxt = _beside(last, last.index + 1)
         if nxt is None:
-            print(f"note: the last document of {previous.path} does not end with EOT", file=log)
+            print(f"note: the last document of {last.path} does not end with EOT", file=log)
             yield np.concatenate(pending)
             return
-        previous = _shard_file(nxt)
-        tokens = load_tokens(nxt)
-        ends = np.flatnonzero(tokens == llmc.GPT2_EOT)
-        if len(ends):
-            pending.append(np.asarray(tokens[: ends[0] + 1]))
+        last = _shard_file(nxt)
+        stream = shard_stream([nxt])
+        eot = _first_eot(stream)
+        pending.append(np.asarray(stream.read(0, stream.total if eot is None else eot + 1)))
+        if eot is not None:
             yield np.concatenate(pending)
             return
-        pending.append(np.asarray(tokens))
 
 
 def _split(tokens: np.ndarray, pending: list[np.ndarray]) -> Iterator[np.ndarray]:

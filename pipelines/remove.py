@@ -67,10 +67,7 @@ def prepare(options: RemoveOptions) -> RemovalPlan | None:
         if not plan.files:
             return None
         write_journal(options.output, plan)
-    fs, root = storage.filesystem(options.output)
-    stats_path = f"{root.rstrip('/')}/{layout.STATS_NAME}"
-    if fs.exists(stats_path):
-        fs.rm(stats_path)
+    tree.delete_listed(options.output, [layout.STATS_NAME])  # the tree reads as unfinished until the removal is done
     return plan
 
 

@@ -8,7 +8,6 @@ Flags this job does not know go to Beam's PipelineOptions (--runner, --direct_nu
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 
 import apache_beam as beam
@@ -25,54 +24,26 @@ from pipelines.common import (
     run_job,
     timing_lines,
 )
-from shards import layout, llmc, storage
+from shards import layout, llmc
 from shards.llmc import ScaffoldStats
-from transforms.core.read import RECORDS, CountRecords, ReadConfig, ReadDocuments
+from transforms.core.read import RECORDS, CountRecords, ReadDocuments
 from transforms.scaffold.encode import (
     COUNTS,
-    DEFAULT_MAX_WORD_CHARS,
     DROPPED,
     LONG_DOC_POLICIES,
     EncodeScaffold,
-    ScaffoldConfig,
 )
+from transforms.scaffold.settings import ANNOTATED_FIELD, PLAIN_FIELD, ScaffoldSettings
 from transforms.scaffold.write import (
-    DEFAULT_ORDER_RANGES,
     LlmcFormat,
-    LlmcShardConfig,
     PublishLlmcOutput,
     WriteLlmcShards,
 )
 
 log = logging.getLogger(__name__)
 
-ANNOTATED_FIELD = "content-ff"
-PLAIN_FIELD = "text"
-
-
-@dataclasses.dataclass(frozen=True)
-class ScaffoldOptions:
-    input: str
-    output: str
-    annotate: bool = False
-    id_field: str = "id"
-    text_field: str | None = None  # content-ff, or text with --annotate
-    tokenizer: str = "gpt2"
-    long_docs: str = "skip"
-    max_word_chars: int = DEFAULT_MAX_WORD_CHARS
-    val_fraction: float = llmc.DEFAULT_VAL_FRACTION
-    shard_tokens: int = llmc.DEFAULT_SHARD_TOKENS
-    seed: int = layout.DEFAULT_SEED
-    order_ranges: int = DEFAULT_ORDER_RANGES
-    on_bad_record: str = "fail"
-
-    @property
-    def field(self) -> str:
-        return self.text_field or (PLAIN_FIELD if self.annotate else ANNOTATED_FIELD)
-
-
 def make_parser() -> argparse.ArgumentParser:
-    d = ScaffoldOptions("", "")
+    d = ScaffoldSettings("", "")
     p = argparse.ArgumentParser(
         prog="pretokenize scaffold",
         description="Encode documents with a countdown token before every word (GPT-2 BPE + <ff_N> ids "
@@ -100,54 +71,24 @@ def make_parser() -> argparse.ArgumentParser:
     return p
 
 
-def parse_args(argv: list[str]) -> tuple[ScaffoldOptions, PipelineOptions]:
+def parse_args(argv: list[str]) -> tuple[ScaffoldSettings, PipelineOptions]:
     ours, beam_args = parse_job_args(make_parser(), argv)
     values = vars(ours)
     values["shard_tokens"] = int(values["shard_tokens"])
-    return ScaffoldOptions(**values), PipelineOptions(beam_args)
+    return ScaffoldSettings(**values), PipelineOptions(beam_args)
 
 
-def build(pipeline: beam.Pipeline, options: ScaffoldOptions, run_id: str | None = None):
+def build(pipeline: beam.Pipeline, options: ScaffoldSettings, run_id: str | None = None):
     """Adds the job to ``pipeline``; returns the PCollection holding the published ScaffoldStats.
 
     Checked before the pipeline runs: the options, that the tokenizer is GPT-2's vocabulary, and
     that every input file exists (and a parquet file has the id and text columns).
     """
-    output = storage.normalize(options.output)
-    scaffold = ScaffoldConfig(
-        tokenizer=options.tokenizer,
-        annotate=options.annotate,
-        long_docs=options.long_docs,
-        val_fraction=options.val_fraction,
-        max_word_chars=options.max_word_chars,
-    )
-    shards = LlmcShardConfig(
-        output=output,
-        run_id=run_id or new_run_id(),
-        shard_tokens=options.shard_tokens,
-        seed=options.seed,
-        order_ranges=options.order_ranges,
-        chunked_documents=options.long_docs == "chunk",
-    )
+    scaffold = options.scaffold_config()
+    shards = options.shard_config(run_id or new_run_id())
     scaffold.load()
-    publish_format = LlmcFormat(
-        tokenizer=options.tokenizer,
-        annotate=options.annotate,
-        long_docs=options.long_docs,
-        max_word_chars=options.max_word_chars,
-        val_fraction=options.val_fraction,
-        config=shards,
-    )
-    read = ReadDocuments(
-        ReadConfig(
-            storage.normalize(options.input),
-            id_field=options.id_field,
-            text_field=options.field,
-            with_lid=False,
-            json_values=True,
-            on_bad_record=options.on_bad_record,
-        )
-    )
+    publish_format = LlmcFormat(options, shards)
+    read = ReadDocuments(options.read_config())
     prepare_output(shards.output, "scaffold", inputs=[u.path for u in read.units])
 
     read_result = pipeline | "ReadDocuments" >> read

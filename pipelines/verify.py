@@ -24,8 +24,8 @@ from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOpt
 
 from pipelines.common import add_flag, launching, parse_job_args
 from shards import layout, llmc, storage
-from shards.manifest import DatasetStats
 from shards.removal import REMOVALS_NAME, read_removal_list, read_removal_log
+from shards.tree import IncompleteTreeError, OutputTree, UnreadableStatsError
 from transforms.core.records import UsageError
 from transforms.tools.verify import MAX_REPORTED, VerifyConfig, VerifyOutput, plan_units, read_checksums, write_report
 
@@ -46,26 +46,8 @@ def parse_args(argv: list[str]):
     return parse_job_args(p, argv)
 
 
-def _read_stats(output: str) -> DatasetStats | str:
-    fs, root = storage.filesystem(output)
-    path = f"{root.rstrip('/')}/{layout.STATS_NAME}"
-    if not fs.exists(path):
-        return f"{layout.STATS_NAME}: missing: the tree is not finished (a job died or is still publishing)"
-    try:
-        with fs.open(path, "r", encoding="utf-8") as f:
-            return DatasetStats.from_text(f.read())
-    except (ValueError, KeyError) as e:
-        return f"{layout.STATS_NAME}: unreadable: {e}"
-
-
 def _problems(n: int) -> str:
     return f"{n} problem" if n == 1 else f"{n} problems"
-
-
-def _is_scaffold_tree(output: str) -> bool:
-    fs, root = storage.filesystem(output)
-    path = f"{root.rstrip('/')}/{layout.STATS_NAME}"
-    return fs.exists(path) and llmc.is_scaffold_stats(fs.cat_file(path).decode("utf-8", "replace"))
 
 
 def _verify_scaffold(output: str, args) -> int:
@@ -153,11 +135,13 @@ def run(argv: list[str] | None = None) -> int:
         fs, path = storage.filesystem(output)
         if not fs.isdir(path):
             raise FileNotFoundError(f"--output {output} is not a directory")
-    if _is_scaffold_tree(output):
+        tree = OutputTree.open(output)
+    if tree.kind == "scaffold":
         return _verify_scaffold(output, args)
-    stats = _read_stats(output)
-    if isinstance(stats, str):
-        print(f"  {stats}\nverify: FAILED, 1 problem in {output}", flush=True)
+    try:
+        stats = tree.stats()
+    except (IncompleteTreeError, UnreadableStatsError) as e:
+        print(f"  {e.problem}\nverify: FAILED, 1 problem in {output}", flush=True)
         return 1
     with launching():
         checksums, checksum_problems = read_checksums(output)

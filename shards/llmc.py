@@ -87,19 +87,15 @@ def parse_header(data: bytes, where: str = "shard") -> int:
     return int(header[2])
 
 
-def read_tokens(path: str) -> np.ndarray:
-    """A local shard's tokens, memory-mapped, checked against the header's count."""
-    with open(path, "rb") as f:
+def token_count(fs, path: str) -> int:
+    """The tokens of the shard ``path`` on the fsspec filesystem ``fs``: its header's count, checked
+    against the file's size (a ValueError naming the file when they differ)."""
+    with fs.open(path, "rb") as f:
         count = parse_header(f.read(HEADER_BYTES), path)
-    body_bytes = os.path.getsize(path) - HEADER_BYTES
+    body_bytes = fs.size(path) - HEADER_BYTES
     if body_bytes != count * TOKEN_DTYPE.itemsize:
         raise ValueError(f"{path}: header says {count} tokens, the file holds {body_bytes} bytes of tokens")
-    if count == 0:
-        return np.empty(0, dtype=TOKEN_DTYPE)
-    tokens = np.memmap(path, dtype=TOKEN_DTYPE, mode="r", offset=HEADER_BYTES)
-    if len(tokens) != count:
-        raise ValueError(f"{path}: header says {count} tokens, the file holds {len(tokens)}")
-    return tokens
+    return count
 
 
 # ---------------------------------------------------------------------------------------------
@@ -556,23 +552,22 @@ def check_llmc_tree(url: str, block_tokens: int = CHECK_BLOCK_TOKENS) -> list[st
     sha256 equals its line in checksums.sha256, which must exist and list every shard and
     nothing else (a flipped BPE token passes every format check: only the checksum sees it).
     """
-    url = storage.normalize(url)
+    out = tree.OutputTree.open(url)
+    try:
+        stats = out.stats()
+    except (tree.IncompleteTreeError, tree.UnreadableStatsError) as e:
+        return [e.problem]
+    if not isinstance(stats, ScaffoldStats):
+        return [f"{layout.STATS_NAME}: these are the stats of a {out.kind} tree, not of a scaffold tree"]
+    url = out.url
     fs, root = storage.filesystem(url)
     root = root.rstrip("/") or "/"
-    stats_path = posixpath.join(root, layout.STATS_NAME)
-    if not fs.exists(stats_path):
-        return [f"{layout.STATS_NAME}: missing: the tree is not finished (a job died or is still publishing)"]
-    try:
-        with fs.open(stats_path, "r", encoding="utf-8") as f:
-            stats = ScaffoldStats.from_text(f.read())
-    except (ValueError, UnicodeDecodeError) as e:
-        return [f"{layout.STATS_NAME}: unreadable: {e}"]
     problems = []
     if stats.kept_documents + stats.dropped_documents != stats.raw_documents:
         problems.append(f"{layout.STATS_NAME}: {stats.raw_documents} documents read, but {stats.kept_documents} "
                         f"kept + {stats.dropped_documents} dropped")
     digests: dict[str, str] = {}
-    record = tree.read_record(url)
+    record = out.record
     for split in SPLITS:
         split_dir = posixpath.join(root, split)
         listed = fs.glob(posixpath.join(split_dir, "*")) if fs.isdir(split_dir) else []

@@ -45,16 +45,13 @@ import numpy as np
 from fsspec.implementations.local import LocalFileSystem
 
 from shards import layout, llmc, manifest, storage
+from shards.tree import IncompleteTreeError, OutputTree  # noqa: F401 - IncompleteTreeError: callers catch it here
 
 SPLITS = ("train", "val", "all")
 # Rows parsed into one numpy chunk of ids at a time, so parsing a large manifest stays compact.
 _ID_CHUNK = 1 << 18
 # Tokens scanned for EOT at a time when finding llm.c document boundaries.
 _SCAN_TOKENS = 1 << 24
-
-
-class IncompleteTreeError(FileNotFoundError):
-    """The directory is not a finished output tree: its commit marker is missing."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -980,11 +977,6 @@ def _of_bucket(stream: DocumentStream) -> str:
 # Opening trees.
 
 
-def _read_text(fs, path: str) -> str:
-    with fs.open(path, "r", encoding="utf-8") as f:
-        return f.read()
-
-
 def _sizes(fs, root: str, dirs: Iterable[str]) -> dict[str, int]:
     """Byte size of every file in the given subdirectories, by path relative to root."""
     sizes = {}
@@ -998,26 +990,18 @@ def _sizes(fs, root: str, dirs: Iterable[str]) -> dict[str, int]:
     return sizes
 
 
-def _require_marker(fs, root: str, url: str) -> None:
-    if not fs.exists(posixpath.join(root, layout.STATS_NAME)):
-        raise IncompleteTreeError(
-            f"{url} has no {layout.STATS_NAME}, so it is not a finished output tree: the job writes that file "
-            "last, as its commit point, and a tree without it may still be publishing, may have died midway, "
-            "or may be in the middle of a removal. Finish or re-run the job that writes it, then open it again."
-        )
-
-
 def open_tree(url: str) -> ShardTree:
-    """Open a finished output tree of the bucketed or the scaffold (llm.c) job, local or fsspec."""
-    url = storage.normalize(url)
+    """Open a finished output tree of the bucketed or the scaffold (llm.c) job, local or fsspec.
+
+    Which kind it is, and whether it is finished, is shards.tree.OutputTree's answer.
+    """
+    out = OutputTree.open(url).require_finished()
+    url = out.url
     fs, root = storage.filesystem(url)
     root = root.rstrip("/") or "/"
-    if not fs.isdir(root):
-        raise FileNotFoundError(f"{url} is not a directory")
-    _require_marker(fs, root, url)
-    if fs.exists(posixpath.join(root, layout.MANIFEST_NAME)):
-        return _open_bucketed(fs, root, url)
-    if any(fs.isdir(posixpath.join(root, s)) for s in llmc.SPLITS):
+    if out.kind == "bucketed" and fs.exists(posixpath.join(root, layout.MANIFEST_NAME)):
+        return _open_bucketed(fs, root, url, out.stats())
+    if out.kind == "scaffold":
         files = {}
         for split in llmc.SPLITS:
             d = posixpath.join(root, split)
@@ -1037,8 +1021,7 @@ def _shard_number(name: str) -> int:
     return int(digits)
 
 
-def _open_bucketed(fs, root: str, url: str) -> ShardTree:
-    stats = manifest.DatasetStats.from_text(_read_text(fs, posixpath.join(root, layout.STATS_NAME)))
+def _open_bucketed(fs, root: str, url: str, stats: manifest.DatasetStats) -> ShardTree:
     dtype = layout.DTYPES[stats.dtype]
     file_of: dict[str, int] = {}
     id_chunks, chunk = [], []

@@ -1,28 +1,39 @@
 """An optional torch ``IterableDataset`` over the reader: batches of windows, split across ranks and
-DataLoader workers. Needs the ``torch`` extra; importing this module does not import torch, only
-touching ``WindowDataset`` does.
+DataLoader workers, resumable. Needs the ``torch`` extra; importing this module does not import
+torch, only touching ``WindowDataset`` does. Which batch goes where, and the resumable state, are
+plain Python here (``global_batch``, ``worker_steps``, ``WorkerBatches``), usable without torch.
 
     from shards.torch_dataset import WindowDataset
+    from torchdata.stateful_dataloader import StatefulDataLoader
 
     ds = WindowDataset("out/finepdfs", seq_len=4096, batch_size=8, seed=0, split="train", val_fraction=0.01)
-    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=4)
-    for batch in loader:  # input_ids, labels, position_ids: (8, 4096) int64; cu_seqlens: int32; step
+    loader = StatefulDataLoader(ds, batch_size=None, num_workers=4)   # or torch's DataLoader
+    for batch in loader:  # input_ids, labels, position_ids, loss_mask: (8, 4096); cu_seqlens; step
         ...
+    checkpoint["data"] = loader.state_dict()   # later: loader.load_state_dict(checkpoint["data"])
 
 Which batch goes where is fixed by arithmetic, not by the number of workers:
 
-- global batch ``g`` holds the sampler's windows ``g*B .. g*B + B - 1`` (a pure function of the seed);
+- global batch ``g`` is the sampler's batch g: windows ``g*B .. g*B + B - 1`` of its epochs (or
+  ``length_sampler``'s batch g with ``tokens_per_batch``), a pure function of the seed;
 - rank ``r`` of ``R`` takes, at its step ``j``, global batch ``j*R + r``;
 - DataLoader worker ``w`` of ``W`` makes the steps ``j`` with ``(j - start_step) % W == w``, and the
   DataLoader hands them back round-robin, so each rank sees its steps in order, the same ones with any
-  ``num_workers``. ``start_step`` resumes a run: the step of each batch is in ``batch["step"]``.
+  ``num_workers``. The step of each batch is in ``batch["step"]``.
+
+Resuming: torchdata's ``StatefulDataLoader`` keeps, per worker, the ``state_dict()`` of the worker's
+copy of the dataset as it was after the last batch it handed back, and gives it to that worker's copy
+again (``load_state_dict``) before iterating; that state is the next step the worker makes. So the
+resumed loader yields exactly the batches the interrupted one would have yielded next. The number of
+workers must then be the same (StatefulDataLoader checks it); to resume with another number of workers
+or ranks, start a new dataset at ``start_step`` = the last step trained + 1.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
-from shards.reader import ShardTree, WindowSampler, open_tree
+from shards.reader import Batch, LengthSampler, ShardTree, WindowSampler, open_tree
 
 
 def global_batch(step: int, rank: int, world_size: int) -> int:
@@ -41,6 +52,56 @@ def worker_steps(start_step: int, worker: int, num_workers: int, num_steps: int 
         step += num_workers
 
 
+class WorkerBatches:
+    """The batches one worker of one rank makes, in order, as ``(step, batch)``; resumable.
+
+    ``batch_of(g)`` gives global batch g. The steps are ``worker_steps(start_step, worker,
+    num_workers, num_steps)``; ``state_dict()`` is the next of them (with the split it belongs to),
+    and ``load_state_dict`` continues from a saved one: the ``Stateful`` protocol of torchdata.
+    """
+
+    def __init__(self, batch_of: Callable[[int], Batch], *, rank: int = 0, world_size: int = 1, worker: int = 0,
+                 num_workers: int = 1, start_step: int = 0, num_steps: int | None = None):
+        global_batch(0, rank, world_size)  # checks the pair
+        if not 0 <= worker < num_workers:
+            raise ValueError(f"worker {worker} is outside {num_workers} workers")
+        if start_step < 0 or (num_steps is not None and num_steps < 0):
+            raise ValueError("start_step and num_steps must be >= 0")
+        self.batch_of = batch_of
+        self.rank, self.world_size = rank, world_size
+        self.worker, self.num_workers = worker, num_workers
+        self.end = None if num_steps is None else start_step + num_steps
+        self.next_step = start_step + worker
+
+    def __iter__(self) -> WorkerBatches:
+        return self
+
+    def __next__(self) -> tuple[int, Batch]:
+        step = self.next_step
+        if self.end is not None and step >= self.end:
+            raise StopIteration
+        batch = self.batch_of(global_batch(step, self.rank, self.world_size))
+        self.next_step = step + self.num_workers
+        return step, batch
+
+    def _split(self) -> dict:
+        return {"rank": self.rank, "world_size": self.world_size, "worker": self.worker,
+                "num_workers": self.num_workers}
+
+    def state_dict(self) -> dict:
+        return {"next_step": self.next_step, **self._split()}
+
+    def load_state_dict(self, state: Mapping) -> None:
+        differ = {k: (state.get(k), v) for k, v in self._split().items() if state.get(k) != v}
+        if differ:
+            said = ", ".join(f"{k} {a!r} (here: {b!r})" for k, (a, b) in differ.items())
+            raise ValueError(f"the state was saved by another split of the batches: {said}")
+        step = state["next_step"]
+        if not isinstance(step, int) or step < 0 or (step - self.worker) % self.num_workers:
+            raise ValueError(f"next_step {step!r} is not a step of worker {self.worker} of {self.num_workers}")
+        self.next_step = step
+
+
 def _torch():
     try:
         import torch
@@ -56,47 +117,62 @@ def _make_class():
     torch = _torch()
 
     class WindowDataset(torch.utils.data.IterableDataset):
-        """Batches of ``batch_size`` windows of ``seq_len + 1`` tokens from a tree, as dicts of tensors.
+        """Batches of ``batch_size`` windows of ``seq_len + 1`` tokens from a tree, as dicts of tensors;
+        or, given ``tokens_per_batch`` (and neither seq_len nor batch_size), batches of that many tokens
+        from ``tree.length_sampler``, one bucket and sequence length each.
 
         ``tree`` is a URL (each worker opens it) or an opened ShardTree. The sampler's arguments
-        (split, val_fraction, buckets, partitions, weights, align_to_docs) pass through.
-        ``rank`` and ``world_size`` default to torch.distributed's when it is initialised.
-        ``num_steps`` bounds the batches this rank yields (None: without end).
+        (split, val_fraction, buckets, partitions, weights, align_to_docs, mask_across_docs, ...)
+        pass through. ``rank`` and ``world_size`` default to torch.distributed's when it is
+        initialised. ``num_steps`` bounds the batches this rank yields (None: without end).
+        ``state_dict()`` / ``load_state_dict()``: see the module docstring.
         """
 
-        def __init__(self, tree: str | ShardTree, seq_len: int, batch_size: int, seed: int = 0, *,
-                     rank: int | None = None, world_size: int | None = None, start_step: int = 0,
-                     num_steps: int | None = None, **sampler_args: object):
+        def __init__(self, tree: str | ShardTree, seq_len: int | None = None, batch_size: int | None = None,
+                     seed: int = 0, *, tokens_per_batch: int | None = None, rank: int | None = None,
+                     world_size: int | None = None, start_step: int = 0, num_steps: int | None = None,
+                     **sampler_args: object):
             super().__init__()
-            if batch_size < 1:
+            if tokens_per_batch is None and (seq_len is None or batch_size is None):
+                raise ValueError("give seq_len and batch_size, or tokens_per_batch")
+            if tokens_per_batch is not None and (seq_len is not None or batch_size is not None):
+                raise ValueError("tokens_per_batch sets the batch shape per bucket: give it without seq_len "
+                                 "and batch_size")
+            if batch_size is not None and batch_size < 1:
                 raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-            if start_step < 0 or (num_steps is not None and num_steps < 0):
-                raise ValueError("start_step and num_steps must be >= 0")
             if rank is None or world_size is None:
                 dist = torch.distributed
                 initialised = dist.is_available() and dist.is_initialized()
                 rank = rank if rank is not None else (dist.get_rank() if initialised else 0)
                 world_size = world_size if world_size is not None else (dist.get_world_size() if initialised else 1)
             global_batch(0, rank, world_size)  # checks the pair
+            if start_step < 0 or (num_steps is not None and num_steps < 0):
+                raise ValueError("start_step and num_steps must be >= 0")
             self.tree = tree
             self.seq_len = seq_len
             self.batch_size = batch_size
+            self.tokens_per_batch = tokens_per_batch
             self.seed = seed
             self.rank = rank
             self.world_size = world_size
             self.start_step = start_step
             self.num_steps = num_steps
             self.sampler_args: Mapping[str, object] = dict(sampler_args)
-            self._sampler: WindowSampler | None = None
+            self._sampler: WindowSampler | LengthSampler | None = None
+            self._batches: WorkerBatches | None = None
+            self._loaded: Mapping | None = None
             if isinstance(tree, ShardTree):
                 self._sampler = self._make_sampler()  # fail here, not in a worker, on bad arguments
 
-        def _make_sampler(self) -> WindowSampler:
+        def _make_sampler(self) -> WindowSampler | LengthSampler:
             tree = self.tree if isinstance(self.tree, ShardTree) else open_tree(self.tree)
+            if self.tokens_per_batch is not None:
+                return tree.length_sampler(self.tokens_per_batch, self.seed, **self.sampler_args)
             return tree.sampler(self.seq_len, self.seed, **self.sampler_args)
 
         def __getstate__(self):
             state = self.__dict__.copy()
+            state["_batches"] = None
             if not isinstance(self.tree, ShardTree):
                 state["_sampler"] = None  # a worker opens the URL itself
             return state
@@ -106,17 +182,45 @@ def _make_class():
                 raise TypeError("a WindowDataset without num_steps has no length")
             return self.num_steps
 
+        def _batch_of(self, g: int) -> Batch:
+            if self.tokens_per_batch is not None:
+                return self._sampler.batch(g)
+            return self._sampler.batch(g, self.batch_size)
+
+        def state_dict(self) -> dict:
+            """The next step this copy of the dataset (one DataLoader worker's) makes, with its split."""
+            if self._batches is not None:
+                return self._batches.state_dict()
+            if self._loaded is not None:
+                return dict(self._loaded)
+            return {"next_step": None}  # not started: start_step + this worker
+
+        def load_state_dict(self, state: Mapping) -> None:
+            """Continue, at the next ``iter()``, from a ``state_dict()`` of the same worker of the same split."""
+            self._loaded = None if state.get("next_step") is None else dict(state)
+            self._batches = None
+
         def __iter__(self):
             if self._sampler is None:
                 self._sampler = self._make_sampler()
             info = torch.utils.data.get_worker_info()
             worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
-            for step in worker_steps(self.start_step, worker, num_workers, self.num_steps):
-                batch = self._sampler.batch(global_batch(step, self.rank, self.world_size), self.batch_size)
+            batches = WorkerBatches(self._batch_of, rank=self.rank, world_size=self.world_size, worker=worker,
+                                    num_workers=num_workers, start_step=self.start_step, num_steps=self.num_steps)
+            if self._loaded is not None:
+                batches.load_state_dict(self._loaded)
+                self._loaded = None  # used once: a later iter() starts at start_step again
+            self._batches = batches
+            return self._tensors(batches)
+
+        @staticmethod
+        def _tensors(batches: WorkerBatches):
+            for step, batch in batches:
                 yield {
                     "input_ids": torch.from_numpy(batch.inputs),
                     "labels": torch.from_numpy(batch.targets),
                     "position_ids": torch.from_numpy(batch.position_ids),
+                    "loss_mask": torch.from_numpy(batch.loss_mask),
                     "cu_seqlens": torch.from_numpy(batch.cu_seqlens),
                     "max_seqlen": batch.max_seqlen,
                     "step": step,

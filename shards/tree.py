@@ -21,6 +21,11 @@ The rules that follow from it, for every job and tool:
        can leave a recorded file that does not exist (deleting it is then a no-op), never an
        unrecorded file of ours
 
+What a tree is, once written, is answered here too, once: ``OutputTree.open(url)`` says which
+kind of tree it is, whether it is finished (its ``dataset_stats.txt``, written last, is the commit
+point) and what its stats say; ``verify``, ``remove``, the reader (so ``export``, ``stats`` and
+training) and the llm.c checks all ask it.
+
 Nothing here imports Beam: jobs, ``remove``, ``export`` and ``stats`` all use it.
 """
 
@@ -29,8 +34,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import posixpath
+from typing import TYPE_CHECKING
 
-from shards import layout, storage
+from shards import layout, manifest, storage
+
+if TYPE_CHECKING:
+    from shards.llmc import ScaffoldStats  # shards.llmc imports this module
 
 RECORD_NAME = ".pretokenize-tree.json"
 TOOL = "beam-pretokenize"
@@ -39,6 +48,21 @@ KINDS = ("bucketed", "scaffold")
 
 class NotOurTreeError(ValueError):
     """The directory holds something this tool did not write; it refuses to touch it."""
+
+
+class IncompleteTreeError(FileNotFoundError):
+    """The directory is not a finished output tree: its commit marker, dataset_stats.txt, is missing."""
+
+    # The same, as a line of a verifier's report.
+    problem = f"{layout.STATS_NAME}: missing: the tree is not finished (a job died or is still publishing)"
+
+
+class UnreadableStatsError(ValueError):
+    """A finished tree whose dataset_stats.txt cannot be parsed as its kind's stats."""
+
+    def __init__(self, url: str, reason: str):
+        super().__init__(f"{storage.join(url, layout.STATS_NAME)} is unreadable: {reason}")
+        self.problem = f"{layout.STATS_NAME}: unreadable: {reason}"
 
 
 @dataclasses.dataclass
@@ -202,3 +226,79 @@ def inside(path_url: str, tree_url: str) -> bool:
     """Whether the path ``path_url`` names lies in (or is) the directory ``tree_url``."""
     a, b = storage.normalize(path_url).rstrip("/"), storage.normalize(tree_url).rstrip("/")
     return a == b or a.startswith(b + "/")
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputTree:
+    """What an output tree is: which kind, whether it is finished, what its stats say.
+
+        out = OutputTree.open("out/finepdfs")
+        out.kind          # "bucketed" or "scaffold" (None: neither the record, the stats nor the files say)
+        out.finished      # dataset_stats.txt exists: the jobs write it last, as their commit point
+        out.stats()       # manifest.DatasetStats or llmc.ScaffoldStats; IncompleteTreeError if unfinished
+
+    The kind is the ownership record's; a tree written before records existed is told by its
+    stats (the scaffold job's say ``format: llmc-scaffold``), else by its files (the bucketed
+    manifest, or train/ and val/ directories). A damaged record raises NotOurTreeError: it, not
+    the files, says which files are the tool's.
+    """
+
+    url: str
+    record: TreeRecord | None
+    kind: str | None
+    stats_text: str | None  # dataset_stats.txt as read (None when the tree is not finished)
+
+    @classmethod
+    def open(cls, url: str) -> OutputTree:
+        """Read what ``url`` is; FileNotFoundError when it is not a directory."""
+        from shards import llmc
+
+        url = storage.normalize(url)
+        fs, root = _root(url)
+        if not fs.isdir(root):
+            raise FileNotFoundError(f"{url} is not a directory")
+        record = read_record(url)
+        stats_path = posixpath.join(root, layout.STATS_NAME)
+        # Bytes that are not UTF-8 are kept (as surrogates), so that stats() can say so.
+        stats_text = fs.cat_file(stats_path).decode("utf-8", "surrogateescape") if fs.exists(stats_path) else None
+        if record is not None:
+            kind = record.kind
+        elif stats_text is not None and llmc.is_scaffold_stats(stats_text):
+            kind = "scaffold"
+        elif fs.exists(posixpath.join(root, layout.MANIFEST_NAME)):
+            kind = "bucketed"
+        elif any(fs.isdir(posixpath.join(root, split)) for split in llmc.SPLITS):
+            kind = "scaffold"
+        else:
+            kind = None
+        return cls(url, record, kind, stats_text)
+
+    @property
+    def finished(self) -> bool:
+        return self.stats_text is not None
+
+    def require_finished(self) -> OutputTree:
+        """This tree; IncompleteTreeError, naming it, when it is not finished."""
+        if not self.finished:
+            raise IncompleteTreeError(
+                f"{self.url} has no {layout.STATS_NAME}, so it is not a finished output tree: the job writes that "
+                "file last, as its commit point, and a tree without it may still be publishing, may have died "
+                "midway, or may be in the middle of a removal. Finish or re-run the job that writes it first."
+            )
+        return self
+
+    def stats(self) -> manifest.DatasetStats | ScaffoldStats:
+        """The stats of a finished tree, parsed as its kind's: ``manifest.DatasetStats`` (bucketed) or
+        ``llmc.ScaffoldStats`` (scaffold). IncompleteTreeError when it is not finished,
+        UnreadableStatsError (naming the file) when they do not parse."""
+        from shards import llmc
+
+        self.require_finished()
+        parse = llmc.ScaffoldStats.from_text if self.kind == "scaffold" else manifest.DatasetStats.from_text
+        try:
+            self.stats_text.encode("utf-8")
+            return parse(self.stats_text)
+        except UnicodeEncodeError:
+            raise UnreadableStatsError(self.url, "it is not UTF-8 text") from None
+        except (ValueError, KeyError) as e:
+            raise UnreadableStatsError(self.url, str(e)) from None

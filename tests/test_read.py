@@ -17,10 +17,12 @@ import pytest
 import zstandard
 from apache_beam.testing.util import assert_that, equal_to
 from conftest import finepdfs_row, fnapi_pipeline
+from doc_batches import documents_of
 
 from transforms.core.read import (
     JSON_VALUES_SUFFIXES,
     JSONL_SUFFIXES,
+    CountRecords,
     ReadConfig,
     ReadDocuments,
     column_values,
@@ -53,9 +55,14 @@ def _write_parquet(path, rows=ROWS, row_group_size=2, **extra_columns):
     pq.write_table(table, path, row_group_size=row_group_size)
 
 
+def _documents(batches):
+    """ReadDocuments' DocBatches as Documents."""
+    return batches | "Documents" >> beam.FlatMap(documents_of)
+
+
 def _read(pattern: str) -> list[Document]:
     with fnapi_pipeline() as p:
-        docs = (p | ReadDocuments(ReadConfig(pattern))).docs
+        docs = _documents((p | ReadDocuments(ReadConfig(pattern))).docs)
         out = docs | beam.combiners.ToList()
         result = []
         assert_that(out, lambda lists: result.extend(lists[0]) or True)
@@ -69,7 +76,7 @@ def test_parquet_rows_come_out_with_their_file_and_row(tmp_path):
     assert [(u.row_group, u.first_row) for u in units] == [(0, 0), (1, 2)]
     with fnapi_pipeline() as p:
         docs = (p | ReadDocuments(ReadConfig(str(tmp_path / "*.parquet")))).docs
-        assert_that(docs, equal_to(_expected(str(path))))
+        assert_that(_documents(docs), equal_to(_expected(str(path))))
 
 
 def test_jsonl_and_gzipped_jsonl_read_the_same_fields(tmp_path):
@@ -80,7 +87,7 @@ def test_jsonl_and_gzipped_jsonl_read_the_same_fields(tmp_path):
         f.write("\n".join(json.dumps(r) for r in ROWS) + "\n\n")
     with fnapi_pipeline() as p:
         docs = (p | ReadDocuments(ReadConfig(str(tmp_path)))).docs
-        assert_that(docs, equal_to(_expected(str(plain)) + _expected(str(zipped))))
+        assert_that(_documents(docs), equal_to(_expected(str(plain)) + _expected(str(zipped))))
 
 
 def test_reads_from_an_fsspec_url():
@@ -90,7 +97,7 @@ def test_reads_from_an_fsspec_url():
     assert expand_pattern("memory://readtest/in/*.parquet") == ["memory:///readtest/in/x.parquet"]
     with fnapi_pipeline() as p:
         docs = (p | ReadDocuments(ReadConfig("memory://readtest/in/*.parquet"))).docs
-        assert_that(docs | beam.Map(lambda d: d.id), equal_to(["a", "b", "c"]))
+        assert_that(_documents(docs) | beam.Map(lambda d: d.id), equal_to(["a", "b", "c"]))
 
 
 def test_integer_ids_become_decimal_strings(tmp_path):
@@ -98,7 +105,7 @@ def test_integer_ids_become_decimal_strings(tmp_path):
     path.write_text(json.dumps({"id": 7, "text": "seven"}) + "\n")
     with fnapi_pipeline() as p:
         docs = (p | ReadDocuments(ReadConfig(str(path), with_lid=False))).docs
-        assert_that(docs | beam.Map(lambda d: (d.id, d.text)), equal_to([("7", "seven")]))
+        assert_that(_documents(docs) | beam.Map(lambda d: (d.id, d.text)), equal_to([("7", "seven")]))
 
 
 @pytest.mark.parametrize(
@@ -279,7 +286,7 @@ def test_a_bom_before_the_first_json_line_is_not_part_of_it(tmp_path):
     path.write_bytes(codecs.BOM_UTF8 + "".join(json.dumps(r) + "\n" for r in ROWS).encode())
     with fnapi_pipeline() as p:
         docs = (p | ReadDocuments(ReadConfig(str(path)))).docs
-        assert_that(docs, equal_to(_expected(str(path))))
+        assert_that(_documents(docs), equal_to(_expected(str(path))))
 
 
 # --- column types and values ------------------------------------------------------------------------
@@ -309,7 +316,7 @@ def test_dictionary_view_and_large_string_columns_read_like_strings(tmp_path, en
     assert str(pq.read_schema(path).field("text").type) != "string"
     with fnapi_pipeline() as p:
         docs = (p | ReadDocuments(ReadConfig(str(path)))).docs
-        assert_that(docs, equal_to(_expected(str(path))))
+        assert_that(_documents(docs), equal_to(_expected(str(path))))
 
 
 @pytest.mark.parametrize("score", [1.5, -0.1, float("nan"), float("inf"), float("-inf")])
@@ -320,5 +327,35 @@ def test_a_lid_score_outside_0_1_is_a_bad_record(tmp_path, score):
         _read(str(path))
     with fnapi_pipeline() as p:
         read = p | ReadDocuments(ReadConfig(str(path), on_bad_record="skip"))
-        assert_that(read.docs | beam.Map(lambda d: d.id), equal_to(["a", "b", "c"]), label="Docs")
-        assert_that(read.dropped, equal_to(["bad_lid_score"]), label="Dropped")
+        assert_that(_documents(read.docs) | beam.Map(lambda d: (d.id, d.row)),
+                    equal_to([("a", 0), ("b", 1), ("c", 2)]), label="Docs")
+        assert_that(read.dropped, equal_to([("bad_lid_score", 1)]), label="Dropped")
+        # Every record read counts, the skipped one too.
+        assert_that(read.records | CountRecords(), equal_to([4]), label="Records")
+
+
+# --- ids the manifest cannot hold, found on a whole column -------------------------------------------
+
+# Line breaks, every character Python strips as whitespace, and look-alikes it does not ('\u200b',
+# '\u180e', '\ufeff', '\x1b', '\x7f'), beside ordinary letters, digits and '|'.
+ID_ALPHABET = ("|\n\r\t\x0b\x0c\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2005\u200a\u2028\u2029\u202f\u205f\u3000"
+               "\u200b\u180e\ufeff\x1b\x7f" + "abcXYZ019é東-_#")
+
+
+def test_the_column_check_flags_exactly_the_ids_the_manifest_refuses():
+    import pyarrow.compute as pc
+
+    from shards.manifest import id_problem
+    from transforms.core.read import _SUSPECT_ID
+
+    rng = np.random.default_rng(12)
+    ids = ["", " ", "a", "a b", "|", "a|b", "\x85a", "a\u3000", "\u200ba\u200b", "a\x1fb", "a\x1f"]
+    for _ in range(4000):
+        n = int(rng.integers(1, 7))
+        ids.append("".join(ID_ALPHABET[i] for i in rng.integers(0, len(ID_ALPHABET), n)))
+    column = pa.array(ids, pa.string())
+    flagged = pc.or_(pc.match_substring_regex(column, _SUSPECT_ID), pc.equal(pc.binary_length(column), 0))
+    refused = [id_problem(i) is not None for i in ids]
+    mismatched = [i for i, f, r in zip(ids, flagged.to_pylist(), refused, strict=True) if f != r]
+    assert mismatched == []
+    assert 500 < sum(refused) < len(ids) - 500  # both kinds are well represented

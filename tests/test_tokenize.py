@@ -6,8 +6,9 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.testing.util import assert_that, equal_to
 from conftest import fnapi_pipeline
+from doc_batches import doc_batches, sequences_of
 
-from transforms.bucketed.tokenize import TokenizeDocuments, TokenizerConfig, encode_documents
+from transforms.bucketed.tokenize import TokenizeDocuments, TokenizerConfig, encode_batch
 from transforms.core.encoders import load_encoder
 from transforms.core.records import Document
 
@@ -24,13 +25,17 @@ def _docs():
 
 def test_each_document_gets_exactly_one_eos(gpt2_spec):
     encoder = load_encoder(gpt2_spec)
-    out = encode_documents(encoder, _docs(), np.dtype("<u2"))
-    for tokenized in out:
-        assert tokenized.tokens.dtype == np.dtype("<u2")
-        assert tokenized.tokens[-1] == 50256
-        assert int((tokenized.tokens == 50256).sum()) == 1
-        assert encoder_decode(tokenized.tokens[:-1]) == TEXTS[tokenized.id]
-    assert out[0].tokens.tolist() == [15496, 995, 50256]
+    [batch] = doc_batches(_docs(), with_lid=False)
+    out = encode_batch(encoder, batch, np.dtype("<u2"), batch_docs=2)
+    assert out.tokens.dtype == np.dtype("<u2")
+    assert out.ids == list(TEXTS) and out.rows.tolist() == [0, 1, 2] and out.source == "f"
+    assert int(out.lengths.sum()) == len(out.tokens)
+    sequences = sequences_of(out)
+    for doc_id, tokens, _ in sequences:
+        assert tokens[-1] == 50256
+        assert int((tokens == 50256).sum()) == 1
+        assert encoder_decode(tokens[:-1]) == TEXTS[doc_id]
+    assert sequences[0][1].tolist() == [15496, 995, 50256]
 
 
 def encoder_decode(ids):
@@ -45,10 +50,14 @@ def encoder_decode(ids):
 
 
 def test_transform_batches_and_flushes_every_document():
-    config = TokenizerConfig(spec="jet-nemotron", batch_docs=2)  # 3 docs: one full batch, one flushed at the end
+    # A batch of 3 documents: the tokenizer is called on 2, then on the 1 left; a batch of 1 after it.
+    config = TokenizerConfig(spec="jet-nemotron", batch_docs=2)
     encoder = load_encoder("jet-nemotron")
-    expected = [(d.id, encoder.encode_batch([d.text])[0] + [151643]) for d in _docs()]
+    docs = _docs() + [Document("again", "Hello world", "g", 7)]
+    expected = [(d.id, d.source, d.row, encoder.encode_batch([d.text])[0] + [151643]) for d in docs]
     with fnapi_pipeline() as p:
-        out = p | beam.Create(_docs()) | TokenizeDocuments(config)
-        assert_that(out | beam.Map(lambda t: (t.id, t.tokens.tolist())), equal_to(expected))
-    assert expected[0][1] == [9707, 1879, 151643]
+        out = p | beam.Create(doc_batches(docs, with_lid=False)) | TokenizeDocuments(config)
+        rows = out | beam.FlatMap(lambda b: [(i, b.source, int(r), t.tolist())
+                                             for (i, t, _), r in zip(sequences_of(b), b.rows, strict=True)])
+        assert_that(rows, equal_to(expected))
+    assert expected[0][3] == [9707, 1879, 151643]

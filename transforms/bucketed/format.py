@@ -14,17 +14,16 @@ import time
 
 from shards import layout, storage
 from shards.manifest import MANIFEST_HEADER, BucketStats, DatasetStats
+from transforms.bucketed.settings import BucketedSettings
 from transforms.bucketed.write import ShardConfig, ShardGroup
 
 
 @dataclasses.dataclass(frozen=True)
 class BucketedFormat:
-    """The settings dataset_stats.txt records, and the layout's publish steps."""
+    """The layout's publish steps, and its stats: the job's settings, what the tokenizer it loaded
+    says (EOS, vocabulary size) and what was written."""
 
-    language: str
-    lid_threshold: float
-    min_token_count: int
-    tokenizer: str
+    settings: BucketedSettings
     eos_id: int
     vocab_size: int
     config: ShardConfig
@@ -45,10 +44,10 @@ class BucketedFormat:
         found = extras.get("removal_found") or 0
         return DatasetStats(
             raw_documents=raw_documents,
-            language=self.language,
-            lid_threshold=self.lid_threshold,
-            min_token_count=self.min_token_count,
-            tokenizer=self.tokenizer,
+            language=self.settings.language,
+            lid_threshold=self.settings.lid_threshold,
+            min_token_count=self.settings.min_token_count,
+            tokenizer=self.settings.tokenizer,
             eos_id=self.eos_id,
             vocab_size=self.vocab_size,
             dtype=self.config.dtype,

@@ -428,14 +428,10 @@ class WriteLlmcShards(beam.PTransform):
 
 @dataclasses.dataclass(frozen=True)
 class LlmcFormat:
-    """The settings dataset_stats.txt records, and what llm.c shards add to the core's publish
-    step: the stats, checked for tokens (tokens encoded = tokens in the shards, shards 0..n-1)."""
+    """What llm.c shards add to the core's publish step: their stats, built from the job's settings
+    and checked for tokens (tokens encoded = tokens in the shards, shards 0..n-1)."""
 
-    tokenizer: str
-    annotate: bool
-    long_docs: str
-    max_word_chars: int
-    val_fraction: float
+    settings: object  # transforms.scaffold.settings.ScaffoldSettings (which imports this module)
     config: LlmcShardConfig
 
     kind = "scaffold"
@@ -465,11 +461,11 @@ class LlmcFormat:
                 raise UnaccountedDocumentsError(f"{name}: staged shards {indices} are not 0..n-1; refusing to publish")
         return ScaffoldStats(
             raw_documents=raw_documents,
-            tokenizer=self.tokenizer,
-            annotate=self.annotate,
-            long_docs=self.long_docs,
-            max_word_chars=self.max_word_chars,
-            val_fraction=self.val_fraction,
+            tokenizer=self.settings.tokenizer,
+            annotate=self.settings.annotate,
+            long_docs=self.settings.long_docs,
+            max_word_chars=self.settings.max_word_chars,
+            val_fraction=self.settings.val_fraction,
             seed=self.config.seed,
             shard_tokens=self.config.shard_tokens,
             countdown_mismatches=sum(c.countdown_mismatches for c in counts.values()),

@@ -122,16 +122,14 @@ def _manifest_files(lines: Iterable[str]) -> Iterator[tuple[str, list[tuple[str,
 
 
 def make_plan(output: str, removal_ids: Iterable[str], run: str, utc_time: str) -> RemovalPlan:
-    """Find the files that hold a flagged id, streaming the manifest once."""
+    """Find the files that hold a flagged id, streaming the manifest once. The tree must be a
+    finished bucketed one whose stats parse (IncompleteTreeError, UnreadableStatsError otherwise):
+    they are rewritten when the removal finishes."""
+    out = tree.OutputTree.open(output)
+    if out.kind != "bucketed":
+        raise ValueError(f"{output} is a {out.kind} tree; documents are removed from bucketed trees only")
+    out.stats()  # finished, and its stats parse: the removal rewrites them when it finishes
     fs, root = storage.filesystem(output)
-    stats_path = posixpath.join(root, layout.STATS_NAME)
-    if not fs.exists(stats_path):
-        raise FileNotFoundError(
-            f"{output} has no {layout.STATS_NAME}: it is not a finished output tree (a job may have died "
-            "while publishing); re-run the job that writes it first"
-        )
-    with fs.open(stats_path, "r", encoding="utf-8") as f:
-        stats_text = f.read()
     wanted = set(removal_ids)
     found: set[str] = set()
     files = []
@@ -142,7 +140,7 @@ def make_plan(output: str, removal_ids: Iterable[str], run: str, utc_time: str) 
                 files.append(FilePlan(rel, tuple((d, n, h) for (d, n), h in zip(rows, hits, strict=True))))
                 found.update(d for (d, _), h in zip(rows, hits, strict=True) if h)
     not_found = tuple(i for i in removal_ids if i not in found)
-    return RemovalPlan(run, utc_time, stats_text, tuple(files), not_found)
+    return RemovalPlan(run, utc_time, out.stats_text, tuple(files), not_found)
 
 
 def write_journal(output: str, plan: RemovalPlan) -> None:

@@ -32,13 +32,15 @@ from typing import NamedTuple
 
 import apache_beam as beam
 import numpy as np
+import pyarrow as pa
 
 from shards import layout, manifest, storage, tree
 from shards.manifest import DatasetStats
 from transforms.bucketed.filter import DROP_REASONS as FILTER_REASONS
-from transforms.bucketed.filter import LidFilterConfig, drop_reason
+from transforms.bucketed.filter import LidFilterConfig, drop_masks
 from transforms.bucketed.removal import REMOVED
 from transforms.bucketed.tokenize import TokenizeDocuments, TokenizerConfig
+from transforms.core.batches import DocBatch, TokenBatch
 from transforms.core.drops import DUPLICATE_ID
 from transforms.core.read import ReadConfig, ReadDocuments
 from transforms.core.records import DROPPED
@@ -359,15 +361,15 @@ class VerifyOutput(beam.PTransform):
             source = read.docs
             problem_sets.append(
                 read[DROPPED]
-                | "CountBadRecords" >> beam.combiners.Count.PerElement()
+                | "CountBadRecords" >> beam.CombinePerKey(sum)
                 | "CollectBadRecords" >> beam.combiners.ToDict()
                 | "CheckBadRecords" >> beam.FlatMap(lambda found: bad_record_problems(stats, found))
             )
             expected = (
                 source
-                | "SelectSample" >> beam.Filter(lambda d: config.sampled(d.id) and drop_reason(d, lid) is None)
+                | "SelectSample" >> beam.FlatMap(select_sample, config, lid)
                 | "Retokenize" >> TokenizeDocuments(self._tokenizer)
-                | "KeyById" >> beam.Map(lambda t: (t.id, ((t.source, t.row), t.tokens.tolist())))
+                | "KeyById" >> beam.FlatMap(per_document)
             )
             removed = self._removed
             problem_sets.append(
@@ -394,6 +396,20 @@ class VerifyOutput(beam.PTransform):
                 beam.pvalue.AsSingleton(totals),
             )
         )
+
+
+def select_sample(batch: DocBatch, config: VerifyConfig, lid: LidFilterConfig) -> Iterator[DocBatch]:
+    """The documents of a batch the job kept (the filter the stats record) whose id is sampled."""
+    keep = ~np.logical_or.reduce(list(drop_masks(batch.table, lid).values()))
+    keep &= np.fromiter((config.sampled(i) for i in batch.column("id")), bool, batch.size)
+    if keep.any():
+        yield batch.filter(pa.array(keep))
+
+
+def per_document(batch: TokenBatch) -> Iterator[tuple[str, tuple[tuple[str, int], list[int]]]]:
+    ends = np.cumsum(batch.lengths)
+    for doc_id, row, end, n in zip(batch.ids, batch.rows.tolist(), ends.tolist(), batch.lengths.tolist(), strict=True):
+        yield doc_id, ((batch.source, row), batch.tokens[end - n:end].tolist())
 
 
 def _sum_totals(rows) -> tuple[int, int, int]:

@@ -1,0 +1,51 @@
+"""ScaffoldSettings: the scaffold job's settings, one typed object.
+
+The CLI fills it from its flags; the encoder's, the reader's and the writer's typed arguments and
+the stats dataset_stats.txt records (LlmcFormat) are built from it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from shards import layout, llmc, storage
+from transforms.core.read import ReadConfig
+from transforms.scaffold.encode import DEFAULT_MAX_WORD_CHARS, ScaffoldConfig
+from transforms.scaffold.write import DEFAULT_ORDER_RANGES, LlmcShardConfig
+
+ANNOTATED_FIELD = "content-ff"
+PLAIN_FIELD = "text"
+
+
+@dataclasses.dataclass(frozen=True)
+class ScaffoldSettings:
+    input: str
+    output: str
+    annotate: bool = False
+    id_field: str = "id"
+    text_field: str | None = None  # content-ff, or text with --annotate
+    tokenizer: str = "gpt2"
+    long_docs: str = "skip"
+    max_word_chars: int = DEFAULT_MAX_WORD_CHARS
+    val_fraction: float = llmc.DEFAULT_VAL_FRACTION
+    shard_tokens: int = llmc.DEFAULT_SHARD_TOKENS
+    seed: int = layout.DEFAULT_SEED
+    order_ranges: int = DEFAULT_ORDER_RANGES
+    on_bad_record: str = "fail"
+
+    @property
+    def field(self) -> str:
+        return self.text_field or (PLAIN_FIELD if self.annotate else ANNOTATED_FIELD)
+
+    def scaffold_config(self) -> ScaffoldConfig:
+        return ScaffoldConfig(tokenizer=self.tokenizer, annotate=self.annotate, long_docs=self.long_docs,
+                              val_fraction=self.val_fraction, max_word_chars=self.max_word_chars)
+
+    def shard_config(self, run_id: str) -> LlmcShardConfig:
+        return LlmcShardConfig(output=storage.normalize(self.output), run_id=run_id, shard_tokens=self.shard_tokens,
+                               seed=self.seed, order_ranges=self.order_ranges,
+                               chunked_documents=self.long_docs == "chunk")
+
+    def read_config(self) -> ReadConfig:
+        return ReadConfig(storage.normalize(self.input), id_field=self.id_field, text_field=self.field,
+                          with_lid=False, json_values=True, on_bad_record=self.on_bad_record)
