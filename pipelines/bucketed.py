@@ -22,7 +22,6 @@ from pipelines.common import (
     new_run_id,
     parse_job_args,
     prepare_output,
-    read_text,
     run_job,
     timing_lines,
 )
@@ -136,7 +135,7 @@ def build(pipeline: beam.Pipeline, options: BucketedSettings, run_id: str | None
 
 
 def read_stats(output: str) -> DatasetStats:
-    return DatasetStats.from_text(read_text(output, layout.STATS_NAME))
+    return tree.OutputTree.open(storage.normalize(output)).stats()
 
 
 def summary_table(stats: DatasetStats, output: str, seconds: float) -> str:

@@ -127,12 +127,6 @@ def launching():
         raise UsageError(str(e) or type(e).__name__) from e
 
 
-def read_text(output: str, name: str) -> str:
-    fs, root = storage.filesystem(storage.normalize(output))
-    with fs.open(f"{root.rstrip('/')}/{name}", "r", encoding="utf-8") as f:
-        return f.read()
-
-
 def drop_lines(raw: int, kept: int, drops: dict[str, int]) -> list[str]:
     lines = [f"documents read {raw:,}, kept {kept:,}, dropped {sum(drops.values()):,}"]
     lines += [f"  dropped ({reason}): {n:,}" for reason, n in drops.items()]

@@ -20,11 +20,10 @@ from pipelines.common import (
     new_run_id,
     parse_job_args,
     prepare_output,
-    read_text,
     run_job,
     timing_lines,
 )
-from shards import layout, llmc
+from shards import llmc, storage, tree
 from shards.llmc import ScaffoldStats
 from transforms.core.read import RECORDS, CountRecords, ReadDocuments
 from transforms.scaffold.encode import (
@@ -102,7 +101,7 @@ def build(pipeline: beam.Pipeline, options: ScaffoldSettings, run_id: str | None
 
 
 def read_stats(output: str) -> ScaffoldStats:
-    return ScaffoldStats.from_text(read_text(output, layout.STATS_NAME))
+    return tree.OutputTree.open(storage.normalize(output)).stats()
 
 
 def summary_table(stats: ScaffoldStats, output: str, seconds: float) -> str:

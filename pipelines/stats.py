@@ -167,11 +167,11 @@ def draw(per_bucket: list[BucketLengths], title: str, bins: int = 40) -> bytes:
 
 
 def run(argv: list[str] | None = None) -> int:
-    """0 when the table (and picture) are written; 2 when the tree is not a finished one."""
+    """0 when the table (and picture) are written; 2 when the tree is not a finished one (or is damaged)."""
     options = parse_args(argv or [])
     try:
         tree = open_tree(options.output)
-    except FileNotFoundError as e:  # missing, or unfinished (IncompleteTreeError)
+    except (FileNotFoundError, ValueError) as e:  # missing, unfinished (IncompleteTreeError), damaged
         print(f"pretokenize stats: {e}", file=sys.stderr, flush=True)
         return 2
     per_bucket = bucket_lengths(tree, options.split, options.val_fraction)
