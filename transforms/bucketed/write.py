@@ -35,7 +35,7 @@ from transforms.core.drops import DUPLICATE_ID, Drops
 from transforms.core.progress import Progress
 from transforms.core.publish import RunPaths
 from transforms.core.records import DROPPED
-from transforms.core.spill import AtomicFile, SpillReader, roll
+from transforms.core.spill import AtomicFile, RefPointer, SpillReader, load_refs, roll
 from transforms.core.spill import SpillTokensFn as CoreSpillTokensFn
 
 log = logging.getLogger(__name__)
@@ -166,9 +166,9 @@ class WriteShardFilesFn(beam.DoFn):
         self._progress = Progress("write")
         self._drops = Drops()
 
-    def process(self, element: tuple[int, Iterable[RefBatch]]):
-        partition, batches = element
-        groups, duplicates = write_partition(partition, batches, self._config, self._fs)
+    def process(self, element: tuple[int, Iterable[RefPointer]]):
+        partition, pointers = element
+        groups, duplicates = write_partition(partition, load_refs(self._fs, pointers), self._config, self._fs)
         for group in groups:
             docs = sum(f.documents for f in group.files)
             tokens = sum(f.tokens for f in group.files)

@@ -1,8 +1,9 @@
 """Tokens out of the shuffle: spill files, the references to them, and reading them back in order.
 
     SpillTokens   each bundle appends its TokenBatches' tokens to one spill file of its own on the
-                  output filesystem (a new name per bundle attempt), and emits, per group a job's
-                  ``key_fn`` puts documents in, one RefBatch: ids, lengths, offsets, sort keys
+                  output filesystem (a new name per bundle attempt), and, per group a job's
+                  ``key_fn`` puts documents in, one RefBatch (ids, lengths, offsets, sort keys) to
+                  a references file beside it; only a pointer to that RefBatch is emitted
     SpillReader   reads documents back from the spill files in the order a writer asks for, a
                   bounded chunk at a time: gathered with numpy from memory maps on a local disk,
                   with concurrent range requests (``cat_ranges``) on an object store
@@ -14,10 +15,11 @@ that committed, so a retry can neither lose nor duplicate a document.
 
 from __future__ import annotations
 
-import collections
+import pickle
 import posixpath
 import uuid
 from collections.abc import Callable, Iterator
+from typing import NamedTuple
 
 import apache_beam as beam
 import numpy as np
@@ -32,11 +34,25 @@ from transforms.core.batches import RefBatch, Refs, TokenBatch
 KeyFn = Callable[[TokenBatch, object], tuple[list, np.ndarray]]
 
 
-class SpillTokensFn(beam.DoFn):
-    """TokenBatches in; (group key, RefBatch) out, the tokens in this bundle's spill file.
+class RefPointer(NamedTuple):
+    """Where one RefBatch is: a byte range of a bundle's references file. This is all that goes
+    through the shuffle, so a runner that keeps a shuffle's input in memory holds a few dozen bytes
+    per (batch, group), however many documents there are."""
 
-    ``config`` needs ``spill_url``; ``key_fn`` says which group each document joins and where it
-    sorts there (bucketed: its partition; scaffold: its split's range).
+    path: str
+    offset: int
+    size: int
+    documents: int
+
+
+class SpillTokensFn(beam.DoFn):
+    """TokenBatches in; (group key, RefPointer) out.
+
+    Each bundle appends its documents' tokens to a spill file of its own, and each (batch, group)'s
+    references (a RefBatch: ids, lengths, offsets, sort keys) to a references file of its own; what
+    is emitted is where those references are. ``config`` needs ``spill_url``; ``key_fn`` says which
+    group each document joins and where it sorts there (bucketed: its partition; scaffold: its
+    split's range).
     """
 
     def __init__(self, config, key_fn: KeyFn):
@@ -48,39 +64,96 @@ class SpillTokensFn(beam.DoFn):
         self._fs.makedirs(self._spill_dir, exist_ok=True)
 
     def start_bundle(self):
-        self._file = None
-        self._path = None
-        self._offset = 0
+        self._file = self._refs = None
+        self._path = self._refs_path = None
+        self._offset = self._refs_offset = 0
+
+    def _open(self):
+        # New names for every bundle attempt: a retry never appends to a failed attempt's files.
+        name = uuid.uuid4().hex
+        self._path = posixpath.join(self._spill_dir, f"{name}.bin")
+        self._refs_path = posixpath.join(self._spill_dir, f"{name}.refs")
+        self._file = self._fs.open(self._path, "wb")
+        self._refs = self._fs.open(self._refs_path, "wb")
+        self._offset = self._refs_offset = 0
 
     def process(self, batch: TokenBatch):
         if not batch.size:
             return
         if self._file is None:
-            # A new name for every bundle attempt: a retry never appends to a failed attempt's file.
-            self._path = posixpath.join(self._spill_dir, f"{uuid.uuid4().hex}.bin")
-            self._file = self._fs.open(self._path, "wb")
-            self._offset = 0
-        self._file.write(memoryview(np.ascontiguousarray(batch.tokens)).cast("B"))
-        itemsize = batch.tokens.dtype.itemsize
-        ends = np.cumsum(batch.lengths) * itemsize
-        offsets = self._offset + ends - batch.lengths * itemsize
-        self._offset += int(ends[-1])
+            self._open()
         keys, sort_keys = self._key_fn(batch, self._config)
         groups: dict = {}
         for i, key in enumerate(keys):
             groups.setdefault(key, []).append(i)
+        # Each group's documents are written next to each other, so that the writer of a group reads
+        # a few contiguous stretches of a spill file, not documents scattered over all of it.
+        order = np.fromiter((i for members in groups.values() for i in members), np.int64, len(keys))
+        lengths = batch.lengths[order]
+        starts = np.cumsum(batch.lengths) - batch.lengths
+        tokens = gather_ranges(batch.tokens, starts[order], lengths)
+        self._file.write(memoryview(tokens).cast("B"))
+        itemsize = tokens.dtype.itemsize
+        ends = np.cumsum(lengths) * itemsize
+        offsets = np.empty(len(order), np.int64)
+        offsets[order] = self._offset + ends - lengths * itemsize
+        self._offset += int(ends[-1])
         for key, members in groups.items():
             index = np.asarray(members, dtype=np.int64)
             ref = RefBatch(self._path, batch.source, [batch.ids[i] for i in members],
                            sort_keys[index], batch.lengths[index], offsets[index], batch.rows[index],
                            {k: v[index] for k, v in batch.extra.items()})
-            yield key, ref
+            data = pickle.dumps(ref, protocol=pickle.HIGHEST_PROTOCOL)
+            self._refs.write(data)
+            yield key, RefPointer(self._refs_path, self._refs_offset, len(data), len(members))
+            self._refs_offset += len(data)
 
     def finish_bundle(self):
-        if self._file is not None:
-            # A failure to close fails the bundle, so no reference into this file survives.
-            self._file.close()
-            self._file = None
+        # A failure to close fails the bundle, so no pointer into these files survives.
+        for f in (self._file, self._refs):
+            if f is not None:
+                f.close()
+        self._file = self._refs = None
+
+
+def load_refs(fs, pointers) -> list[RefBatch]:
+    """The RefBatches the pointers name, read back from the references files (one request per
+    pointer; on object stores, concurrent range requests)."""
+    pointers = sorted(pointers)
+    if not pointers:
+        return []
+    if storage.renames_atomically(fs):
+        out = []
+        handle, current = None, None
+        try:
+            for p in pointers:
+                if p.path != current:
+                    if handle is not None:
+                        handle.close()
+                    handle, current = open(p.path, "rb"), p.path
+                handle.seek(p.offset)
+                out.append(_unpickle(handle.read(p.size), p))
+        finally:
+            if handle is not None:
+                handle.close()
+        return out
+    data = fs.cat_ranges([p.path for p in pointers], [p.offset for p in pointers],
+                         [p.offset + p.size for p in pointers], on_error="raise")
+    return [_unpickle(d, p) for d, p in zip(data, pointers, strict=True)]
+
+
+def _unpickle(data: bytes, pointer: RefPointer) -> RefBatch:
+    if len(data) != pointer.size:
+        raise OSError(f"references file {pointer.path} is short: needed {pointer.size} bytes at {pointer.offset}")
+    # The tool's own temporary file, written by SpillTokensFn under the run's directory.
+    return pickle.loads(data)  # noqa: S301
+
+
+def gather_ranges(source: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """``source[starts[i]:starts[i] + lengths[i]]`` for each i, end to end, in one numpy copy."""
+    total = int(lengths.sum())
+    within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    return source[np.repeat(starts, lengths) + within]
 
 
 def emit_at_finish(value) -> WindowedValue:
@@ -91,22 +164,11 @@ def emit_at_finish(value) -> WindowedValue:
 class SpillReader:
     """Documents' tokens back from the spill files, in the order given, ``chunk_tokens`` at a time."""
 
-    def __init__(self, fs, dtype: np.dtype, chunk_tokens: int = 4 << 20, max_open: int = 64):
+    def __init__(self, fs, dtype: np.dtype, chunk_tokens: int = 4 << 20):
         self._fs = fs
         self._dtype = np.dtype(dtype)
         self._chunk = chunk_tokens
-        self._max_open = max_open
-        self._maps: collections.OrderedDict = collections.OrderedDict()
         self._local = storage.renames_atomically(fs)
-
-    def _map(self, path: str) -> np.ndarray:
-        mm = self._maps.pop(path, None)
-        if mm is None:
-            if len(self._maps) >= self._max_open:
-                self._maps.popitem(last=False)
-            mm = np.memmap(path, dtype=self._dtype, mode="r")
-        self._maps[path] = mm
-        return mm
 
     def chunks(self, refs: Refs, order: np.ndarray) -> Iterator[tuple[int, int, np.ndarray]]:
         """(first, end, tokens): the documents ``order[first:end]`` end to end, chunk by chunk."""
@@ -136,7 +198,9 @@ class SpillReader:
         src = refs.offsets[index] // itemsize
         spill = refs.spill[index]
         for s in np.unique(spill).tolist():
-            mm = self._map(refs.spill_paths[s])
+            # Mapped for this chunk only: the pages a chunk touched leave this process's memory
+            # with the map, so memory stays bounded by the chunk, not by the spill files' size.
+            mm = np.memmap(refs.spill_paths[s], dtype=self._dtype, mode="r")
             sel = np.flatnonzero(spill == s)
             n, d, f = lengths[sel], dst[sel], src[sel]
             if int((f + n).max()) > len(mm):
@@ -148,10 +212,12 @@ class SpillReader:
                 # Many short documents: one fancy-indexed copy instead of a Python loop.
                 within = np.arange(int(n.sum()), dtype=np.int64) - np.repeat(np.cumsum(n) - n, n)
                 out[np.repeat(d, n) + within] = mm[np.repeat(f, n) + within]
+            mm._mmap.close()
+            del mm
         return out
 
     def close(self):
-        self._maps.clear()
+        """Nothing stays open between chunks."""
 
 
 class AtomicFile:

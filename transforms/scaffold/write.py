@@ -54,7 +54,7 @@ from transforms.core.drops import DUPLICATE_ID, Drops
 from transforms.core.progress import Progress
 from transforms.core.publish import PublishOutput, RunPaths, UnaccountedDocumentsError
 from transforms.core.records import DROPPED
-from transforms.core.spill import AtomicFile, SpillReader, SpillTokensFn
+from transforms.core.spill import AtomicFile, SpillReader, SpillTokensFn, load_refs
 from transforms.scaffold.encode import COUNTS, DocumentCounts, sum_counts
 
 log = logging.getLogger(__name__)
@@ -165,7 +165,7 @@ def _split_totals(split: str, dropped: list[DocumentCounts]) -> tuple[str, Docum
 
 
 class KeepFirstCopiesFn(beam.DoFn):
-    """((COPIES, split, range), RefBatches) in; ((split, range), RefBatch) of the first copies out,
+    """((COPIES, split, range), RefPointers) in; ((split, range), RefBatch) of the first copies out,
     and the copies left out: ``("duplicate_id", n)`` drops and their negative counts."""
 
     def __init__(self, config: LlmcShardConfig):
@@ -173,10 +173,11 @@ class KeepFirstCopiesFn(beam.DoFn):
 
     def setup(self):
         self._drops = Drops()
+        self._fs, _ = storage.filesystem(self._config.output)
 
     def process(self, element):
-        (_, split, _), batches = element
-        refs = Refs.concat(list(batches))
+        (_, split, _), pointers = element
+        refs = Refs.concat(load_refs(self._fs, pointers))
         keep, dropped = keep_first_copies(refs, by_source_id=True)
         kept = refs.take(keep)
         ranges = kept.sort_keys >> self._config.range_shift
@@ -188,23 +189,25 @@ class KeepFirstCopiesFn(beam.DoFn):
 
 
 class DropDuplicateIdsFn(beam.DoFn):
-    """((split, range), references) in; ((split, range), the references kept, as Refs) out.
-    Without chunked_documents, copies of an id are dropped here; with it, KeepFirstCopies did that."""
+    """((split, range), RefPointers, or Refs from KeepFirstCopies) in; ((split, range), the
+    references kept, as Refs) out. Without chunked_documents, copies of an id are dropped here;
+    with it, KeepFirstCopies did that."""
 
     def __init__(self, config: LlmcShardConfig):
         self._config = config
 
     def setup(self):
         self._drops = Drops()
+        self._fs, _ = storage.filesystem(self._config.output)
 
     def process(self, element):
-        (split, rng), batches = element
-        batches = list(batches)
+        (split, rng), parts = element
+        parts = list(parts)
         if self._config.chunked_documents:  # Refs from KeepFirstCopies, already one copy each
-            refs = _concat_refs(batches)
+            refs = _concat_refs(parts)
             yield (split, rng), refs
             return
-        refs = Refs.concat(batches)
+        refs = Refs.concat(load_refs(self._fs, parts))
         keep, dropped = keep_first_copies(refs, by_source_id=False)
         yield (split, rng), refs.take(keep)
         if dropped:
