@@ -5,8 +5,11 @@ their document boundaries.
     tree.document("<urn:uuid:...>")                        # one document's tokens, EOS included
     sampler = tree.sampler(seq_len=4096, seed=0, split="train", val_fraction=0.01,
                            weights={"8192": 1, "32768": 3})
-    w = sampler.window(0)                                  # w.inputs, w.targets, w.cu_seqlens, w.position_ids
+    len(sampler)                                           # windows in one epoch
+    w = sampler.window(0)                                  # inputs, targets, cu_seqlens, position_ids, loss_mask
     b = sampler.batch(0, batch_size=8)                     # the same, stacked (cu_seqlens flattened)
+    for b in sampler.batches(8): ...                       # from sampler.position; state_dict() resumes there
+    stage = tree.length_sampler(tokens_per_batch=262144, buckets=["32768", "65536"])  # one length per bucket
 
 Two formats are read:
 
@@ -22,12 +25,18 @@ dataset, are opened with ``open_llmc``; each file's header count is checked agai
 
 Windows follow the chapter on data (``seeds/data-and-tokenisation-chapter.txt``): the selected
 documents are concatenated into one stream of N tokens (documents are already separated by their
-EOS), a window of S+1 tokens starts at ``floor(u * (N - S - 1))``, its first S tokens are the
-inputs and its last S the targets. ``u`` comes from a generator keyed by the seed and the window's
-index, so window k is the same on every run, machine and numpy version, whichever rank or worker
-draws it, and a run resumes from an index alone. With per-bucket weights, each window first draws
-its bucket (probability proportional to the weight), then its start within that bucket's stream.
-``align_to_docs`` starts every window at a document start, each eligible document equally likely.
+EOS); a window is S+1 consecutive tokens, its first S the inputs and its last S the targets.
+
+By default windows come in epochs (as Megatron's GPTDataset samples do): the stream is cut every S
+tokens (``WindowCut``; each document on its own with ``align_to_docs``), and epoch e takes the cut's
+windows in a seeded ``Permutation`` of its own, computed per index, so window k is the same on every
+run, machine and numpy version, whichever rank or worker draws it, and a run resumes from an index
+alone. Per-bucket weights give each bucket its share of an epoch (``EpochMix``). ``loss_mask`` is 0
+on the target after each EOS. ``replacement=True`` keeps the earlier independent draws: a start at
+``floor(u * (N - S - 1))``, ``u`` from a generator keyed by the seed and the window's index (with
+weights, the bucket first, by weight; ``align_to_docs``: at a document start, each eligible one
+equally likely). ``LengthSampler`` makes batches of a fixed number of tokens, one bucket and one
+sequence length each.
 
 Only numpy here (and fsspec for remote trees): no Beam, no torch.
 """

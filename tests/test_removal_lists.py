@@ -7,15 +7,19 @@ from __future__ import annotations
 import os
 import shutil
 
+import apache_beam as beam
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import finepdfs_row
+from apache_beam.testing.util import assert_that, equal_to
+from conftest import finepdfs_row, fnapi_pipeline
+from doc_batches import doc_batches, documents_of
 
 from pipelines import bucketed, cli
 from shards import layout, manifest
 from shards.removal import REMOVALS_HEADER, REMOVALS_NAME, format_removal_line, read_removal_list
 from transforms.bucketed.removal import DropRemoved
+from transforms.core.records import DROPPED, Document
 
 RUNNER = "--runner=FnApiRunner"
 # Ids the job accepts: '#' is an ordinary character of an id.
@@ -84,6 +88,22 @@ def test_an_audit_log_with_a_broken_line_names_the_file(tmp_path):
     path = write(tmp_path / "audit.txt", REMOVALS_HEADER + "\n" + LOG_LINES[0] + "#tag-2\n")
     with pytest.raises(ValueError, match="audit.txt starts with the removals.txt header but is not an audit log"):
         read_removal_list(path)
+
+
+# --- DropRemoved on the job's batches ---------------------------------------------------------------------------
+
+
+def test_drop_removed_takes_listed_ids_out_of_each_batch_and_says_which(tmp_path):
+    listed = write(tmp_path / "list.txt", "#tag-1\n#tag-2\ndoc-3\nnever-seen\n")
+    also = write(tmp_path / REMOVALS_NAME, REMOVALS_HEADER + "\n" + LOG_LINES[0])  # an output's own audit log
+    docs = [Document(r["id"], r["text"], "docs.parquet", i) for i, r in enumerate(ROWS)]
+    # Batches of 2: the first loses both its documents, the second one, the others none.
+    with fnapi_pipeline() as p:
+        result = p | beam.Create(doc_batches(docs, per_batch=2, with_lid=False)) | DropRemoved(listed, also)
+        assert_that(result.kept | beam.FlatMap(lambda b: [(d.id, d.row) for d in documents_of(b)]),
+                    equal_to([(r["id"], i) for i, r in enumerate(ROWS) if r["id"] not in FLAGGED]), label="Kept")
+        assert_that(result[DROPPED] | beam.CombinePerKey(sum), equal_to([("removed", 3)]), label="Dropped")
+        assert_that(result.matched, equal_to(sorted(FLAGGED)), label="Matched")
 
 
 # --- Both jobs, through the CLI ---------------------------------------------------------------------------------

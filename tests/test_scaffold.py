@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
 from conftest import fnapi_pipeline
+from doc_batches import doc_batches, documents_of, sequences_of
 
 from shards import llmc
 from transforms.core.encoders import load_encoder
@@ -244,12 +245,17 @@ def test_encode_scaffold_transform_routes_sequences_drops_and_counts(gpt2_spec):
     ]
     config = ScaffoldConfig(gpt2_spec, val_fraction=0.0)
     with fnapi_pipeline() as p:
-        out = p | beam.Create(docs) | EncodeScaffold(config)
-        assert_that(out.sequences | "Ids" >> beam.Map(lambda s: (s.id, s.tokens.tolist(), s.split)),
+        out = p | beam.Create(doc_batches(docs, per_batch=2, with_lid=False)) | EncodeScaffold(config)
+        sequences = out.sequences | "Sequences" >> beam.FlatMap(sequences_of)
+        assert_that(sequences | "Ids" >> beam.MapTuple(lambda i, t, x: (i, t.tolist(), llmc.SPLITS[x["split"]])),
                     equal_to([("ok", CARD_IDS, "train"),
                               ("errado", [50258, 388, 50257, 4598, 271, 50256], "train")]),
                     label="Sequences")
-        assert_that(out[DROPPED], equal_to(["no_words", "too_many_words"]), label="Drops")
+        assert_that(sequences | "Extra" >> beam.MapTuple(lambda i, t, x: (i, x["doc_id"], int(x["words"]),
+                                                                           int(x["mismatch"]))),
+                    equal_to([("ok", "ok", 7, 0), ("errado", "errado", 2, 1)]), label="Extra")
+        assert_that(out[DROPPED] | "SumDrops" >> beam.CombinePerKey(sum),
+                    equal_to([("no_words", 1), ("too_many_words", 1)]), label="Drops")
         assert_that(out[COUNTS] | "Sum" >> beam.CombinePerKey(sum_counts),
                     equal_to([("train", (2, 2, 9, len(CARD_IDS) + 6, 1))]), label="Counts")
 
@@ -323,7 +329,7 @@ def test_json_records_through_the_pipeline(tmp_path):
     (tmp_path / "array.json").write_text(json.dumps(RECORDS, ensure_ascii=False), encoding="utf-8")
     config = ReadConfig(str(tmp_path), text_field="content-ff", with_lid=False, json_values=True)
     with fnapi_pipeline() as p:
-        docs = (p | ReadDocuments(config)).docs
+        docs = (p | ReadDocuments(config)).docs | beam.FlatMap(documents_of)
         assert_that(docs | beam.Map(lambda d: (d.id, d.text, d.row)),
                     equal_to([("1", "<ff_1> Olá <ff_0> .", 0), ("b", "<ff_0> Adeus", 1)]))
 

@@ -8,33 +8,49 @@ import apache_beam as beam
 import numpy as np
 import pytest
 from conftest import fnapi_pipeline, tree_hashes
+from doc_batches import token_batch
 
 from shards import layout, manifest, tree
 from shards.manifest import DatasetStats
-from transforms.bucketed.write import ShardConfig, WriteShards
-from transforms.core.publish import PublishOutput, StatsSettings, UnaccountedDocumentsError, compute_stats
-from transforms.core.records import TokenizedDocument
+from transforms.bucketed.format import BucketedFormat
+from transforms.bucketed.settings import BucketedSettings
+from transforms.bucketed.write import ShardConfig, WriteShards, bucketed_keys, write_partition
+from transforms.core.batches import RefBatch
+from transforms.core.publish import PublishOutput, UnaccountedDocumentsError, publish
 
 EOS = 9
-SETTINGS = StatsSettings("eng_Latn", 0.9, 1, "test", EOS, vocab_size=100)
+SETTINGS = BucketedSettings(input="in", output="out", language="eng_Latn", lid_threshold=0.9, min_token_count=1,
+                            tokenizer="test")
 
 
-def tokenized(doc_id: str, n: int) -> TokenizedDocument:
+def fmt(config: ShardConfig) -> BucketedFormat:
+    return BucketedFormat(SETTINGS, EOS, vocab_size=100, config=config)
+
+
+def tokenized(doc_id: str, n: int) -> tuple[str, np.ndarray]:
     tokens = np.full(n, 1 + (len(doc_id) % 5), dtype="<u4")
     tokens[-1] = EOS
-    return TokenizedDocument(doc_id, tokens, "src", 0)
+    return doc_id, tokens
 
 
 DOCS = [tokenized(f"doc-{i}", 5 + i % 7) for i in range(40)] + [tokenized("long", 1500), tokenized("huge", 300_000)]
+TOKENS = dict(DOCS)
+DROPS = {"language": 2, "lid_score": 1}
 
 
-def run_write(config: ShardConfig, docs=DOCS, drops=("language", "language", "lid_score")):
+def batches(docs=DOCS, per_batch: int = 16) -> list:
+    """The documents as TokenBatches of one input file, rows in order."""
+    return [token_batch("src", docs[i:i + per_batch], rows=range(i, min(i + per_batch, len(docs))))
+            for i in range(0, len(docs), per_batch)]
+
+
+def run_write(config: ShardConfig, docs=DOCS, drops=DROPS):
     tree.claim(config.output, "bucketed")  # what the job's launch does (pipelines.common.prepare_output)
     with fnapi_pipeline() as p:
-        groups = (p | "Docs" >> beam.Create(docs) | WriteShards(config)).groups
-        raw = p | "Raw" >> beam.Create([len(docs) + len(drops)])
-        reasons = p | "Drops" >> beam.Create(list(drops))
-        groups | PublishOutput(config, SETTINGS, raw, reasons)
+        groups = (p | "Docs" >> beam.Create(batches(docs)) | WriteShards(config)).groups
+        raw = p | "Raw" >> beam.Create([len(docs) + sum(drops.values())])
+        reasons = p | "Drops" >> beam.Create(sorted(drops.items()))
+        groups | PublishOutput(fmt(config), config, raw, (reasons,))
 
 
 def read_manifest(out) -> list[tuple[str, str, int]]:
@@ -47,8 +63,7 @@ def test_files_roll_and_every_document_is_stored_whole_in_seeded_order(tmp_path)
     config = ShardConfig(output=out, run_id="t1", partitions=2, max_shard_bytes=60)
     run_write(config)
     rows = read_manifest(out)
-    assert sorted(r[1] for r in rows) == sorted(d.id for d in DOCS)
-    by_id = {d.id: d for d in DOCS}
+    assert sorted(r[1] for r in rows) == sorted(TOKENS)
     files: dict[str, list[tuple[str, int]]] = {}
     for rel, doc_id, n in rows:
         files.setdefault(rel, []).append((doc_id, n))
@@ -60,7 +75,7 @@ def test_files_roll_and_every_document_is_stored_whole_in_seeded_order(tmp_path)
         for doc_id, n in docs:
             assert layout.bucket_name(n) == name.bucket
             assert layout.partition_of(doc_id, 2) == name.partition
-            np.testing.assert_array_equal(data[offset:offset + n], by_id[doc_id].tokens)
+            np.testing.assert_array_equal(data[offset:offset + n], TOKENS[doc_id])
             offset += n
         # A file passes max_shard_bytes only when it holds a single document.
         assert len(data) * 4 <= 60 or len(docs) == 1
@@ -94,7 +109,7 @@ def test_a_rerun_replaces_files_the_new_run_does_not_write(tmp_path):
 def test_publish_refuses_when_documents_are_unaccounted_for():
     config = ShardConfig(output="/nowhere", run_id="x")
     with pytest.raises(UnaccountedDocumentsError, match="refusing to publish"):
-        compute_stats([], raw_documents=3, drops={"language": 1}, settings=SETTINGS, config=config)
+        publish([], raw_documents=3, drops={"language": 1}, extras={}, fmt=fmt(config), config=config)
 
 
 @pytest.mark.parametrize("kwargs", [{"partitions": 0}, {"max_shard_bytes": 2}, {"seed": -1}, {"dtype": "f4"}])
@@ -105,32 +120,32 @@ def test_bad_shard_settings_fail_when_configured(kwargs):
 
 def _stage_by_hand(out: str, run_id: str, docs=DOCS) -> tuple[ShardConfig, list]:
     """Spill and stage DOCS with the plain functions the DoFns call, without a pipeline."""
-    from transforms.bucketed.write import shard_key, write_group
-    from transforms.core.records import DocRef
-
     config = ShardConfig(output=out, run_id=run_id, partitions=2, max_shard_bytes=60)
     tree.claim(out, "bucketed")
     os.makedirs(config.spill_url)
     spill = os.path.join(config.spill_url, "by-hand.bin")
-    groups: dict[tuple[str, int], list[DocRef]] = {}
-    offset = 0
+    [batch] = batches(docs, per_batch=len(docs))
     with open(spill, "wb") as f:
-        for d in docs:
-            f.write(d.tokens.tobytes())
-            ref = DocRef(layout.shuffle_key(d.id, 0), d.id, len(d.tokens), spill, offset, d.source, d.row)
-            groups.setdefault(shard_key(d, config), []).append(ref)
-            offset += d.tokens.nbytes
-    staged = [write_group(b, p, refs, config) for (b, p), refs in sorted(groups.items())]
+        f.write(batch.tokens.tobytes())
+    offsets = (np.cumsum(batch.lengths) - batch.lengths) * batch.tokens.itemsize
+    partitions, sort_keys = bucketed_keys(batch, config)
+    partitions = np.asarray(partitions)
+    staged = []
+    for p in sorted(set(partitions.tolist())):
+        mine = np.flatnonzero(partitions == p)
+        refs = RefBatch(spill, batch.source, [batch.ids[i] for i in mine], sort_keys[mine], batch.lengths[mine],
+                        offsets[mine], batch.rows[mine])
+        groups, duplicates = write_partition(p, [refs], config)
+        assert duplicates == 0
+        staged.extend(groups)
     return config, staged
 
 
 def test_a_publish_that_dies_midway_looks_unfinished_and_a_retry_completes_it(tmp_path, monkeypatch):
     from fsspec.implementations.local import LocalFileSystem
 
-    from transforms.core.publish import publish
-
     clean_config, clean_groups = _stage_by_hand(str(tmp_path / "clean"), "r")
-    publish(clean_groups, len(DOCS), {}, SETTINGS, clean_config)
+    publish(clean_groups, len(DOCS), {}, {}, fmt(clean_config), clean_config)
 
     out = str(tmp_path / "crash")
     run_write(ShardConfig(output=out, run_id="old", partitions=3))  # an earlier, complete output
@@ -146,10 +161,57 @@ def test_a_publish_that_dies_midway_looks_unfinished_and_a_retry_completes_it(tm
 
     monkeypatch.setattr(LocalFileSystem, "mv", dying_mv)
     with pytest.raises(OSError, match="simulated crash"):
-        publish(groups, len(DOCS), {}, SETTINGS, config)
+        publish(groups, len(DOCS), {}, {}, fmt(config), config)
     # No commit marker: nothing here may be taken for a finished output.
     assert not os.path.exists(os.path.join(out, layout.STATS_NAME))
     assert not os.path.exists(os.path.join(out, layout.MANIFEST_NAME))
     monkeypatch.setattr(LocalFileSystem, "mv", real_mv)
-    publish(groups, len(DOCS), {}, SETTINGS, config)  # the retry finishes the job
+    publish(groups, len(DOCS), {}, {}, fmt(config), config)  # the retry finishes the job
     assert tree_hashes(out) == tree_hashes(str(tmp_path / "clean"))
+
+
+# Copies of ids in two input files: (id, file, row, tokens). The first copy of "x" by (file, row)
+# is a.parquet row 5, long enough for another bucket than the other copies.
+COPIES = [("x", "b.parquet", 0, 3), ("y", "b.parquet", 1, 6), ("x", "a.parquet", 7, 4), ("x", "a.parquet", 5, 1500)]
+
+
+def _stage_copies(out: str, copies) -> tuple[ShardConfig, list, int]:
+    """COPIES spilled one file per input file, as RefBatches in the order given, then written as
+    one partition."""
+    config = ShardConfig(output=out, run_id="r", partitions=1)
+    os.makedirs(config.spill_url)
+    by_source: dict[str, list] = {}
+    for c in copies:
+        by_source.setdefault(c[1], []).append(c)
+    refs = []
+    for source, group in by_source.items():
+        spill = os.path.join(config.spill_url, f"{source}.bin")
+        docs = [(i, np.append(np.full(n - 1, row + 100, "<u4"), np.uint32(EOS))) for i, _, row, n in group]
+        batch = token_batch(source, docs, rows=[row for _, _, row, _ in group])
+        with open(spill, "wb") as f:
+            f.write(batch.tokens.tobytes())
+        _, sort_keys = bucketed_keys(batch, config)
+        refs.append(RefBatch(spill, source, batch.ids, sort_keys, batch.lengths,
+                             (np.cumsum(batch.lengths) - batch.lengths) * 4, batch.rows))
+    groups, duplicates = write_partition(0, refs, config)
+    return config, groups, duplicates
+
+
+def test_a_partition_keeps_the_first_copy_of_an_id_by_file_and_row(tmp_path):
+    config, groups, duplicates = _stage_copies(str(tmp_path / "one"), COPIES)
+    assert duplicates == 2
+    staged = {}
+    for g in groups:
+        with open(g.manifest_url, encoding="utf-8") as f:
+            rows = [line.split(" | ") for line in f.read().splitlines()]
+        for f in g.files:
+            staged[g.bucket] = ([r[1] for r in rows if r[0] == f.rel_path],
+                                np.fromfile(os.path.join(config.staged_url, f.rel_path), dtype="<u4"))
+    assert sorted(staged) == ["1024", "2048"]
+    ids, data = staged["2048"]
+    assert ids == ["x"] and len(data) == 1500 and set(data[:-1].tolist()) == {105}  # a.parquet row 5
+    ids, data = staged["1024"]
+    assert ids == ["y"] and data.tolist() == [101] * 5 + [EOS]
+    # The same files whatever order the copies come in.
+    _, again, _ = _stage_copies(str(tmp_path / "two"), COPIES[::-1])
+    assert [f for g in again for f in g.files] == [f for g in groups for f in g.files]

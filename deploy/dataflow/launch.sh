@@ -26,7 +26,7 @@ MACHINE_TYPE=${MACHINE_TYPE:-n2-standard-8}
 NUM_WORKERS=${NUM_WORKERS:-4}     # SIZING.md: the 30-minute row at 50 % efficiency
 MAX_WORKERS=${MAX_WORKERS:-16}    # room for autoscaling if the real efficiency is lower
 # Tokens never touch the workers' disks (spill and staging files are on GCS), and the shuffle is of
-# small per-document references through Dataflow Shuffle: the boot disk only holds the images.
+# only pointers to per-batch references through Dataflow Shuffle: the boot disk only holds the images.
 DISK_GB=${DISK_GB:-50}
 WORKER_IMAGE=${WORKER_IMAGE:-}        # optional: deploy/worker.Dockerfile, pushed to Artifact Registry
 TEMPLATE_IMAGE=${TEMPLATE_IMAGE:-$REGION-docker.pkg.dev/$PROJECT/pretokenize/pretokenize-template:latest}

@@ -539,8 +539,8 @@ def scale_section(info: dict, runs: list[ScaleRun], date: str, how: str, timeout
         f"{info['text_bytes'] / MB:.1f} MB of text, in the FinePDFs schema's columns the job reads, "
         f"{info['files']} parquet files, {info['row_groups']} row groups of at most "
         f"{scale_corpus.ROW_GROUP_ROWS:,} rows; each text a run of consecutive words of "
-        "tests/data/sample_sources (English, or one of "
-        f"{info['foreign_languages']} UDHR translations); rows "
+        "tests/data/sample_sources (English, or a UDHR translation in one of "
+        f"{info['foreign_languages']} other languages); rows "
         + ", ".join(f"{k} {v:,}" for k, v in info["categories"].items())
         + ".",
         "",
@@ -755,7 +755,7 @@ def main(argv: list[str] | None = None) -> int:
     long_rows = long_doc_rows(specs, ordinary_sample(texts), long_documents(base, texts, long_size), args.repeats)
 
     scale_date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    scale = run_scale(args.cache, args.scale_docs, runner_keys, args.scale_timeout, scale_date, "`make bench`")
+    scale_lines = run_scale(args.cache, args.scale_docs, runner_keys, args.scale_timeout, scale_date, "`make bench`")
     shutil.rmtree(work, ignore_errors=True)
     runtime = time.perf_counter() - started
 
@@ -848,7 +848,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         *long_table(long_rows),
         "",
-        *scale,
+        *scale_lines,
     ]
     text = "\n".join(lines)
     args.out.write_text(text)

@@ -23,7 +23,7 @@ from shards import layout, llmc
 from shards.llmc import ScaffoldStats
 from transforms.core import spill
 from transforms.core.records import BadInputError
-from transforms.scaffold.encode import write as write_llmc
+from transforms.scaffold import write as write_llmc
 
 PLAIN = REPO / "tests" / "data" / "scaffold" / "por_plain.jsonl"
 FLAGS = ["--annotate", "--shard-tokens", "700", "--val-fraction", "0.2"]
