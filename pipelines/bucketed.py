@@ -15,16 +15,7 @@ import posixpath
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.common import (
-    add_common_flags,
-    add_flag,
-    drop_lines,
-    new_run_id,
-    parse_job_args,
-    prepare_output,
-    run_job,
-    timing_lines,
-)
+from pipelines import common
 from shards import layout, storage, tree
 from shards.manifest import DatasetStats
 from shards.removal import REMOVALS_NAME
@@ -42,35 +33,26 @@ log = logging.getLogger(__name__)
 
 
 def make_parser() -> argparse.ArgumentParser:
-    d = BucketedSettings("", "")
-    p = argparse.ArgumentParser(
-        prog="pretokenize bucketed",
-        description="Tokenize parquet/JSONL documents into length-bucketed uint32 shards (FinePDFs-Edu layout).",
-        epilog="Any other flag is passed to Beam's PipelineOptions, e.g. --runner=FnApiRunner "
-        "--direct_running_mode=multi_processing --direct_num_workers=2.",
-    )
-    add_flag(p, "input", required=True, help="glob, file or directory of .parquet/.jsonl files; local or fsspec URL")
-    add_flag(p, "output", required=True, help="output directory; local or fsspec URL (gs://, s3://)")
-    add_flag(p, "language", default=d.language, help="keep documents whose language and page LID equal this")
-    add_flag(p, "lid-threshold", type=float, default=d.lid_threshold, help="minimum page_average_lid_score")
-    add_flag(p, "min-token-count", type=int, default=d.min_token_count, help="minimum source token_count")
-    add_flag(p, "tokenizer", default=d.tokenizer, help="jet-nemotron | gpt2 | tiktoken:PATH | hf:NAME_OR_PATH")
-    add_flag(p, "eos-token", default=None, help="for hf: tokenizers, the token appended as EOS (default: its eos)")
-    add_flag(p, "dtype", default=d.dtype, choices=sorted(layout.DTYPES), help="token dtype on disk")
-    add_flag(p, "partitions", type=int, default=d.partitions, help="partitions per bucket")
-    add_flag(p, "max-shard-bytes", type=float, default=d.max_shard_bytes, help="roll to a new file before this size")
-    add_flag(p, "seed", type=int, default=d.seed, help="seed of the order inside each partition")
-    add_flag(p, "batch-docs", type=int, default=d.batch_docs, help="documents per tokenizer batch")
-    add_flag(p, "removal-list", default=None, help="ids to leave out, one a line, no comments, or a removals.txt")
-    add_common_flags(p)
+    d, flag = BucketedSettings("", ""), common.add_flag
+    p = common.job_parser("bucketed", "Tokenize parquet/JSONL documents into length-bucketed uint32 shards "
+                          "(FinePDFs-Edu layout).", ".parquet/.jsonl files")
+    flag(p, "language", default=d.language, help="keep documents whose language and page LID equal this")
+    flag(p, "lid-threshold", type=float, default=d.lid_threshold, help="minimum page_average_lid_score")
+    flag(p, "min-token-count", type=int, default=d.min_token_count, help="minimum source token_count")
+    flag(p, "tokenizer", default=d.tokenizer, help="jet-nemotron | gpt2 | tiktoken:PATH | hf:NAME_OR_PATH")
+    flag(p, "eos-token", default=None, help="for hf: tokenizers, the token appended as EOS (default: its eos)")
+    flag(p, "dtype", default=d.dtype, choices=sorted(layout.DTYPES), help="token dtype on disk")
+    flag(p, "partitions", type=int, default=d.partitions, help="partitions per bucket")
+    flag(p, "max-shard-bytes", type=float, default=d.max_shard_bytes, help="roll to a new file before this size")
+    flag(p, "seed", type=int, default=d.seed, help="seed of the order inside each partition")
+    flag(p, "batch-docs", type=int, default=d.batch_docs, help="documents per tokenizer batch")
+    flag(p, "removal-list", default=None, help="ids to leave out, one a line, no comments, or a removals.txt")
+    common.add_common_flags(p)
     return p
 
 
 def parse_args(argv: list[str]) -> tuple[BucketedSettings, PipelineOptions]:
-    ours, beam_args = parse_job_args(make_parser(), argv)
-    values = vars(ours)
-    values["max_shard_bytes"] = int(values["max_shard_bytes"])
-    return BucketedSettings(**values), PipelineOptions(beam_args)
+    return common.parse_settings(make_parser(), argv, BucketedSettings, integers=("max_shard_bytes",))
 
 
 def build(pipeline: beam.Pipeline, options: BucketedSettings, run_id: str | None = None):
@@ -83,10 +65,11 @@ def build(pipeline: beam.Pipeline, options: BucketedSettings, run_id: str | None
     tokenizer = options.tokenizer_config()
     encoder = tokenizer.load()
     lid = options.lid_filter()
-    shards = options.shard_config(run_id or new_run_id())
+    shards = options.shard_config(run_id or common.new_run_id())
     read = ReadDocuments(options.read_config())
     pending = load_journal(output) if tree.read_record(output) is not None else None
-    prepare_output(output, "bucketed", inputs=[u.path for u in read.units], keep=(JOURNAL_DIR,) if pending else ())
+    keep = (JOURNAL_DIR,) if pending else ()
+    common.prepare_output(output, "bucketed", inputs=[u.path for u in read.units], keep=keep)
     # Removal requests this output has accepted stay honoured: the ids removals.txt lists as taken
     # out, and those of a removal that was interrupted (its journal), which this run finishes.
     sources = [storage.normalize(options.removal_list)] if options.removal_list else []
@@ -134,10 +117,6 @@ def build(pipeline: beam.Pipeline, options: BucketedSettings, run_id: str | None
     return written.groups | "PublishOutput" >> PublishOutput(publish_format, shards, raw, tuple(drops), **extras)
 
 
-def read_stats(output: str) -> DatasetStats:
-    return tree.OutputTree.open(storage.normalize(output)).stats()
-
-
 def summary_table(stats: DatasetStats, output: str, seconds: float) -> str:
     lines = [f"{'bucket':>8} {'documents':>12} {'tokens':>16} {'files':>6}"]
     for name in layout.BUCKET_NAMES:
@@ -146,14 +125,14 @@ def summary_table(stats: DatasetStats, output: str, seconds: float) -> str:
             lines.append(f"{name:>8} {b.documents:>12,} {b.tokens:>16,} {b.files:>6}")
     lines.append(f"{'total':>8} {stats.kept_documents:>12,} {stats.total_tokens:>16,} {stats.total_files:>6}")
     lines.append("")
-    lines += drop_lines(stats.raw_documents, stats.kept_documents, stats.drops)
+    lines += common.drop_lines(stats.raw_documents, stats.kept_documents, stats.drops)
     if stats.removal_list_ids is not None:
         lines.append(
             f"removal list: {stats.removal_list_ids:,} ids, {stats.removal_ids_not_found:,} of them not in the input"
         )
-    lines += timing_lines(stats.total_tokens, seconds, output)
+    lines += common.timing_lines(stats.total_tokens, seconds, output)
     return "\n".join(lines)
 
 
 def run(argv: list[str] | None = None) -> DatasetStats:
-    return run_job(argv or [], parse_args, build, read_stats, summary_table)
+    return common.run_job(argv or [], parse_args, build, summary_table)

@@ -67,6 +67,19 @@ def check_beam_flags(args: list[str], job_flags: list[str]) -> None:
     raise UsageError(f"unknown flag or argument: {', '.join(problems)}; see --help")
 
 
+def job_parser(job: str, description: str, inputs: str) -> argparse.ArgumentParser:
+    """A writing job's parser with its --input and --output; the job adds its own flags."""
+    p = argparse.ArgumentParser(
+        prog=f"pretokenize {job}",
+        description=description,
+        epilog="Any other flag is passed to Beam's PipelineOptions, e.g. --runner=FnApiRunner "
+        "--direct_running_mode=multi_processing --direct_num_workers=2.",
+    )
+    add_flag(p, "input", required=True, help=f"glob, file or directory of {inputs}; local or fsspec URL")
+    add_flag(p, "output", required=True, help="output directory; local or fsspec URL (gs://, s3://)")
+    return p
+
+
 def add_common_flags(parser: argparse.ArgumentParser) -> None:
     """Flags of every job that reads documents and publishes a tree."""
     add_flag(parser, "on-bad-record", default="fail", choices=("fail", "skip"),
@@ -198,11 +211,25 @@ def _noting_interrupts(noted: list):
         signal.signal(signal.SIGINT, previous)
 
 
+def parse_settings(parser: argparse.ArgumentParser, argv: list[str], settings_cls, integers: tuple[str, ...] = ()):
+    """The job's settings object from its flags (``integers`` may be given as 1.5e9), and Beam's
+    PipelineOptions from the rest."""
+    ours, beam_args = parse_job_args(parser, argv)
+    values = vars(ours)
+    for name in integers:
+        values[name] = int(values[name])
+    return settings_cls(**values), PipelineOptions(beam_args)
+
+
+def read_stats(output: str):
+    """The stats a finished tree published (DatasetStats or ScaffoldStats)."""
+    return tree.OutputTree.open(storage.normalize(output)).stats()
+
+
 def run_job(
     argv: list[str],
     parse_args: Callable[[list[str]], tuple[Any, PipelineOptions]],
     build: Callable[[beam.Pipeline, Any, str], Any],
-    read_stats: Callable[[str], Any],
     summary_table: Callable[[Any, str, float], str],
 ):
     """Parse, run, then print the summary of the stats the job published; returns the stats.

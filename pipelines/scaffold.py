@@ -13,17 +13,8 @@ import logging
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.common import (
-    add_common_flags,
-    add_flag,
-    drop_lines,
-    new_run_id,
-    parse_job_args,
-    prepare_output,
-    run_job,
-    timing_lines,
-)
-from shards import llmc, storage, tree
+from pipelines import common
+from shards import llmc
 from shards.llmc import ScaffoldStats
 from transforms.core.read import RECORDS, CountRecords, ReadDocuments
 from transforms.scaffold.encode import (
@@ -42,39 +33,30 @@ from transforms.scaffold.write import (
 log = logging.getLogger(__name__)
 
 def make_parser() -> argparse.ArgumentParser:
-    d = ScaffoldSettings("", "")
-    p = argparse.ArgumentParser(
-        prog="pretokenize scaffold",
-        description="Encode documents with a countdown token before every word (GPT-2 BPE + <ff_N> ids "
-        "50257..51256) into llm.c shards: train/shard_NNN.bin, val/shard_NNN.bin.",
-        epilog="Any other flag is passed to Beam's PipelineOptions, e.g. --runner=FnApiRunner "
-        "--direct_running_mode=multi_processing --direct_num_workers=2.",
-    )
-    add_flag(p, "input", required=True, help="glob, file or directory of .json/.jsonl (or .parquet with --annotate)")
-    add_flag(p, "output", required=True, help="output directory; local or fsspec URL (gs://, s3://)")
-    add_flag(p, "annotate", action="store_true", help="the input is plain text (id, text): split it into words here")
-    add_flag(p, "id-field", default=d.id_field, help="field of the document id")
-    add_flag(p, "text-field", default=None, help=f"field of the text (default {ANNOTATED_FIELD}, or {PLAIN_FIELD} "
+    d, flag = ScaffoldSettings("", ""), common.add_flag
+    p = common.job_parser("scaffold", "Encode documents with a countdown token before every word (GPT-2 BPE + "
+                          "<ff_N> ids 50257..51256) into llm.c shards: train/shard_NNN.bin, val/shard_NNN.bin.",
+                          ".json/.jsonl (or .parquet with --annotate)")
+    flag(p, "annotate", action="store_true", help="the input is plain text (id, text): split it into words here")
+    flag(p, "id-field", default=d.id_field, help="field of the document id")
+    flag(p, "text-field", default=None, help=f"field of the text (default {ANNOTATED_FIELD}, or {PLAIN_FIELD} "
           "with --annotate)")
-    add_flag(p, "tokenizer", default=d.tokenizer, help="gpt2 | tiktoken:PATH (GPT-2 ranks) | hf:NAME_OR_PATH")
-    add_flag(p, "long-docs", default=d.long_docs, choices=LONG_DOC_POLICIES,
+    flag(p, "tokenizer", default=d.tokenizer, help="gpt2 | tiktoken:PATH (GPT-2 ranks) | hf:NAME_OR_PATH")
+    flag(p, "long-docs", default=d.long_docs, choices=LONG_DOC_POLICIES,
           help="documents over 1,000 words: skip (drop, counted) or chunk (1,000-word documents)")
-    add_flag(p, "max-word-chars", type=int, default=d.max_word_chars,
+    flag(p, "max-word-chars", type=int, default=d.max_word_chars,
           help="drop (counted) a document with a word longer than this many characters; 0: no limit")
-    add_flag(p, "val-fraction", type=float, default=d.val_fraction, help="share of documents in val/, by id hash")
-    add_flag(p, "shard-tokens", type=float, default=d.shard_tokens, help="tokens in every shard but the last")
-    add_flag(p, "seed", type=int, default=d.seed, help="seed of the document order")
-    add_flag(p, "order-ranges", type=int, default=d.order_ranges,
+    flag(p, "val-fraction", type=float, default=d.val_fraction, help="share of documents in val/, by id hash")
+    flag(p, "shard-tokens", type=float, default=d.shard_tokens, help="tokens in every shard but the last")
+    flag(p, "seed", type=int, default=d.seed, help="seed of the document order")
+    flag(p, "order-ranges", type=int, default=d.order_ranges,
           help="pieces (a power of two) each split's ordering is cut into; changes memory, never the bytes")
-    add_common_flags(p)
+    common.add_common_flags(p)
     return p
 
 
 def parse_args(argv: list[str]) -> tuple[ScaffoldSettings, PipelineOptions]:
-    ours, beam_args = parse_job_args(make_parser(), argv)
-    values = vars(ours)
-    values["shard_tokens"] = int(values["shard_tokens"])
-    return ScaffoldSettings(**values), PipelineOptions(beam_args)
+    return common.parse_settings(make_parser(), argv, ScaffoldSettings, integers=("shard_tokens",))
 
 
 def build(pipeline: beam.Pipeline, options: ScaffoldSettings, run_id: str | None = None):
@@ -84,11 +66,11 @@ def build(pipeline: beam.Pipeline, options: ScaffoldSettings, run_id: str | None
     that every input file exists (and a parquet file has the id and text columns).
     """
     scaffold = options.scaffold_config()
-    shards = options.shard_config(run_id or new_run_id())
+    shards = options.shard_config(run_id or common.new_run_id())
     scaffold.load()
     publish_format = LlmcFormat(options, shards)
     read = ReadDocuments(options.read_config())
-    prepare_output(shards.output, "scaffold", inputs=[u.path for u in read.units])
+    common.prepare_output(shards.output, "scaffold", inputs=[u.path for u in read.units])
 
     read_result = pipeline | "ReadDocuments" >> read
     raw = read_result[RECORDS] | "CountDocuments" >> CountRecords()
@@ -100,10 +82,6 @@ def build(pipeline: beam.Pipeline, options: ScaffoldSettings, run_id: str | None
     return written.staged | "PublishLlmcOutput" >> PublishLlmcOutput(publish_format, raw, drops, counts)
 
 
-def read_stats(output: str) -> ScaffoldStats:
-    return tree.OutputTree.open(storage.normalize(output)).stats()
-
-
 def summary_table(stats: ScaffoldStats, output: str, seconds: float) -> str:
     lines = [f"{'split':>6} {'documents':>11} {'sequences':>11} {'words':>13} {'tokens':>15} {'files':>6}"]
     for name in llmc.SPLITS:
@@ -111,7 +89,7 @@ def summary_table(stats: ScaffoldStats, output: str, seconds: float) -> str:
         if s:
             lines.append(f"{name:>6} {s.documents:>11,} {s.sequences:>11,} {s.words:>13,} {s.tokens:>15,} {s.files:>6}")
     lines.append("")
-    lines += drop_lines(stats.raw_documents, stats.kept_documents, stats.drops)
+    lines += common.drop_lines(stats.raw_documents, stats.kept_documents, stats.drops)
     lines.append(f"input countdown differed from the words (recomputed): {stats.countdown_mismatches:,} documents")
     for name in llmc.SPLITS:
         s = stats.splits.get(name)
@@ -119,9 +97,9 @@ def summary_table(stats: ScaffoldStats, output: str, seconds: float) -> str:
             # llm.c's loader (and the published train.py) wants at least T + 1 tokens in every shard.
             lines.append(f"the last {name} shard holds {s.tokens % stats.shard_tokens:,} tokens: a loader that "
                          f"reads windows of T + 1 tokens from each shard needs T < that")
-    lines += timing_lines(stats.total_tokens, seconds, output)
+    lines += common.timing_lines(stats.total_tokens, seconds, output)
     return "\n".join(lines)
 
 
 def run(argv: list[str] | None = None) -> ScaffoldStats:
-    return run_job(argv or [], parse_args, build, read_stats, summary_table)
+    return common.run_job(argv or [], parse_args, build, summary_table)

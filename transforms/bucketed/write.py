@@ -20,7 +20,6 @@ Shard files are written under the run's staging directory; PublishOutput moves t
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
 import posixpath
 from collections.abc import Iterable
@@ -110,12 +109,8 @@ def write_group(bucket: str, partition: int, refs: Refs, order: np.ndarray, conf
             index = order[first:end]
             rel_path = layout.shard_rel_path(bucket, partition, len(files), config.partitions)
             out = AtomicFile(fs, posixpath.join(staged, rel_path))
-            digest = hashlib.sha256()
             try:
-                for _, _, tokens in reader.chunks(refs, index):
-                    data = memoryview(tokens).cast("B")
-                    out.write(data)
-                    digest.update(data)
+                out.write_documents(reader, refs, index)
                 out.commit()
             except BaseException:
                 out.abort()
@@ -124,7 +119,7 @@ def write_group(bucket: str, partition: int, refs: Refs, order: np.ndarray, conf
             # Ids were checked when read (manifest.id_problem): no row is checked again here.
             rows.extend(f"{rel_path} | {doc_id} | {n}\n"
                         for doc_id, n in zip(refs.ids[index].tolist(), lengths.tolist(), strict=True))
-            files.append(ShardFile(rel_path, len(index), int(lengths.sum()), digest.hexdigest()))
+            files.append(ShardFile(rel_path, len(index), int(lengths.sum()), out.sha256))
     finally:
         reader.close()
     width = layout.partition_digits(config.partitions)

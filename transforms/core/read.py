@@ -327,27 +327,6 @@ def column_values(column: pa.Array) -> list:
     return [None if v is None else float(str(narrow(v))) for v in column.to_pylist()]
 
 
-def read_parquet_unit(unit: InputUnit, config: ReadConfig) -> Iterator[Document | BadRecord]:
-    fs, fs_path = storage.filesystem(unit.path)
-    columns = [name for name, _ in config.fields()]
-    row = unit.first_row
-    try:
-        with fs.open(fs_path, "rb") as f:
-            pf = pq.ParquetFile(f)
-            check_parquet_schema(unit.path, pf.schema_arrow, config.fields())
-            for batch in pf.iter_batches(batch_size=config.batch_rows, row_groups=[unit.row_group], columns=columns):
-                cols = {name: column_values(batch.column(name)) for name in columns}
-                for i in range(batch.num_rows):
-                    values = {name: cols[name][i] for name in columns}
-                    try:
-                        yield _make_document(values, config, unit.path, row, f"{unit.path} row {row}")
-                    except BadInputError as e:
-                        yield _bad(e, config)
-                    row += 1
-    except (pa.ArrowInvalid, pa.ArrowIOError) as e:
-        raise BadInputError(f"{unit.path} row group {unit.row_group}", f"cannot be read ({e})") from None
-
-
 class _ZstdReader(io.RawIOBase):
     """The bytes of zstd frames one after another, and an EOFError when the data ends inside a frame.
 
@@ -591,7 +570,7 @@ def read_json_unit(unit: InputUnit, config: ReadConfig) -> Iterator[Document | B
 
 def read_unit(unit: InputUnit, config: ReadConfig) -> Iterator[Document]:
     if unit.kind == "parquet":
-        return read_parquet_unit(unit, config)
+        return _documents(read_parquet_batches(unit, config), config)
     if unit.kind == "json":
         return read_json_unit(unit, config)
     return read_jsonl_unit(unit, config)
@@ -738,6 +717,19 @@ def _batched(items: Iterator[Document | BadRecord], source: str, with_lid: bool)
             docs, size = [], 0
     if docs:
         yield documents_batch(source, docs, with_lid)
+
+
+def _documents(items: Iterator[DocBatch | BadRecord], config: ReadConfig) -> Iterator[Document | BadRecord]:
+    """Batches as one Document at a time (for tools and tests that look at documents one by one)."""
+    lid_names = [name for name, _ in LID_FIELDS] if config.with_lid else []
+    for item in items:
+        if isinstance(item, BadRecord):
+            yield item
+            continue
+        columns = {name: item.column(name) for name in ("id", "text", "row", *lid_names)}
+        for i in range(item.size):
+            lid = {name: columns[name][i] for name in lid_names}
+            yield Document(columns["id"][i], columns["text"][i], item.source, columns["row"][i], **lid)
 
 
 def read_batches(unit: InputUnit, config: ReadConfig) -> Iterator[DocBatch | BadRecord]:

@@ -15,6 +15,7 @@ that committed, so a retry can neither lose nor duplicate a document.
 
 from __future__ import annotations
 
+import hashlib
 import pickle
 import posixpath
 import uuid
@@ -221,7 +222,7 @@ class SpillReader:
 
 
 class AtomicFile:
-    """A file that appears at ``path`` whole or not at all.
+    """A file that appears at ``path`` whole or not at all, hashed (sha256) as it is written.
 
     On a local disk it is written under a unique temporary name and renamed on commit. On an
     object store the upload itself is all-or-nothing (the object exists once the upload
@@ -234,9 +235,20 @@ class AtomicFile:
         self._tmp = f"{path}.partial-{uuid.uuid4().hex[:12]}" if local else path
         fs.makedirs(posixpath.dirname(path), exist_ok=True)
         self.file = fs.open(self._tmp, "wb")
+        self._digest = hashlib.sha256()
 
     def write(self, data) -> None:
         self.file.write(data)
+        self._digest.update(data)
+
+    def write_documents(self, reader: SpillReader, refs: Refs, order: np.ndarray) -> None:
+        """The documents ``order`` names, streamed from the spill files in that order."""
+        for _, _, tokens in reader.chunks(refs, order):
+            self.write(memoryview(tokens).cast("B"))
+
+    @property
+    def sha256(self) -> str:
+        return self._digest.hexdigest()
 
     def commit(self) -> None:
         self.file.close()

@@ -38,7 +38,6 @@ shard's (at most its documents + 1), plus a read buffer of 64 MB.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
 import posixpath
 from collections.abc import Iterable, Iterator
@@ -317,23 +316,17 @@ def write_shard(
     _, staged = storage.filesystem(config.staged_url)
     reader = SpillReader(fs, llmc.TOKEN_DTYPE)
     out = AtomicFile(fs, posixpath.join(staged, rel_path))
-    digest = hashlib.sha256()
     try:
-        header = llmc.make_header(expected)
-        out.write(header)
-        digest.update(header)
+        out.write(llmc.make_header(expected))
         for _, pieces in ordered:
-            for _, _, tokens in reader.chunks(pieces, np.arange(pieces.size)):
-                data = memoryview(tokens).cast("B")
-                out.write(data)
-                digest.update(data)
+            out.write_documents(reader, pieces, np.arange(pieces.size))
         out.commit()
     except BaseException:
         out.abort()
         raise
     finally:
         reader.close()
-    return StagedShard(split, index, expected, rel_path, digest.hexdigest())
+    return StagedShard(split, index, expected, rel_path, out.sha256)
 
 
 class PlaceDocumentsFn(beam.DoFn):
