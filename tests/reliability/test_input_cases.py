@@ -114,7 +114,8 @@ def test_a_truncated_file_stops_the_job_even_when_bad_records_are_skipped(tmp_pa
     src.write_bytes(gzip.compress(jsonl(GOOD * 40))[:-100])
     assert run_bucketed(src, tmp_path / "out", "--on-bad-record", "skip") == 2
     assert final_message(capsys.readouterr().err) == (
-        f"pretokenize bucketed: bad input: {src}: is truncated (its gzip data ends before the end-of-stream marker)")
+        f"pretokenize bucketed: bad input: {src}: is truncated (its gzip data ends before the end-of-stream marker)"
+        "; nothing was published")
 
 
 # --- 2. a float32 score is the decimal it was written as: 0.9 passes --lid-threshold 0.9 -------------
@@ -285,7 +286,7 @@ def test_an_impossible_lid_score_stops_naming_the_row(fmt, case, tmp_path, capsy
     assert run_bucketed(src, tmp_path / "out") == 2
     assert final_message(capsys.readouterr().err) == (
         f"pretokenize bucketed: bad input: {where}: 'page_average_lid_score' is {BAD_SCORES[case]}, "
-        "expected a number within [0, 1]")
+        "expected a number within [0, 1]; nothing was published")
     assert not (tmp_path / "out" / layout.STATS_NAME).exists()
 
 
@@ -330,7 +331,8 @@ def test_scaffold_stops_on_a_truncated_compressed_file_naming_it(tmp_path, capsy
     src.write_bytes(lzma.compress(jsonl(PLAIN * 20))[:-50])
     assert run_scaffold(gpt2_spec, src, tmp_path / "out") == 2
     assert final_message(capsys.readouterr().err, "scaffold") == (
-        f"pretokenize scaffold: bad input: {src}: is truncated (its xz data ends before the end-of-stream marker)")
+        f"pretokenize scaffold: bad input: {src}: is truncated (its xz data ends before the end-of-stream marker)"
+        "; nothing was published")
 
 
 def test_scaffold_reads_literal_brackets_skips_hidden_paths_and_a_bom(tmp_path, gpt2_spec, plain_only):
