@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 OUT    ?= out/sample
 
-.PHONY: help venv demo demo-scaffold test lint bench clean venv-cloud engines prism flink-job-server spark-job-server
+.PHONY: help venv demo demo-scaffold test lint bench clean venv-cloud venv-torch engines prism flink-job-server spark-job-server
 
 help:
 	@echo "make demo   set up .venv and run the bucketed job on the bundled sample into $(OUT)"
@@ -29,6 +29,14 @@ $(VENV)/.installed-cloud: $(VENV)/.installed
 	touch $@
 
 venv-cloud: $(VENV)/.installed-cloud
+
+# The torch extra (torch and torchdata: about 5 GB with the CUDA libraries PyPI's torch wheel needs),
+# for the WindowDataset and StatefulDataLoader tests; without it they skip, saying so.
+$(VENV)/.installed-torch: $(VENV)/.installed
+	$(PY) -m pip install --quiet -e '.[test,torch]'
+	touch $@
+
+venv-torch: $(VENV)/.installed-torch
 
 # The test extras plus bench (datatrove, py-spy, pyinstrument, psutil).
 $(VENV)/.installed-bench: $(VENV)/.installed

@@ -211,20 +211,20 @@ def _make_class():
                 batches.load_state_dict(self._loaded)
                 self._loaded = None  # used once: a later iter() starts at start_step again
             self._batches = batches
-            return self._tensors(batches)
+            return map(self._tensors, batches)  # unlike a generator, keeps no batch alive between steps
 
         @staticmethod
-        def _tensors(batches: WorkerBatches):
-            for step, batch in batches:
-                yield {
-                    "input_ids": torch.from_numpy(batch.inputs),
-                    "labels": torch.from_numpy(batch.targets),
-                    "position_ids": torch.from_numpy(batch.position_ids),
-                    "loss_mask": torch.from_numpy(batch.loss_mask),
-                    "cu_seqlens": torch.from_numpy(batch.cu_seqlens),
-                    "max_seqlen": batch.max_seqlen,
-                    "step": step,
-                }
+        def _tensors(item: tuple[int, Batch]) -> dict:
+            step, batch = item
+            return {
+                "input_ids": torch.from_numpy(batch.inputs),
+                "labels": torch.from_numpy(batch.targets),
+                "position_ids": torch.from_numpy(batch.position_ids),
+                "loss_mask": torch.from_numpy(batch.loss_mask),
+                "cu_seqlens": torch.from_numpy(batch.cu_seqlens),
+                "max_seqlen": batch.max_seqlen,
+                "step": step,
+            }
 
     WindowDataset.__module__ = __name__
     WindowDataset.__qualname__ = "WindowDataset"

@@ -224,8 +224,11 @@ def test_a_batch_stacks_windows_with_flattened_cu_seqlens(tree):
     windows = [sampler.window(k) for k in range(8, 12)]
     assert batch.inputs.shape == batch.targets.shape == batch.position_ids.shape == (4, SEQ)
     assert batch.inputs.dtype == np.int64
-    for i, w in enumerate(windows):
-        assert np.array_equal(batch.inputs[i], w.inputs)
+    for i, w in enumerate(windows):  # written straight into the batch, the same as the window on its own
+        for field in ("inputs", "targets", "position_ids", "loss_mask"):
+            assert np.array_equal(getattr(batch, field)[i], getattr(w, field)), field
+        assert np.array_equal(batch.windows[i].cu_seqlens, w.cu_seqlens)
+    assert np.array_equal(batch.loss_mask, reader.stack_windows(windows).loss_mask)
     want = [c + i * SEQ for i, w in enumerate(windows) for c in w.cu_seqlens[:-1]] + [4 * SEQ]
     assert batch.cu_seqlens.tolist() == want and batch.cu_seqlens.dtype == np.int32
     assert batch.max_seqlen == max(int(np.diff(w.cu_seqlens).max()) for w in windows)
