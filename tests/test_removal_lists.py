@@ -15,7 +15,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from conftest import finepdfs_row, fnapi_pipeline
 from doc_batches import doc_batches, documents_of
 
-from pipelines import bucketed, cli, common
+from pipelines import cli, common
 from shards import layout, manifest
 from shards.removal import REMOVALS_HEADER, REMOVALS_NAME, format_removal_line, read_removal_list
 from transforms.bucketed.removal import DropRemoved

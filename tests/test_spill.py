@@ -1,0 +1,119 @@
+"""Spill files: SpillReader gives back exactly the tokens asked for, in the order asked, chunk by
+chunk; roll cuts documents into files as the writers always have."""
+
+from __future__ import annotations
+
+import fsspec
+import numpy as np
+import pytest
+from fsspec.implementations.local import LocalFileSystem
+
+from transforms.core.batches import RefBatch, Refs
+from transforms.core.spill import SpillReader, roll
+
+
+def roll_by_hand(sizes, limit: int) -> list[tuple[int, int]]:
+    """The writers' rule, one document at a time: a file takes documents until the next would pass
+    ``limit``; a document larger than ``limit`` gets a file of its own."""
+    files, first, size = [], 0, 0
+    for i, n in enumerate(sizes):
+        if i > first and size + n > limit:
+            files.append((first, i))
+            first, size = i, 0
+        size += n
+    if first < len(sizes):
+        files.append((first, len(sizes)))
+    return files
+
+
+@pytest.mark.parametrize(
+    "sizes, limit, files",
+    [
+        ([], 8, []),
+        ([4, 4, 4], 8, [(0, 2), (2, 3)]),
+        ([8, 8], 8, [(0, 1), (1, 2)]),  # exactly the limit fits
+        ([10], 4, [(0, 1)]),  # too large: a file of its own, never split
+        ([3, 10, 3], 8, [(0, 1), (1, 2), (2, 3)]),
+        ([3, 3, 10, 1, 1], 8, [(0, 2), (2, 3), (3, 5)]),
+    ],
+)
+def test_roll_cuts_files_as_written_out(sizes, limit, files):
+    assert roll(np.asarray(sizes, dtype=np.int64), limit) == files == roll_by_hand(sizes, limit)
+
+
+def test_roll_agrees_with_the_rule_one_document_at_a_time():
+    rng = np.random.default_rng(4)
+    for _ in range(300):
+        limit = int(rng.integers(1, 50))
+        sizes = rng.integers(1, 2 * limit + 2, size=int(rng.integers(0, 40)))
+        assert roll(sizes, limit) == roll_by_hand(sizes.tolist(), limit), (sizes.tolist(), limit)
+
+
+def _spill(fs, root: str, dtype, lengths_by_file: dict[str, list[int]], seed: int) -> tuple[Refs, list[np.ndarray]]:
+    """Spill files of random documents; their Refs (a RefBatch per file) and each document's tokens."""
+    rng = np.random.default_rng(seed)
+    batches, docs = [], []
+    fs.makedirs(root, exist_ok=True)
+    for name, lengths in lengths_by_file.items():
+        tokens = [rng.integers(0, np.iinfo(dtype).max, n, dtype=np.int64).astype(dtype) for n in lengths]
+        path = f"{root}/{name}"
+        with fs.open(path, "wb") as f:
+            data = np.concatenate(tokens)
+            f.write(np.zeros(3, dtype).tobytes())  # documents need not start at the file's beginning
+            f.write(data.tobytes())
+        ends = np.cumsum(lengths)
+        ids = [f"{name}:{i}" for i in range(len(lengths))]
+        batches.append(RefBatch(path, "in.parquet", ids, np.zeros(len(lengths), np.int64),
+                                np.asarray(lengths, np.int64), (3 + ends - lengths) * data.itemsize,
+                                np.arange(len(lengths), dtype=np.int64)))
+        docs.extend(tokens)
+    # Refs.concat keeps the batches' order: the docs list is in the same order.
+    return Refs.concat(batches), docs
+
+
+LAYOUTS = {
+    # Many short documents per file and chunk: gathered with one fancy-indexed copy per file.
+    "many_short": {"a.bin": [1, 2, 3, 1, 5] * 60, "b.bin": [4, 1, 2] * 80},
+    # Few long documents: copied one by one.
+    "few_long": {"a.bin": [3000, 70, 5000], "b.bin": [200, 9000]},
+    # Both in one file.
+    "mixed": {"a.bin": [2] * 200 + [4000, 1, 1], "b.bin": [1] * 70},
+}
+
+
+@pytest.mark.parametrize("where", ["local", "memory"])
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+@pytest.mark.parametrize("chunk_tokens", [1 << 20, 700])
+@pytest.mark.parametrize("dtype", [np.uint16, np.uint32])
+def test_the_reader_gathers_exactly_what_is_asked_in_chunks(tmp_path, where, layout, chunk_tokens, dtype):
+    if where == "local":
+        fs, root = LocalFileSystem(), str(tmp_path)
+    else:
+        fs, root = fsspec.filesystem("memory"), f"/spilltest/{tmp_path.name}"  # read with cat_ranges
+    refs, docs = _spill(fs, root, dtype, LAYOUTS[layout], seed=len(layout))
+    order = np.random.default_rng(7).permutation(refs.size)[: refs.size - 3]  # not all, not in order
+    reader = SpillReader(fs, np.dtype(dtype), chunk_tokens=chunk_tokens)
+    try:
+        chunks = list(reader.chunks(refs, order))
+    finally:
+        reader.close()
+    assert [(first, end) for first, end, _ in chunks] == roll(refs.lengths[order], chunk_tokens)
+    for first, end, tokens in chunks:
+        assert tokens.dtype == np.dtype(dtype)
+        np.testing.assert_array_equal(tokens, np.concatenate([docs[i] for i in order[first:end]]))
+    if chunk_tokens == 700:
+        assert len(chunks) > 1
+
+
+@pytest.mark.parametrize("where", ["local", "memory"])
+def test_a_short_spill_file_is_an_error_not_short_tokens(tmp_path, where):
+    fs, root = (LocalFileSystem(), str(tmp_path)) if where == "local" else (fsspec.filesystem("memory"),
+                                                                              f"/spillshort/{tmp_path.name}")
+    refs, _ = _spill(fs, root, np.uint16, {"a.bin": [5, 5, 5]}, seed=1)
+    path = refs.spill_paths[0]
+    data = fs.cat_file(path)
+    with fs.open(path, "wb") as f:
+        f.write(data[:-2])
+    reader = SpillReader(fs, np.dtype(np.uint16))
+    with pytest.raises(OSError, match="is short"):
+        list(reader.chunks(refs, np.arange(refs.size)))
