@@ -117,3 +117,34 @@ def test_a_short_spill_file_is_an_error_not_short_tokens(tmp_path, where):
     reader = SpillReader(fs, np.dtype(np.uint16))
     with pytest.raises(OSError, match="is short"):
         list(reader.chunks(refs, np.arange(refs.size)))
+
+
+def test_spilled_references_come_back_through_their_pointers(tmp_path):
+    """SpillTokens writes each group's documents together and emits only pointers; the references
+    they point to find every document's tokens again, whichever group it went to."""
+    import types
+
+    from transforms.core.batches import TokenBatch
+    from transforms.core.spill import SpillTokensFn, load_refs
+
+    docs = {"a": [1, 2, 9], "b": [3, 9], "c": [4, 5, 6, 9], "d": [9], "e": [7, 8, 9]}
+    ids = list(docs)
+    batch = TokenBatch("src", ids, np.arange(5, dtype=np.int64),
+                       np.array([len(docs[i]) for i in ids], np.int64),
+                       np.concatenate([np.array(docs[i], np.uint32) for i in ids]))
+    fn = SpillTokensFn(types.SimpleNamespace(spill_url=str(tmp_path / "spill")),
+                       lambda b, _: (["odd" if i % 2 else "even" for i in range(b.size)], np.arange(b.size) * 7))
+    fn.setup()
+    fn.start_bundle()
+    emitted = list(fn.process(batch))
+    fn.finish_bundle()
+    assert sorted(k for k, _ in emitted) == ["even", "odd"]
+    assert all(p.size > 0 and p.path.endswith(".refs") for _, p in emitted)
+    fs = fsspec.filesystem("file")
+    for key, pointer in emitted:
+        (ref,) = load_refs(fs, [pointer])
+        assert ref.ids == [i for n, i in enumerate(ids) if (n % 2 == 1) == (key == "odd")]
+        assert ref.sort_keys.tolist() == [ids.index(i) * 7 for i in ref.ids]
+        refs = Refs.concat([ref])
+        got = np.concatenate([t for _, _, t in SpillReader(fs, np.uint32).chunks(refs, np.arange(refs.size))])
+        assert got.tolist() == [t for i in ref.ids for t in docs[i]]
