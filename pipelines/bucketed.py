@@ -25,6 +25,7 @@ from transforms.bucketed.removal import MATCHED, DropRemoved
 from transforms.bucketed.settings import BucketedSettings
 from transforms.bucketed.tokenize import TokenizeDocuments
 from transforms.bucketed.write import WriteShards
+from transforms.core.encoders import BACKENDS
 from transforms.core.publish import PublishOutput
 from transforms.core.read import RECORDS, CountRecords, ReadDocuments
 from transforms.tools.surgery import JOURNAL_DIR, load_journal
@@ -40,6 +41,10 @@ def make_parser() -> argparse.ArgumentParser:
     flag(p, "lid-threshold", type=float, default=d.lid_threshold, help="minimum page_average_lid_score")
     flag(p, "min-token-count", type=int, default=d.min_token_count, help="minimum source token_count")
     flag(p, "tokenizer", default=d.tokenizer, help="jet-nemotron | gpt2 | tiktoken:PATH | hf:NAME_OR_PATH")
+    flag(p, "tokenizer-backend", default=d.tokenizer_backend, choices=list(BACKENDS),
+         help="auto: quicktok where it encodes the tokenizer exactly (jet-nemotron), else tiktoken")
+    flag(p, "tokenizer-threads", type=int, default=d.tokenizer_threads,
+         help="threads of quicktok's batch call per worker (more only for a local run on a large machine)")
     flag(p, "eos-token", default=None, help="for hf: tokenizers, the token appended as EOS (default: its eos)")
     flag(p, "dtype", default=d.dtype, choices=sorted(layout.DTYPES), help="token dtype on disk")
     flag(p, "partitions", type=int, default=d.partitions, help="partitions per bucket")
@@ -88,7 +93,8 @@ def build(pipeline: beam.Pipeline, options: BucketedSettings, run_id: str | None
                     "records them in %s", output, pending.run, len(pending.removed_rows), REMOVALS_NAME)
     removal = DropRemoved(*sources) if sources else None
     publish_format = BucketedFormat(
-        options, encoder.eos_id, encoder.max_token_id + 1, shards, len(removal.ids) if removal else None
+        options, encoder.eos_id, encoder.max_token_id + 1, shards, len(removal.ids) if removal else None,
+        tokenizer_backend=encoder.library,
     )
 
     read_result = pipeline | "ReadDocuments" >> read

@@ -157,9 +157,13 @@ def run(argv: list[str] | None = None) -> int:
         options = PipelineOptions(beam_args)
         report_url, scratch = _report_place(args.report, options)
         pipeline = beam.Pipeline(options=options)
+        verify = VerifyOutput(config, units, launch_problems, stats, source, frozenset(removed))
+        if verify.retokenizer:
+            print(f"  re-encoding the input with {verify.retokenizer} (the tree says "
+                  f"{stats.tokenizer_backend or 'nothing: written by tiktoken'})", flush=True)
         (
             pipeline
-            | "VerifyOutput" >> VerifyOutput(config, units, launch_problems, stats, source, frozenset(removed))
+            | "VerifyOutput" >> verify
             | "WriteReport" >> beam.Map(write_report, report_url)
         )
     try:

@@ -122,6 +122,9 @@ class DatasetStats:
     # Set when the run had a removal list: how many ids it held, how many never appeared.
     removal_list_ids: int | None = None
     removal_ids_not_found: int | None = None
+    # The library (and version) that encoded the tree, "quicktok 0.4.0"; trees written before it
+    # was recorded have none (tiktoken wrote them).
+    tokenizer_backend: str | None = None
 
     @property
     def kept_documents(self) -> int:
@@ -147,6 +150,7 @@ class DatasetStats:
             ("lid_threshold", repr(float(self.lid_threshold))),
             ("min_token_count", self.min_token_count),
             ("tokenizer", self.tokenizer),
+            *([("tokenizer_backend", self.tokenizer_backend)] if self.tokenizer_backend is not None else []),
             ("eos_id", self.eos_id),
             ("vocab_size", self.vocab_size),
             ("dtype", self.dtype),
@@ -201,6 +205,7 @@ class DatasetStats:
                 lid_threshold=float(settings["lid_threshold"]),
                 min_token_count=int(settings["min_token_count"]),
                 tokenizer=settings["tokenizer"],
+                tokenizer_backend=settings.get("tokenizer_backend"),
                 eos_id=int(settings["eos_id"]),
                 vocab_size=int(settings["vocab_size"]),
                 dtype=settings["dtype"],

@@ -716,7 +716,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"corpus: {info['documents']:,} documents, {info['text_bytes'] / MB:.1f} MB; the job keeps "
           f"{len(texts):,} documents, {text_bytes / MB:.1f} MB", flush=True)
 
-    encoder = TokenizerConfig().load()
+    # The reference backend: these rows are labelled tiktoken (the jobs below use the default, auto).
+    encoder = TokenizerConfig(backend="tiktoken").load()
     print("raw tokenizer ...", flush=True)
     raw = raw_tokenizer_row(encoder, texts, text_bytes, args.repeats)
     ours = encoder_row(encoder, texts, text_bytes, args.repeats)

@@ -28,6 +28,7 @@ class BucketedFormat:
     vocab_size: int
     config: ShardConfig
     removal_list_ids: int | None = None
+    tokenizer_backend: str | None = None  # the library that encoded, as the launcher loaded it
 
     kind = "bucketed"
     markers = (layout.MANIFEST_NAME,)
@@ -48,6 +49,7 @@ class BucketedFormat:
             lid_threshold=self.settings.lid_threshold,
             min_token_count=self.settings.min_token_count,
             tokenizer=self.settings.tokenizer,
+            tokenizer_backend=self.tokenizer_backend,
             eos_id=self.eos_id,
             vocab_size=self.vocab_size,
             dtype=self.config.dtype,

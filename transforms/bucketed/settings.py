@@ -24,6 +24,8 @@ class BucketedSettings:
     min_token_count: int = 1
     tokenizer: str = "jet-nemotron"
     eos_token: str | None = None
+    tokenizer_backend: str = "auto"
+    tokenizer_threads: int = 1
     dtype: str = layout.DEFAULT_DTYPE
     partitions: int = layout.DEFAULT_PARTITIONS
     max_shard_bytes: int = layout.DEFAULT_MAX_SHARD_BYTES
@@ -40,7 +42,8 @@ class BucketedSettings:
 
     def tokenizer_config(self) -> TokenizerConfig:
         return TokenizerConfig(spec=self.tokenizer, dtype=self.dtype, eos_token=self.eos_token,
-                               batch_docs=self.batch_docs)
+                               batch_docs=self.batch_docs, backend=self.tokenizer_backend,
+                               threads=self.tokenizer_threads)
 
     def shard_config(self, run_id: str) -> ShardConfig:
         return ShardConfig(output=storage.normalize(self.output), run_id=run_id, partitions=self.partitions,

@@ -14,45 +14,55 @@ import numpy as np
 
 from shards.layout import DEFAULT_DTYPE, check_dtype
 from transforms.core.batches import DocBatch, TokenBatch
-from transforms.core.encoders import Encoder, load_encoder
+from transforms.core.encoders import BACKENDS, Encoder, load_encoder
 from transforms.core.progress import Progress
 
 
 @dataclasses.dataclass(frozen=True)
 class TokenizerConfig:
+    """``backend``: auto, quicktok or tiktoken (see transforms.core.encoders); ``threads``: the
+    threads of quicktok's batch call (1 per worker; more only for a local run on a large machine)."""
+
     spec: str = "jet-nemotron"
     dtype: str = DEFAULT_DTYPE
     eos_token: str | None = None
     batch_docs: int = 64
+    backend: str = "auto"
+    threads: int = 1
 
     def __post_init__(self):
         if self.batch_docs < 1:
             raise ValueError("batch_docs must be at least 1")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"--tokenizer-backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+        if self.threads < 1:
+            raise ValueError(f"--tokenizer-threads must be at least 1, got {self.threads}")
 
     def load(self) -> Encoder:
-        """The encoder, checked against the dtype: the launcher calls this once to fail early."""
-        encoder = load_encoder(self.spec, self.eos_token)
+        """The encoder, checked against the dtype (and a quicktok one against tiktoken, by the probe):
+        the launcher calls this once to fail early, each worker once in setup()."""
+        encoder = load_encoder(self.spec, self.eos_token, backend=self.backend, threads=self.threads)
         check_dtype(self.dtype, encoder.max_token_id)
         return encoder
 
 
 def encode_batch(encoder: Encoder, batch: DocBatch, dtype: np.dtype, batch_docs: int) -> TokenBatch:
     """A DocBatch's documents tokenized, one EOS after each, end to end in one array of ``dtype``.
-    The tokenizer is called on ``batch_docs`` documents at a time (a Rust tokenizer's batch call
-    runs without the GIL)."""
+    The tokenizer is called on ``batch_docs`` documents at a time; each call gives its ids end to
+    end with offsets (quicktok's batch call does so natively), so no array is made per document."""
     texts = batch.column("text")
-    arrays: list[np.ndarray] = []
+    token_parts: list[np.ndarray] = []
+    length_parts: list[np.ndarray] = []
     for start in range(0, len(texts), batch_docs):
-        arrays.extend(encoder.encode_arrays(texts[start:start + batch_docs]))
-    eos = np.asarray([encoder.eos_id], dtype=dtype)
-    parts = []
-    for ids in arrays:
-        parts.append(ids)
-        parts.append(eos)
-    tokens = np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
-    lengths = np.fromiter((len(a) + 1 for a in arrays), dtype=np.int64, count=len(arrays))
+        tokens, offsets = encoder.encode_tokens(texts[start:start + batch_docs])
+        token_parts.append(tokens)
+        length_parts.append(np.diff(offsets))
+    lengths = np.concatenate(length_parts) if length_parts else np.zeros(0, np.int64)
+    flat = np.concatenate(token_parts).astype(dtype, copy=False) if token_parts else np.zeros(0, dtype)
+    # One EOS after each document: inserted before the position where the next document begins.
+    tokens = np.insert(flat, np.cumsum(lengths), np.asarray(encoder.eos_id, dtype=dtype))
     rows = batch.table.column("row").to_numpy()
-    return TokenBatch(batch.source, batch.column("id"), rows, lengths, tokens)
+    return TokenBatch(batch.source, batch.column("id"), rows, (lengths + 1).astype(np.int64), tokens)
 
 
 class TokenizeFn(beam.DoFn):

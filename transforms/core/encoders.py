@@ -14,15 +14,37 @@ EOS. The caller appends the one EOS a stored document ends with.
 
 Long texts are encoded in pieces cut where the ids cannot change (see ``LongTextSplitter``), so a
 multi-MB document without whitespace costs about what ordinary text of its size costs.
+
+Backends (``load_encoder(..., backend=)``; the job's ``--tokenizer-backend``):
+
+    tiktoken   the reference: tiktoken for jet-nemotron, gpt2 and tiktoken:PATH, HF tokenizers for hf:
+    quicktok   quicktok (PyPI quicktok-v1, a C++ BPE with a tiktoken-shaped API) over the same ranks
+               file, for jet-nemotron only: its hand-written scanners cover Qwen2's pattern, not GPT-2's,
+               and hf: files stay on HF. NFC and the replacement of lone surrogates stay ours (Python's
+               unicodedata), so the text quicktok sees is the text tiktoken sees; quicktok's own NFC
+               (a newer Unicode version than Python 3.11's) is switched off. Linear on long runs: no cuts.
+    auto       quicktok where it can load the spec and the pinned version is installed, else tiktoken
+
+A quicktok encoder is checked when it is built: ``PROBE`` (every class of text where a hand-written
+scanner could go wrong) is encoded by it and by tiktoken, and any difference stops the load with one
+line (``BackendMismatch``) naming the backend, the class and the first differing token.
 """
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import hashlib
+import importlib.metadata
 import importlib.resources
 import json
+import logging
 import os
 import re
+import shutil
+import struct
+import tempfile
+import time
 import unicodedata
 from collections.abc import Callable, Sequence
 
@@ -47,6 +69,14 @@ QWEN2_SPECIAL_START = 151643
 JET_NEMOTRON_VOCAB_SIZE = 151936
 
 EncodeOne = Callable[[str], np.ndarray]
+EncodeFlat = Callable[[Sequence[str]], tuple[np.ndarray, np.ndarray]]
+
+BACKENDS = ("auto", "quicktok", "tiktoken")
+# The quicktok release whose ids were proven equal to tiktoken's (pyproject pins it): ``auto`` uses
+# quicktok only at this version; ``quicktok`` takes any, the probe still checks it.
+QUICKTOK_VERSION = "0.4.0"
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,8 +84,10 @@ class Encoder:
     """A loaded tokenizer. ``encode_arrays`` gives the ids of each text as a uint32 array,
     ``encode_batch`` the same ids as lists; both with no special tokens.
 
-    ``backend`` is the library object underneath (a ``tiktoken.Encoding`` or a ``tokenizers.Tokenizer``),
-    for benchmarks that time the library's own call; ``splitter`` cuts its long texts (None: never cut).
+    ``backend`` is the library object underneath (a ``tiktoken.Encoding``, a ``tokenizers.Tokenizer``
+    or a ``quicktok.Tokenizer``), for benchmarks that time the library's own call; ``splitter`` cuts
+    its long texts (None: never cut); ``library`` names the library and its version, as the stats
+    record it (``quicktok 0.4.0``); ``encode_flat``, when the library has one, is ``encode_tokens``.
     """
 
     spec: str
@@ -64,9 +96,22 @@ class Encoder:
     encode_arrays: Callable[[Sequence[str]], list[np.ndarray]]
     backend: object = None
     splitter: LongTextSplitter | None = None
+    library: str = ""
+    encode_flat: EncodeFlat | None = None
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         return [ids.tolist() for ids in self.encode_arrays(texts)]
+
+    def encode_tokens(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """The ids of all ``texts`` end to end (uint32) and their offsets (int64, one more than the
+        texts): text i's ids are ``tokens[offsets[i]:offsets[i + 1]]``."""
+        if self.encode_flat is not None:
+            return self.encode_flat(texts)
+        arrays = self.encode_arrays(texts)
+        offsets = np.zeros(len(arrays) + 1, dtype=np.int64)
+        np.cumsum(np.fromiter((len(a) for a in arrays), np.int64, len(arrays)), out=offsets[1:])
+        tokens = np.concatenate(arrays).astype(np.uint32, copy=False) if arrays else np.zeros(0, np.uint32)
+        return tokens, offsets
 
     @property
     def max_token_id(self) -> int:
@@ -293,6 +338,19 @@ def gpt2_ranks_path() -> str:
     return str(path)
 
 
+def _library(name: str) -> str:
+    """``name version`` of an installed distribution (``tiktoken 0.14.0``), as the stats record it."""
+    try:
+        return f"{name} {importlib.metadata.version(name)}"
+    except importlib.metadata.PackageNotFoundError:
+        return name
+
+
+def _replace_surrogates(text: str) -> str:
+    """Lone surrogates (a JSON "\\ud800" escape) replaced by U+FFFD, as tiktoken's encode_ordinary does."""
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
 def _from_tiktoken(spec: str, enc, eos_id: int, vocab_size: int, nfc: bool, splitter: LongTextSplitter) -> Encoder:
     def encode_one(text: str) -> np.ndarray:
         # Nothing allowed and nothing disallowed: a special-token string is encoded as text, exactly as
@@ -305,13 +363,13 @@ def _from_tiktoken(spec: str, enc, eos_id: int, vocab_size: int, nfc: bool, spli
         try:
             return splitter.encode(text, encode_one) if splitter.is_long(text) else encode_one(text)
         except UnicodeEncodeError:
-            # Lone surrogates (a JSON "\ud800" escape) are replaced, as tiktoken's encode_ordinary does.
-            return splitter.encode(text.encode("utf-16", "surrogatepass").decode("utf-16", "replace"), encode_one)
+            return splitter.encode(_replace_surrogates(text), encode_one)
 
     def encode_arrays(texts: Sequence[str]) -> list[np.ndarray]:
         return [encode_text(t) for t in texts]
 
-    return Encoder(spec, eos_id, vocab_size, encode_arrays, backend=enc, splitter=splitter)
+    return Encoder(spec, eos_id, vocab_size, encode_arrays, backend=enc, splitter=splitter,
+                   library=_library("tiktoken"))
 
 
 def _tiktoken_encoder(
@@ -372,15 +430,30 @@ def _load_ranks(path: str) -> dict[bytes, int]:
     return ranks
 
 
-def _jet_nemotron(spec: str, ranks_path: str) -> Encoder:
+def _qwen2_ranks(ranks_path: str) -> dict[bytes, int]:
     ranks = _load_ranks(ranks_path)
     if len(ranks) != QWEN2_SPECIAL_START:
         raise ValueError(
             f"{ranks_path} holds {len(ranks)} ranks; the Qwen2.5 vocabulary has {QWEN2_SPECIAL_START}"
         )
+    return ranks
+
+
+def _jet_nemotron(spec: str, ranks_path: str, ranks: dict[bytes, int] | None = None) -> Encoder:
     return _tiktoken_encoder(
-        spec, "jet-nemotron", QWEN2_PATTERN, QWEN2_CUTS, ranks, QWEN2_SPECIAL_START, JET_NEMOTRON_VOCAB_SIZE, nfc=True
+        spec, "jet-nemotron", QWEN2_PATTERN, QWEN2_CUTS, ranks or _qwen2_ranks(ranks_path), QWEN2_SPECIAL_START,
+        JET_NEMOTRON_VOCAB_SIZE, nfc=True,
     )
+
+
+def _jet_nemotron_quicktok(spec: str, ranks_path: str, threads: int) -> Encoder:
+    """jet-nemotron through quicktok, probed against tiktoken over the same ranks (read once)."""
+    ranks = _qwen2_ranks(ranks_path)
+    encoder = _quicktok_encoder(spec, ranks, QWEN2_SPECIAL_START, JET_NEMOTRON_VOCAB_SIZE, threads)
+    reference = _loaded(spec, ranks_path, lambda: _jet_nemotron(spec, ranks_path, ranks))
+    seconds = probe(encoder, reference)
+    log.info("%s: %s agrees with %s on the probe (%.1f ms)", spec, encoder.library, reference.library, seconds * 1e3)
+    return encoder
 
 
 def _gpt2_from_file(spec: str, path: str, packaged: bool = False) -> Encoder:
@@ -464,7 +537,135 @@ def _hf(spec: str, name: str, eos_token: str | None) -> Encoder:
             out[i] = splitter.encode(texts[i], encode_one)
         return out
 
-    return Encoder(spec, int(eos_id), len(tok), encode_arrays, backend=backend, splitter=splitter)
+    return Encoder(spec, int(eos_id), len(tok), encode_arrays, backend=backend, splitter=splitter,
+                   library=_library("tokenizers"))
+
+
+# --- quicktok -------------------------------------------------------------------------------------------------
+#
+# quicktok reads an encoding from a directory: NAME.vocab (a count, then per token, in rank order, its
+# length, bytes and rank), NAME.special (a count, then per special token its id, length and bytes) and
+# NAME.enc (which hand-written scanner, and whether to apply NFC), next to its character-class table.
+# The encoding is written from the same ranks tiktoken loads, so a ranks file given with
+# jet-nemotron:PATH reaches both backends; without "nfc=1" quicktok leaves normalization to us.
+
+
+def quicktok_version() -> str | None:
+    """The installed quicktok's version, or None when it is not installed."""
+    try:
+        import quicktok
+    except ImportError:
+        return None
+    return str(quicktok.__version__)
+
+
+def _quicktok_tokenizer(ranks: dict[bytes, int], eos_id: int, scanner: str):
+    import quicktok
+
+    name = "beam-pretokenize"
+    with tempfile.TemporaryDirectory(prefix="quicktok-") as data_dir:
+        records = [struct.pack("<I", len(ranks))]
+        for token, rank in sorted(ranks.items(), key=lambda item: item[1]):
+            records.append(struct.pack("<H", len(token)) + token + struct.pack("<I", rank))
+        with open(os.path.join(data_dir, f"{name}.vocab"), "wb") as f:
+            f.write(b"".join(records))  # one write: 151,643 small ones cost half a second
+        eos = ENDOFTEXT.encode()
+        with open(os.path.join(data_dir, f"{name}.special"), "wb") as f:
+            f.write(struct.pack("<IIH", 1, eos_id, len(eos)) + eos)
+        with open(os.path.join(data_dir, f"{name}.enc"), "w") as f:
+            f.write(f"scanner={scanner}\n")
+        tables = importlib.resources.files("quicktok") / "data" / "uniclass.bin"
+        with importlib.resources.as_file(tables) as path:
+            shutil.copyfile(path, os.path.join(data_dir, "uniclass.bin"))
+        return quicktok.Tokenizer(name, data_dir)  # reads everything now: the directory can go
+
+
+def _quicktok_encoder(spec: str, ranks: dict[bytes, int], eos_id: int, vocab_size: int, threads: int) -> Encoder:
+    """jet-nemotron through quicktok: our NFC and surrogate replacement, then its batch call."""
+    tok = _quicktok_tokenizer(ranks, eos_id, "qwen")
+
+    def prepare(text: str) -> str:
+        return text if text.isascii() else unicodedata.normalize("NFC", text)
+
+    def encode_flat(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        prepared = [prepare(t) for t in texts]
+        try:
+            tokens, offsets = tok.encode_batch(prepared, threads, False)
+        except TypeError:  # a lone surrogate cannot cross into C++ as UTF-8
+            prepared = [t if t.isascii() else _replace_surrogates(t) for t in prepared]
+            tokens, offsets = tok.encode_batch(prepared, threads, False)
+        return tokens, offsets
+
+    def encode_arrays(texts: Sequence[str]) -> list[np.ndarray]:
+        tokens, offsets = encode_flat(texts)
+        return np.split(tokens, offsets[1:-1])
+
+    return Encoder(spec, eos_id, vocab_size, encode_arrays, backend=tok, splitter=None,
+                   library=f"quicktok {quicktok_version()}", encode_flat=encode_flat)
+
+
+# --- The probe ------------------------------------------------------------------------------------------------
+#
+# One text per class of input where a hand-written scanner or a normalization table could disagree with
+# the reference. Deterministic, and small enough to cost milliseconds.
+
+
+def _pseudo_random_bytes(n: int, seed: bytes) -> bytes:
+    out, counter = bytearray(), 0
+    while len(out) < n:
+        out += hashlib.sha256(seed + counter.to_bytes(4, "little")).digest()
+        counter += 1
+    return bytes(out[:n])
+
+
+def _letters_run(n: int) -> str:
+    letters = "ACGTacgtQWERTYqwertyZzXx"
+    return "".join(letters[b % len(letters)] for b in _pseudo_random_bytes(n, b"letters"))
+
+
+PROBE: dict[str, str] = {
+    "letters": _letters_run(3000) + " " + "a" * 1500 + " " + "Na" * 700,
+    "base64": base64.b64encode(_pseudo_random_bytes(2400, b"base64")).decode(),
+    "cjk": "日本語のトークナイザーは速い。中文分词测试，包括标点符号！한국어 문장도 있습니다。"
+           "久久夜色精品国产噜噜亚洲AV中文ENGLISH ｆｕｌｌｗｉｄｔｈ　全角スペース",
+    "whitespace": "a  b\tc\t\t d\r\ne \r\n\r\n f\n\n\n g\u00a0h\u3000i\u2028j\u2029k \x0b\x0c l   \n  m \r \r\r\n",
+    "emoji_zwj": "family \U0001F468\u200D\U0001F469\u200D\U0001F467\u200D\U0001F466 and "
+                 "\U0001F3F3\uFE0F\u200D\U0001F308 \U0001F44D\U0001F3FD\U0001F1FA\U0001F1F8 "
+                 "\U0001F9D1\U0001F3FB\u200D\U0001F4BB \u2764\uFE0F\u200D\U0001F525",
+    "special_text": "the model ends with <|endoftext|> and<|endoftext|><|endoftext|> then <|im_start|>user "
+                    "<|im_end|> <think> </think><|fim_prefix|>",
+    "digits": "1234567890 3.14159 1,000,000 0xDEADBEEF 2026-11-30 ١٢٣٤ ١٢٣ ①②③ ½ ²³ 六百 Ⅻ 𝟘𝟙𝟚",
+    "non_nfc": "cafe\u0301 A\u030a \u212b \u1100\u1161\u11a8 a\u0323\u0302 a\u0302\u0323 "
+               "\u0041\u0308\u0301 \u00c5\u0301 \ufe20 \U0001611e\U0001611e \U000113c2\U000113b8",
+    "prose": "Don't stop: it's what WE'LL do, they'RE sure. Zürich — naïve café; Ω≈ç√∫ Икс हिन्दी "
+             "def f(x):\n    return [i**2 for i in range(100)]  # https://example.com/?q=1&x=2#frag",
+    "lone_surrogate": "before \ud800 between \udfff\ud83d after",
+}
+
+
+class BackendMismatch(RuntimeError):
+    """A backend's ids differ from the reference's on the probe: it must not write a tree."""
+
+
+def probe(encoder: Encoder, reference: Encoder) -> float:
+    """Encode PROBE with both encoders (through the batch call the job uses); raise BackendMismatch,
+    one line, on the first class that differs. Returns the seconds it took."""
+    start = time.perf_counter()
+    names = list(PROBE)
+    texts = [PROBE[name] for name in names]
+    tokens, offsets = encoder.encode_tokens(texts)
+    want = reference.encode_arrays(texts)
+    for i, name in enumerate(names):
+        got = tokens[offsets[i]:offsets[i + 1]]
+        if len(got) != len(want[i]) or not np.array_equal(got, want[i]):
+            n = min(len(got), len(want[i]))
+            diff = np.flatnonzero(got[:n] != want[i][:n])
+            first = int(diff[0]) if len(diff) else n
+            raise BackendMismatch(
+                f"tokenizer backend {encoder.library} differs from {reference.library} on the probe's "
+                f"{name} text at token {first} ({len(got)} vs {len(want[i])} tokens): not using it"
+            )
+    return time.perf_counter() - start
 
 
 # Encoders built from local ranks files, by (spec, path, the file's identity), so that a launcher and an
@@ -486,11 +687,50 @@ def _loaded(spec: str, path: str, build: Callable[[], Encoder]) -> Encoder:
     return _LOADED[key]
 
 
-def load_encoder(spec: str, eos_token: str | None = None) -> Encoder:
-    """Build the tokenizer a spec names (see the module docstring); a ValueError for a bad spec."""
+def quicktok_loads(spec: str) -> bool:
+    """Whether quicktok has an exact encoding for ``spec`` (Qwen2's pattern: jet-nemotron only)."""
+    return spec.partition(":")[0] in ("jet-nemotron", "qwen2.5")
+
+
+def resolve_backend(spec: str, backend: str) -> str:
+    """``quicktok`` or ``tiktoken`` (the reference): what ``backend`` means for ``spec`` here."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown tokenizer backend {backend!r}; use one of {', '.join(BACKENDS)}")
+    if backend == "quicktok":
+        if not quicktok_loads(spec):
+            raise ValueError(
+                f"--tokenizer-backend quicktok: quicktok cannot encode {spec!r} exactly (its scanners cover "
+                "Qwen2's pattern, not GPT-2's; hf: files stay on HF); use auto or tiktoken"
+            )
+        if quicktok_version() is None:
+            raise ValueError(f"--tokenizer-backend quicktok: quicktok is not installed (pip install "
+                             f"quicktok-v1=={QUICKTOK_VERSION})")
+        return "quicktok"
+    if backend == "auto" and quicktok_loads(spec) and quicktok_version() == QUICKTOK_VERSION:
+        return "quicktok"
+    return "tiktoken"
+
+
+def other_backend(recorded: str | None) -> str:
+    """The backend to check a tree with: not the one its stats record (``quicktok 0.4.0``), where its
+    tokenizer has two (``auto`` is quicktok where it can be); old stats record none (tiktoken wrote
+    those trees)."""
+    if recorded and recorded.split()[0] == "quicktok":
+        return "tiktoken"
+    return "auto"
+
+
+def load_encoder(spec: str, eos_token: str | None = None, backend: str = "tiktoken", threads: int = 1) -> Encoder:
+    """Build the tokenizer a spec names (see the module docstring) with ``backend`` (``threads``: the
+    quicktok batch call's); a ValueError for a bad spec, BackendMismatch when the probe fails."""
     kind, _, arg = spec.partition(":")
     if eos_token is not None and kind != "hf":
         raise ValueError("--eos-token applies to hf: tokenizers only; the others have a fixed EOS")
+    if threads < 1:
+        raise ValueError(f"tokenizer threads must be at least 1, got {threads}")
+    if resolve_backend(spec, backend) == "quicktok":
+        path = arg or qwen_ranks_path()
+        return _loaded(f"{spec}|quicktok|{threads}", path, lambda: _jet_nemotron_quicktok(spec, path, threads))
     if kind in ("jet-nemotron", "qwen2.5"):
         path = arg or qwen_ranks_path()
         return _loaded(spec, path, lambda: _jet_nemotron(spec, path))

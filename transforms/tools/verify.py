@@ -14,11 +14,13 @@ lists the bucket directories; each file is then one unit of work:
     stats       documents, tokens and files per bucket equal to the manifest's; read = kept + dropped
 
 With ``--input``, the source documents are read again, filtered with the settings the stats
-record, tokenized with the tokenizer they name, and compared id for id with what is stored (all
-of them, or a stable ``--sample`` fraction of ids). Records the job could not have stored (bad
-records: null fields, bad ids, lines that are not JSON, ...) are skipped and counted by reason;
-the counts must equal the stats' drop rows for those reasons, as a run with ``--on-bad-record
-skip`` wrote them (a run with ``fail`` would have stopped: its stats have none).
+record, tokenized with the tokenizer they name (by the other backend than the one that wrote the
+tree, where it has two: tiktoken for a quicktok tree, quicktok for a tiktoken one), and compared
+id for id with what is stored (all of them, or a stable ``--sample`` fraction of ids). Records the
+job could not have stored (bad records: null fields, bad ids, lines that are not JSON, ...) are
+skipped and counted by reason; the counts must equal the stats' drop rows for those reasons, as a
+run with ``--on-bad-record skip`` wrote them (a run with ``fail`` would have stopped: its stats
+have none).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from transforms.bucketed.removal import REMOVED
 from transforms.bucketed.tokenize import TokenizeDocuments, TokenizerConfig
 from transforms.core.batches import DocBatch, TokenBatch
 from transforms.core.drops import DUPLICATE_ID
+from transforms.core.encoders import other_backend
 from transforms.core.read import ReadConfig, ReadDocuments
 from transforms.core.records import DROPPED
 
@@ -328,11 +331,15 @@ class VerifyOutput(beam.PTransform):
         super().__init__()
         self._config, self._units, self._launch = config, units, launch_problems
         self._stats, self._input, self._removed = stats, input_pattern, removed_ids
+        self.retokenizer: str | None = None  # the library that re-encodes the input (with --input)
         if input_pattern:
             # Bad records are skipped and counted, as the job did under --on-bad-record skip.
             self._read = ReadDocuments(ReadConfig(input_pattern, on_bad_record="skip"))
-            self._tokenizer = TokenizerConfig(spec=stats.tokenizer, dtype=stats.dtype)
-            self._tokenizer.load()
+            # Re-encoded with the other backend than the one the stats say wrote the tree (where the
+            # tokenizer has two), so that a divergence between them cannot hide.
+            backend = other_backend(stats.tokenizer_backend)
+            self._tokenizer = TokenizerConfig(spec=stats.tokenizer, dtype=stats.dtype, backend=backend)
+            self.retokenizer = self._tokenizer.load().library
 
     def expand(self, pbegin):
         checked = (
