@@ -163,9 +163,9 @@ def _split_totals(split: str, dropped: list[DocumentCounts]) -> tuple[str, Docum
     return split, DocumentCounts(*(-x for x in sum_counts(dropped)))
 
 
-class KeepFirstCopiesFn(beam.DoFn):
-    """((COPIES, split, range), RefPointers) in; ((split, range), RefBatch) of the first copies out,
-    and the copies left out: ``("duplicate_id", n)`` drops and their negative counts."""
+class _DropCopiesFn(beam.DoFn):
+    """What the two steps that leave copies of an id out share: the references' filesystem, and
+    reporting the copies left out (``("duplicate_id", n)`` and their negative counts)."""
 
     def __init__(self, config: LlmcShardConfig):
         self._config = config
@@ -173,6 +173,16 @@ class KeepFirstCopiesFn(beam.DoFn):
     def setup(self):
         self._drops = Drops()
         self._fs, _ = storage.filesystem(self._config.output)
+
+    def _dropped(self, split: str, dropped: list[DocumentCounts]):
+        if dropped:
+            yield self._drops(DUPLICATE_ID, len(dropped))
+            yield beam.pvalue.TaggedOutput(COUNTS, _split_totals(split, dropped))
+
+
+class KeepFirstCopiesFn(_DropCopiesFn):
+    """((COPIES, split, range), RefPointers) in; ((split, range), RefBatch) of the first copies out,
+    and the copies left out."""
 
     def process(self, element):
         (_, split, _), pointers = element
@@ -182,22 +192,13 @@ class KeepFirstCopiesFn(beam.DoFn):
         ranges = kept.sort_keys >> self._config.range_shift
         for rng in np.unique(ranges).tolist():
             yield (split, rng), kept.take(np.flatnonzero(ranges == rng))
-        if dropped:
-            yield self._drops(DUPLICATE_ID, len(dropped))
-            yield beam.pvalue.TaggedOutput(COUNTS, _split_totals(split, dropped))
+        yield from self._dropped(split, dropped)
 
 
-class DropDuplicateIdsFn(beam.DoFn):
+class DropDuplicateIdsFn(_DropCopiesFn):
     """((split, range), RefPointers, or Refs from KeepFirstCopies) in; ((split, range), the
     references kept, as Refs) out. Without chunked_documents, copies of an id are dropped here;
     with it, KeepFirstCopies did that."""
-
-    def __init__(self, config: LlmcShardConfig):
-        self._config = config
-
-    def setup(self):
-        self._drops = Drops()
-        self._fs, _ = storage.filesystem(self._config.output)
 
     def process(self, element):
         (split, rng), parts = element
@@ -209,9 +210,7 @@ class DropDuplicateIdsFn(beam.DoFn):
         refs = Refs.concat(load_refs(self._fs, parts))
         keep, dropped = keep_first_copies(refs, by_source_id=False)
         yield (split, rng), refs.take(keep)
-        if dropped:
-            yield self._drops(DUPLICATE_ID, len(dropped))
-            yield beam.pvalue.TaggedOutput(COUNTS, _split_totals(split, dropped))
+        yield from self._dropped(split, dropped)
 
 
 def _concat_refs(parts: list[Refs]) -> Refs:
