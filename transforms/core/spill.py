@@ -151,7 +151,12 @@ def _unpickle(data: bytes, pointer: RefPointer) -> RefBatch:
 
 
 def gather_ranges(source: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """``source[starts[i]:starts[i] + lengths[i]]`` for each i, end to end, in one numpy copy."""
+    """``source[starts[i]:starts[i] + lengths[i]]`` for each i, end to end: slices joined in one
+    copy for long documents, one fancy-indexed copy for many short ones."""
+    if not len(lengths):
+        return source[:0].copy()
+    if len(lengths) <= 64 or int(lengths.sum()) > 64 * len(lengths):
+        return np.concatenate([source[a:a + n] for a, n in zip(starts.tolist(), lengths.tolist(), strict=True)])
     total = int(lengths.sum())
     within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
     return source[np.repeat(starts, lengths) + within]
