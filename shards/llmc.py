@@ -570,7 +570,8 @@ def check_llmc_tree(url: str, block_tokens: int = CHECK_BLOCK_TOKENS) -> list[st
     record = out.record
     for split in SPLITS:
         split_dir = posixpath.join(root, split)
-        listed = fs.glob(posixpath.join(split_dir, "*")) if fs.isdir(split_dir) else []
+        # Listed, not globbed: the tree's path is the user's and may hold '[' or '*'.
+        listed = [p for p in fs.ls(split_dir, detail=False) if not fs.isdir(p)] if fs.isdir(split_dir) else []
         # A file the user put in the tree is not the tool's: only the recorded shards are checked.
         listed = [p for p in listed if tree.is_ours(record, f"{split}/{posixpath.basename(p)}")]
         paths = sorted_shard_files(listed)

@@ -56,7 +56,7 @@ import numpy as np
 from fsspec.implementations.local import LocalFileSystem
 
 from shards import layout, llmc, manifest, storage
-from shards.tree import IncompleteTreeError, OutputTree  # noqa: F401 - IncompleteTreeError: callers catch it here
+from shards.tree import IncompleteTreeError, OutputTree, is_ours  # noqa: F401 - IncompleteTreeError: callers catch it here
 
 SPLITS = ("train", "val", "all")
 # Rows parsed into one numpy chunk of ids at a time, so parsing a large manifest stays compact.
@@ -1016,8 +1016,10 @@ def open_tree(url: str) -> ShardTree:
         for split in llmc.SPLITS:
             d = posixpath.join(root, split)
             if fs.isdir(d):
-                names = sorted((posixpath.basename(p) for p in fs.glob(posixpath.join(d, "shard_*.bin"))),
-                               key=_shard_number)
+                # Listed, not globbed: the tree's path is the user's and may hold '[' or '*'.
+                names = sorted((n for n in (posixpath.basename(p.rstrip("/")) for p in fs.ls(d, detail=False))
+                                if n.startswith("shard_") and n.endswith(".bin")
+                                and is_ours(out.record, f"{split}/{n}")), key=_shard_number)
                 files[split] = [f"{split}/{n}" for n in names]
         return _open_llmc(fs, root, url, files)
     raise ValueError(f"{url} has neither {layout.MANIFEST_NAME} nor train/ or val/ llm.c shards")

@@ -257,3 +257,20 @@ def test_bad_input_is_one_line(tmp_path, capsys):
     err = [line for line in capsys.readouterr().err.splitlines() if " INFO " not in line and " WARNING " not in line]
     assert err == [f"pretokenize bucketed: bad input: {src} line 2: is not JSON (Expecting property name enclosed "
                    "in double quotes); nothing was published"]
+
+
+def test_a_tree_whose_path_holds_glob_characters_is_read_and_verified_as_it_is(tmp_path):
+    """The reader and verify list a scaffold tree's shards, never glob its path; a user's file in
+    the tree is left out."""
+    from shards.reader import open_tree
+
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in CONTENT_FF))
+    plain, odd = tmp_path / "sc1", tmp_path / "sc[1]"
+    flags = ["--tokenizer", "gpt2", "--shard-tokens", "30", *RUNNER]
+    for out in (plain, odd):
+        assert cli.main(["scaffold", "--input", str(src), "--output", str(out), *flags]) == 0
+    (odd / "train" / "shard_notes.bin").write_bytes(b"mine")
+    assert cli.main(["verify", "--output", str(odd), *RUNNER]) == 0
+    a, b = open_tree(str(plain)), open_tree(str(odd))
+    assert b.store.rel_paths == a.store.rel_paths and len(a.store.rel_paths) > 2
