@@ -175,7 +175,8 @@ def test_llmc_shards_are_indexed_past_their_header(tmp_path):
     write_llmc(tmp_path / "train" / "shard_001.bin", stream[cut:])
     write_llmc(tmp_path / "val" / "shard_000.bin", llmc_doc(3, rng))
     (tmp_path / layout.STATS_NAME).write_text("scaffold test tree\n")
-    (tmp_path / ownership.RECORD_NAME).write_text(ownership.TreeRecord("scaffold").to_json())
+    shards = ["train/shard_000.bin", "train/shard_001.bin", "val/shard_000.bin"]
+    (tmp_path / ownership.RECORD_NAME).write_text(ownership.TreeRecord("scaffold", shards).to_json())
     export.export_megatron(open_tree(str(tmp_path)))
     first_code, first = read_megatron_dataset(str(tmp_path / "megatron" / "train" / "shard_000"))
     _, second = read_megatron_dataset(str(tmp_path / "megatron" / "train" / "shard_001"))
