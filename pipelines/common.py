@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import contextvars
 import difflib
 import errno
 import posixpath
@@ -237,7 +238,8 @@ def run_job(
     What fails before the pipeline starts (a flag, a setting, a path, a tokenizer that will not
     load) is a UsageError: the CLI says it in one line. A run that fails or is interrupted (Ctrl-C)
     has its temporary files deleted; a full disk or an interruption becomes a RunStopped that says
-    whether the previous output is intact.
+    whether the previous output is intact. Inside submit_only() (a Flex Template's launcher) it
+    returns None once the runner has the job, and prints where its finished output will appear.
     """
     start = time.monotonic()
     run_id = new_run_id()
@@ -251,6 +253,9 @@ def run_job(
     try:
         with _noting_interrupts(interrupted):
             result = pipeline.run()
+            if _SUBMIT_ONLY.get():
+                print(submitted_line(result, output, pipeline_options), flush=True)
+                return None
             result.wait_until_finish()
     except BaseException as e:
         interrupted = interrupted or isinstance(e, KeyboardInterrupt)
@@ -274,3 +279,32 @@ def run_job(
     stats = read_stats(options.output)
     print(summary_table(stats, storage.normalize(options.output), seconds), flush=True)
     return stats
+
+
+# Set by submit_only(): run_job returns once the runner has accepted the job.
+_SUBMIT_ONLY = contextvars.ContextVar("submit_only", default=False)
+
+
+@contextlib.contextmanager
+def submit_only():
+    """Runs started inside return as soon as the runner has the job, without waiting for it to
+    finish or printing its summary: a Dataflow Flex Template's launcher (deploy/dataflow/main.py).
+    The launcher is a short-lived program that Dataflow waits on; one that waited for the whole job
+    would hold the launch open for hours and time out (deploy/README.md)."""
+    token = _SUBMIT_ONLY.set(True)
+    try:
+        yield
+    finally:
+        _SUBMIT_ONLY.reset(token)
+
+
+def submitted_line(result, output: str, pipeline_options: PipelineOptions) -> str:
+    """What a launcher that does not wait says: the job, and where to see that it has finished."""
+    from apache_beam.options.pipeline_options import TestOptions
+
+    if pipeline_options.view_as(TestOptions).dry_run:
+        return "--dry_run: the job was translated, not submitted"
+    job_id = result.job_id() if callable(getattr(result, "job_id", None)) else None
+    job = f"job {job_id}" if job_id else "the job"
+    return (f"submitted {job}, not waiting for it: {storage.join(output, layout.STATS_NAME)} "
+            "appears when it has finished")

@@ -7,17 +7,23 @@
 #
 # Settings come from the environment; PROJECT and BUCKET have no default:
 #   PROJECT=my-project BUCKET=my-bucket deploy/dataflow/launch.sh direct
-# Run it from the repository root. The input must already be on GCS (copy the parquet files of
-# FinePDFs-Edu's eng_Latn configuration there first).
+# JOB=scaffold runs the scaffold job instead (set INPUT and OUTPUT; more flags in EXTRA_FLAGS for
+# direct, EXTRA_PARAMETERS=name=value,... for run-template). The input must already be on GCS
+# (copy the parquet files of FinePDFs-Edu's eng_Latn configuration there first).
 set -euo pipefail
 
 case "${1:-}" in
   direct|build-template|run-template) ;;
-  *) sed -n '2,11p' "$0"; exit 2 ;;
+  *) sed -n '2,12p' "$0"; exit 2 ;;
 esac
 : "${PROJECT:?set PROJECT to the GCP project id}"
 : "${BUCKET:?set BUCKET to a GCS bucket name (no gs://) in REGION}"
 REGION=${REGION:-us-central1}
+JOB=${JOB:-bucketed}
+case "$JOB" in
+  bucketed|scaffold) ;;
+  *) echo "JOB=$JOB: bucketed or scaffold" >&2; exit 2 ;;
+esac
 INPUT=${INPUT:-gs://$BUCKET/finepdfs-edu/eng_Latn/*.parquet}
 OUTPUT=${OUTPUT:-gs://$BUCKET/pretokenized/finepdfs-edu-jet-nemotron}
 JOB_NAME=${JOB_NAME:-pretokenize-finepdfs-edu-$(date -u +%Y%m%d-%H%M%S)}
@@ -29,10 +35,34 @@ MAX_WORKERS=${MAX_WORKERS:-16}    # room for autoscaling if the real efficiency 
 # only pointers to per-batch references through Dataflow Shuffle: the boot disk only holds the images.
 DISK_GB=${DISK_GB:-50}
 WORKER_IMAGE=${WORKER_IMAGE:-}        # optional: deploy/worker.Dockerfile, pushed to Artifact Registry
-TEMPLATE_IMAGE=${TEMPLATE_IMAGE:-$REGION-docker.pkg.dev/$PROJECT/pretokenize/pretokenize-template:latest}
+# The template image goes to an Artifact Registry Docker repository; build-template creates it
+# when it is missing (Cloud Build cannot push to a repository that does not exist).
+REPOSITORY=${REPOSITORY:-pretokenize}
+TEMPLATE_IMAGE=${TEMPLATE_IMAGE:-$REGION-docker.pkg.dev/$PROJECT/$REPOSITORY/pretokenize-template:latest}
 TEMPLATE_SPEC=${TEMPLATE_SPEC:-gs://$BUCKET/templates/pretokenize.json}
 
+EXTRA_FLAGS=${EXTRA_FLAGS:-}
+EXTRA_PARAMETERS=${EXTRA_PARAMETERS:-}
+
 cd "$(dirname "$0")/../.."
+
+# Create the Artifact Registry repository TEMPLATE_IMAGE names (LOCATION-docker.pkg.dev/PROJECT/
+# REPOSITORY/IMAGE) unless it exists; an image elsewhere (gcr.io, another registry) is left alone.
+ensure_repository() {
+  local pattern='^([a-z0-9-]+)-docker\.pkg\.dev/([^/]+)/([^/]+)/'
+  if [[ ! "$TEMPLATE_IMAGE" =~ $pattern ]]; then
+    return 0
+  fi
+  local location=${BASH_REMATCH[1]} project=${BASH_REMATCH[2]} repository=${BASH_REMATCH[3]}
+  if gcloud artifacts repositories describe "$repository" \
+       --project="$project" --location="$location" >/dev/null 2>&1; then
+    return 0
+  fi
+  echo "creating Artifact Registry repository $repository in $location"
+  gcloud artifacts repositories create "$repository" \
+    --project="$project" --location="$location" --repository-format=docker \
+    --description="pretokenize Flex Template images"
+}
 
 beam_flags=(
   --runner=DataflowRunner
@@ -54,19 +84,24 @@ case "${1:-}" in
   direct)
     # --setup_file: the workers install this package from the sdist Beam builds of it.
     # --no_save_main_session: the code is in the package, nothing is needed from __main__.
-    exec pretokenize bucketed \
+    # The command waits for the job and prints its summary, as it does on a laptop.
+    if [[ "$JOB" == bucketed ]]; then
+      job_flags=(--language eng_Latn --lid-threshold 0.90 --partitions 32 --max-shard-bytes 1.5e9)
+    else
+      job_flags=()
+    fi
+    # shellcheck disable=SC2086  # EXTRA_FLAGS is a list of flags, split on spaces
+    exec pretokenize "$JOB" \
       --input "$INPUT" \
       --output "$OUTPUT" \
-      --language eng_Latn \
-      --lid-threshold 0.90 \
-      --partitions 32 \
-      --max-shard-bytes 1.5e9 \
+      "${job_flags[@]}" $EXTRA_FLAGS \
       --job_name="$JOB_NAME" \
       --setup_file=./setup.py \
       --no_save_main_session \
       "${beam_flags[@]}"
     ;;
   build-template)
+    ensure_repository
     gcloud builds submit --project="$PROJECT" --region="$REGION" \
       --config=/dev/stdin . <<EOF
 steps:
@@ -83,7 +118,15 @@ EOF
   run-template)
     # Machine type and worker counts go through gcloud's flags; the job's own flags are template
     # parameters (metadata.json). The boot disk is Dataflow's default, which is enough here.
-    params="input=$INPUT,output=$OUTPUT,language=eng_Latn,lid_threshold=0.90,partitions=32"
+    # The launcher returns once the job is submitted (deploy/dataflow/main.py); follow the job in
+    # the console, and see dataset_stats.txt appear in OUTPUT when it has finished.
+    params="job=$JOB,input=$INPUT,output=$OUTPUT"
+    if [[ "$JOB" == bucketed ]]; then
+      params+=",language=eng_Latn,lid_threshold=0.90,partitions=32"
+    fi
+    if [[ -n "$EXTRA_PARAMETERS" ]]; then
+      params+=",$EXTRA_PARAMETERS"
+    fi
     if [[ -n "$WORKER_IMAGE" ]]; then
       params+=",sdk_container_image=$WORKER_IMAGE"
     fi

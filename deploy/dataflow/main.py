@@ -1,22 +1,71 @@
 """The Flex Template's entry point: runs one job with the template's parameters as its flags.
 
-Dataflow's launcher calls ``python main.py --input=... --output=... --runner=DataflowRunner ...``.
-``--job=scaffold`` (a template parameter) picks the scaffold job; the default is the bucketed job.
+Dataflow's launcher calls ``python main.py --input=... --output=... --job_name=... ...``, one
+``--name=value`` per parameter given (metadata.json declares them), plus the pipeline options of
+the launch. ``--job=scaffold`` picks the scaffold job; the default is the bucketed job.
+
+What differs from the ``pretokenize`` command:
+
+- it does not wait for the job: it returns once Dataflow has it (common.submit_only). The launcher
+  is a short-lived program; Google's Flex Template guide says not to wait in it (deploy/README.md);
+- a template passes a boolean parameter as ``--annotate=true`` or ``--annotate=false``, which the
+  job's own on/off flags are given as ``--annotate`` or left out;
+- the runner is Dataflow unless a ``--runner`` is given (Beam's default would run the whole job
+  inside the launcher).
 """
 
+from __future__ import annotations
+
+import importlib
 import sys
 
-from pipelines import cli
+from pipelines import cli, common
+
+TEMPLATE_JOBS = ("bucketed", "scaffold")
+_TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no", "")
 
 
-def main(argv: list[str]) -> int:
+def job_argv(argv: list[str]) -> list[str]:
+    """``pretokenize``'s arguments for the template's: the job first, its flags after. A UsageError
+    for a job the template does not run or a boolean parameter that is neither true nor false."""
     job, rest = "bucketed", []
     for arg in argv:
         if arg.startswith("--job="):
             job = arg.split("=", 1)[1]
         else:
             rest.append(arg)
-    return cli.main([job, *rest])
+    if job not in TEMPLATE_JOBS:
+        raise common.UsageError(f"--job={job}: the template runs {' or '.join(TEMPLATE_JOBS)}")
+    switches = _switches(job)
+    flags = []
+    for arg in rest:
+        name, eq, value = arg.partition("=")
+        if eq and name.replace("_", "-") in switches:
+            if value.lower() in _TRUE:
+                flags.append(name)
+            elif value.lower() not in _FALSE:
+                raise common.UsageError(f"{arg}: a boolean parameter is true or false")
+            continue
+        flags.append(arg)
+    if not any(arg == "--runner" or arg.startswith("--runner=") for arg in flags):
+        flags.append("--runner=DataflowRunner")
+    return [job, *flags]
+
+
+def _switches(job: str) -> set[str]:
+    """The job's on/off flags (``--annotate``), spelled with dashes."""
+    parser = importlib.import_module(cli.JOBS[job][0]).make_parser()
+    return {s for a in parser._actions if a.nargs == 0 for s in a.option_strings if s.startswith("--")}
+
+
+def main(argv: list[str]) -> int:
+    try:
+        args = job_argv(argv)
+    except common.UsageError as e:
+        print(f"pretokenize template: {e}; nothing was published", file=sys.stderr)
+        return 2
+    with common.submit_only():
+        return cli.main(args)
 
 
 if __name__ == "__main__":

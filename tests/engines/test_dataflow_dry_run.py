@@ -135,16 +135,3 @@ def test_the_job_translates_for_dataflow(make_job, tmp_path, request):
     for module in ("pipelines/bucketed.py", "pipelines/cli.py", "transforms/bucketed/write.py", "shards/layout.py"):
         assert module in names, f"{module} is not in the sdist the workers install"
 
-
-def test_the_flex_template_parameters_are_flags_of_the_bucketed_job():
-    import json
-
-    parameters = json.loads((REPO / "deploy" / "dataflow" / "metadata.json").read_text())["parameters"]
-    names = [p["name"] for p in parameters if p["name"] != "job"]  # "job" is read by the template's main.py
-    assert {"input", "output"} <= set(names)
-    argv = ["--input=in", "--output=out"] + [f"--{name}=1" for name in names if name not in ("input", "output")]
-    from pipelines.common import parse_job_args
-
-    # Templates pass --lid_threshold: the job takes that spelling too; an unknown flag would raise.
-    known, beam_args = parse_job_args(bucketed.make_parser(), argv)
-    assert beam_args == [] and known.input == "in"
