@@ -31,6 +31,8 @@ JOBS = {"bucketed": bucketed, "scaffold": scaffold}
 NOT_PARAMETERS = {
     "tokenizer_threads": "threads of one worker's tokenizer: for a local run on a large machine; on Dataflow "
     "each vCPU runs its own SDK process",
+    "workers": "local worker processes; Dataflow's are its own --num_workers and --max_num_workers",
+    "plan": "prints the plan of a run and runs nothing: for a terminal, not a launcher",
 }
 # A value for each parameter without a default to copy from its help text.
 EXAMPLE_VALUES = {
