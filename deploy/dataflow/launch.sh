@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The bucketed job over the whole FinePDFs-Edu English corpus on Dataflow (sizing: SIZING.md).
+# A job on Dataflow: by default the bucketed job over the whole FinePDFs-Edu English corpus
+# (sizing: SIZING.md).
 #
 #   deploy/dataflow/launch.sh direct           launch from this checkout (pip install -e '.[gcp]')
 #   deploy/dataflow/launch.sh build-template   build the Flex Template image and its spec file
@@ -7,14 +8,15 @@
 #
 # Settings come from the environment; PROJECT and BUCKET have no default:
 #   PROJECT=my-project BUCKET=my-bucket deploy/dataflow/launch.sh direct
-# JOB=scaffold runs the scaffold job instead (set INPUT and OUTPUT; more flags in EXTRA_FLAGS for
-# direct, EXTRA_PARAMETERS=name=value,... for run-template). The input must already be on GCS
-# (copy the parquet files of FinePDFs-Edu's eng_Latn configuration there first).
+# JOB=scaffold runs the scaffold job instead (INPUT and OUTPUT required). More job flags go in
+# EXTRA_FLAGS for direct ('--long-docs chunk'), EXTRA_PARAMETERS for run-template ('long_docs=chunk').
+# The input must already be on GCS (copy the parquet files of FinePDFs-Edu's eng_Latn
+# configuration there first).
 set -euo pipefail
 
 case "${1:-}" in
   direct|build-template|run-template) ;;
-  *) sed -n '2,12p' "$0"; exit 2 ;;
+  *) sed -n '2,14p' "$0"; exit 2 ;;
 esac
 : "${PROJECT:?set PROJECT to the GCP project id}"
 : "${BUCKET:?set BUCKET to a GCS bucket name (no gs://) in REGION}"
@@ -24,9 +26,13 @@ case "$JOB" in
   bucketed|scaffold) ;;
   *) echo "JOB=$JOB: bucketed or scaffold" >&2; exit 2 ;;
 esac
-INPUT=${INPUT:-gs://$BUCKET/finepdfs-edu/eng_Latn/*.parquet}
-OUTPUT=${OUTPUT:-gs://$BUCKET/pretokenized/finepdfs-edu-jet-nemotron}
-JOB_NAME=${JOB_NAME:-pretokenize-finepdfs-edu-$(date -u +%Y%m%d-%H%M%S)}
+if [[ "$JOB" == bucketed ]]; then
+  INPUT=${INPUT:-gs://$BUCKET/finepdfs-edu/eng_Latn/*.parquet}
+  OUTPUT=${OUTPUT:-gs://$BUCKET/pretokenized/finepdfs-edu-jet-nemotron}
+fi
+: "${INPUT:?set INPUT to the documents on GCS (a glob, file or directory)}"
+: "${OUTPUT:?set OUTPUT to a gs:// directory}"
+JOB_NAME=${JOB_NAME:-pretokenize-$JOB-$(date -u +%Y%m%d-%H%M%S)}
 # Tokenizing is CPU-bound, one SDK process per vCPU; memory per process stays small (SIZING.md).
 MACHINE_TYPE=${MACHINE_TYPE:-n2-standard-8}
 NUM_WORKERS=${NUM_WORKERS:-4}     # SIZING.md: the 30-minute row at 50 % efficiency

@@ -319,6 +319,8 @@ def test_run_template_and_direct_launch_either_job(fake_cloud):
 
     done, calls = fake_cloud("direct", JOB="verify")
     assert done.returncode == 2 and calls == [] and "JOB=verify: bucketed or scaffold" in done.stderr
+    done, calls = fake_cloud("run-template", JOB="scaffold")  # FinePDFs-Edu is not the scaffold job's input
+    assert done.returncode != 0 and calls == [] and "set INPUT to the documents on GCS" in done.stderr
 
 
 def test_the_template_parameters_in_launch_sh_are_declared():
