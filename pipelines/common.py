@@ -299,12 +299,18 @@ def submit_only():
 
 
 def submitted_line(result, output: str, pipeline_options: PipelineOptions) -> str:
-    """What a launcher that does not wait says: the job, and where to see that it has finished."""
-    from apache_beam.options.pipeline_options import TestOptions
+    """What a launcher that does not wait says: the job, and where to see that it has finished.
+
+    A Flex Template's launcher may have the runner write the job to ``--template_location`` for
+    Dataflow to start, instead of submitting it: that result has no job id (and waiting on it would
+    fail), so the line names the file instead."""
+    from apache_beam.options.pipeline_options import GoogleCloudOptions, TestOptions
 
     if pipeline_options.view_as(TestOptions).dry_run:
         return "--dry_run: the job was translated, not submitted"
-    job_id = result.job_id() if callable(getattr(result, "job_id", None)) else None
-    job = f"job {job_id}" if job_id else "the job"
-    return (f"submitted {job}, not waiting for it: {storage.join(output, layout.STATS_NAME)} "
-            "appears when it has finished")
+    finished = f"{storage.join(output, layout.STATS_NAME)} appears when it has finished"
+    template = pipeline_options.view_as(GoogleCloudOptions).template_location
+    if template:
+        return f"wrote the job to {template} for Dataflow to start, not waiting for it: {finished}"
+    job_id = result.job_id() if getattr(result, "has_job", False) else None
+    return f"submitted {f'job {job_id}' if job_id else 'the job'}, not waiting for it: {finished}"

@@ -331,3 +331,24 @@ def test_the_template_parameters_in_launch_sh_are_declared():
     declared = {p["name"] for p in parameters()} | {"sdk_container_image"}
     assert passed and passed <= declared, sorted(passed - declared)
 
+
+
+def test_a_launch_that_writes_the_job_to_a_template_location_names_it_and_does_not_wait():
+    """A Flex Template's launcher can have the runner write the job (--template_location) for Dataflow
+    to start: the result then has no job, and "waiting" on it returns DONE at once, before the job
+    has even started (so the command's path would go on to read a dataset_stats.txt nobody has
+    written). The launcher's line names the file instead."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.runners.dataflow.dataflow_runner import DataflowPipelineResult
+    from apache_beam.runners.runner import PipelineState
+
+    from pipelines.common import submitted_line
+
+    options = PipelineOptions(["--template_location=gs://b/staging/template_launches/1/job_object"])
+    result = DataflowPipelineResult(None, None, options)
+    assert result.wait_until_finish() == PipelineState.DONE and not result.has_job
+    assert submitted_line(result, "gs://b/out", options) == (
+        "wrote the job to gs://b/staging/template_launches/1/job_object for Dataflow to start, not waiting "
+        "for it: gs://b/out/dataset_stats.txt appears when it has finished")
+    assert submitted_line(result, "gs://b/out", PipelineOptions([])) == (
+        "submitted the job, not waiting for it: gs://b/out/dataset_stats.txt appears when it has finished")
