@@ -6,8 +6,9 @@ the launch. ``--job=scaffold`` picks the scaffold job; the default is the bucket
 
 What differs from the ``pretokenize`` command:
 
-- it does not wait for the job: it returns once Dataflow has it (common.submit_only). The launcher
-  is a short-lived program; Google's Flex Template guide says not to wait in it (deploy/README.md);
+- it does not wait for the job: it returns once Dataflow has the job, or its job file
+  (common.submit_only). The launcher is a short-lived program; Google's Flex Template guide says
+  not to wait in it (deploy/README.md);
 - a template passes a boolean parameter as ``--annotate=true`` or ``--annotate=false``, which the
   job's own on/off flags are given as ``--annotate`` or left out;
 - the runner is Dataflow unless a ``--runner`` is given (Beam's default would run the whole job
