@@ -352,3 +352,17 @@ def test_a_launch_that_writes_the_job_to_a_template_location_names_it_and_does_n
         "for it: gs://b/out/dataset_stats.txt appears when it has finished")
     assert submitted_line(result, "gs://b/out", PipelineOptions([])) == (
         "submitted the job, not waiting for it: gs://b/out/dataset_stats.txt appears when it has finished")
+
+
+def test_main_py_runs_as_the_launcher_runs_it(tmp_path):
+    """`python main.py ...` in a process of its own (the launcher runs the file, not a module): exit
+    status 0 and the launcher's line, for a dry run; 2 and one line for a job the template does not run."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    argv = [sys.executable, str(DEPLOY / "main.py"), f"--input={SAMPLE_PARQUET}", f"--output={tmp_path / 'out'}",
+            "--job_name=pretokenize-script", *(f for f in DATAFLOW_FLAGS if f != "--runner=DataflowRunner")]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "--dry_run: the job was translated, not submitted"
+    done = subprocess.run([*argv, "--job=stats"], env=env, capture_output=True, text=True, check=False)
+    assert (done.returncode, done.stderr) == (
+        2, "pretokenize template: --job=stats: the template runs bucketed or scaffold; nothing was published\n")
