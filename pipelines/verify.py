@@ -146,7 +146,7 @@ def run(argv: list[str] | None = None) -> int:
     with launching():
         checksums, checksum_problems = read_checksums(output)
         config = VerifyConfig(output, stats.dtype, stats.eos_id, stats.vocab_size, stats.partitions, args.sample,
-                              checksums)
+                              checksums, eos_inside=stats.special_tokens == "tokenizer")
         removed, removal_problems = _removed_ids(output, args.removal_list)
         units, launch_problems, rows = plan_units(output, removed)
         launch_problems += checksum_problems + removal_problems
