@@ -356,9 +356,14 @@ class AddedTokens:
         self.ids = dict(tokens)
         # re takes the first alternative that matches at the leftmost position: longest first.
         self.pattern = re.compile("|".join(re.escape(t) for t in sorted(tokens, key=lambda t: (-len(t), t))))
+        # A text holding none of the tokens' first characters ("<" for all of Qwen2.5's) is passed over
+        # by a substring test, several times faster than the regex scan.
+        self._firsts = sorted({t[0] for t in tokens})
 
     def split(self, text: str) -> list[str | int] | None:
         """The text's stretches (non-empty strings) and added-token ids in order; None when it holds none."""
+        if not any(c in text for c in self._firsts):
+            return None
         parts: list[str | int] = []
         pos = 0
         for match in self.pattern.finditer(text):
