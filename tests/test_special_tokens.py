@@ -234,6 +234,16 @@ def test_text_mode_keeps_every_added_token_text(comparison_texts, reference_by_s
     ]
 
 
+def test_the_hf_backend_in_text_mode_keeps_non_special_added_tokens_text(hf_qwen25_dir, comparison_texts):
+    # <tool_call>, <|fim_prefix|>, ... are not "special" in Qwen2.5's file, so HF's encode_special_tokens
+    # alone would still give their ids: text mode must not.
+    texts = comparison_texts["contexts"]
+    encoder = load_encoder(f"hf:{hf_qwen25_dir}")
+    assert encoder.encode_batch(["<tool_call> <|fim_prefix|>"]) == load_encoder("jet-nemotron").encode_batch(
+        ["<tool_call> <|fim_prefix|>"])
+    assert encoder.encode_batch(texts) == load_encoder("jet-nemotron", backend="tiktoken").encode_batch(texts)
+
+
 def test_a_long_text_is_cut_exactly_around_added_tokens(hf_reference):
     # Longer than one chunk (LongTextSplitter): the stretches between added tokens are cut on their own.
     rng = random.Random(5)

@@ -613,9 +613,22 @@ def _hf(spec: str, name: str, eos_token: str | None, special_tokens: str = "text
     backend = getattr(tok, "backend_tokenizer", None)
     if backend is None:
         raise ValueError(f"{name} has no fast (Rust) tokenizer; only fast tokenizers are supported")
-    # Special-token strings in the text are encoded as text, like every other backend does; in tokenizer
-    # mode HF matches them itself (encode_special_tokens false is AutoTokenizer's default).
-    backend.encode_special_tokens = special_tokens == "text"
+    if special_tokens == "text":
+        # Added-token strings in the text are encoded as text, as every other backend does. HF's
+        # encode_special_tokens covers only tokens marked special: a copy with every added token so
+        # marked (Qwen2.5's <tool_call>, <|fim_prefix|>, ... are not) leaves none matched. The mark
+        # changes nothing else of encoding.
+        config = json.loads(backend.to_str())
+        if any(not t.get("special") for t in config.get("added_tokens") or []):
+            from tokenizers import Tokenizer
+
+            for t in config["added_tokens"]:
+                t["special"] = True
+            backend = Tokenizer.from_str(json.dumps(config))
+        backend.encode_special_tokens = True
+    else:
+        # HF matches its added tokens itself: encode_special_tokens false is AutoTokenizer's default.
+        backend.encode_special_tokens = False
     if eos_token is not None:
         eos_id = tok.convert_tokens_to_ids(eos_token)
         if eos_id is None or eos_id == tok.unk_token_id:
