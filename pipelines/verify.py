@@ -159,8 +159,10 @@ def run(argv: list[str] | None = None) -> int:
         pipeline = beam.Pipeline(options=options)
         verify = VerifyOutput(config, units, launch_problems, stats, source, frozenset(removed))
         if verify.retokenizer:
+            ids = stats.special_tokens == "tokenizer"
+            mode = ", added tokens as their ids (special_tokens: tokenizer)" if ids else ""
             print(f"  re-encoding the input with {verify.retokenizer} (the tree says "
-                  f"{stats.tokenizer_backend or 'nothing: written by tiktoken'})", flush=True)
+                  f"{stats.tokenizer_backend or 'nothing: written by tiktoken'}){mode}", flush=True)
         (
             pipeline
             | "VerifyOutput" >> verify

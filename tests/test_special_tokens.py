@@ -342,7 +342,8 @@ def test_text_mode_stats_do_not_name_the_mode(source, tmp_path):
 
 def test_verify_re_encodes_in_the_mode_the_stats_record(tokenizer_tree, source, tmp_path, capsys):
     assert cli.main(["verify", "--output", str(tokenizer_tree), "--input", str(source), *RUNNER]) == 0
-    assert "verify: OK" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "verify: OK" in printed and "special_tokens: tokenizer" in printed
     # The same tree claimed as a text-mode one: its inner EOS are problems, and its ids differ.
     copy = tmp_path / "as-text"
     shutil.copytree(tokenizer_tree, copy)
