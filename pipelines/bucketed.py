@@ -25,7 +25,7 @@ from transforms.bucketed.removal import MATCHED, DropRemoved
 from transforms.bucketed.settings import BucketedSettings
 from transforms.bucketed.tokenize import TokenizeDocuments
 from transforms.bucketed.write import WriteShards
-from transforms.core.encoders import BACKENDS
+from transforms.core.encoders import BACKENDS, SPECIAL_TOKEN_MODES
 from transforms.core.publish import PublishOutput
 from transforms.core.read import RECORDS, CountRecords, ReadDocuments
 from transforms.tools.surgery import JOURNAL_DIR, load_journal
@@ -52,6 +52,9 @@ def make_parser() -> argparse.ArgumentParser:
     flag(p, "seed", type=int, default=d.seed, help="seed of the order inside each partition")
     flag(p, "batch-docs", type=int, default=d.batch_docs, help="documents per tokenizer batch")
     flag(p, "removal-list", default=None, help="ids to leave out, one a line, no comments, or a removals.txt")
+    flag(p, "special-tokens", default=d.special_tokens, choices=list(SPECIAL_TOKEN_MODES),
+         help="text: an added-token string (<|endoftext|>, <tool_call>, ...) in a document is encoded as text; "
+              "tokenizer: as its single id, as AutoTokenizer does (EOS may then appear inside a document)")
     common.add_common_flags(p)
     return p
 

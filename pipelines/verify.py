@@ -146,7 +146,7 @@ def run(argv: list[str] | None = None) -> int:
     with launching():
         checksums, checksum_problems = read_checksums(output)
         config = VerifyConfig(output, stats.dtype, stats.eos_id, stats.vocab_size, stats.partitions, args.sample,
-                              checksums)
+                              checksums, eos_inside=stats.special_tokens == "tokenizer")
         removed, removal_problems = _removed_ids(output, args.removal_list)
         units, launch_problems, rows = plan_units(output, removed)
         launch_problems += checksum_problems + removal_problems
@@ -159,8 +159,10 @@ def run(argv: list[str] | None = None) -> int:
         pipeline = beam.Pipeline(options=options)
         verify = VerifyOutput(config, units, launch_problems, stats, source, frozenset(removed))
         if verify.retokenizer:
+            ids = stats.special_tokens == "tokenizer"
+            mode = ", added tokens as their ids (special_tokens: tokenizer)" if ids else ""
             print(f"  re-encoding the input with {verify.retokenizer} (the tree says "
-                  f"{stats.tokenizer_backend or 'nothing: written by tiktoken'})", flush=True)
+                  f"{stats.tokenizer_backend or 'nothing: written by tiktoken'}){mode}", flush=True)
         (
             pipeline
             | "VerifyOutput" >> verify

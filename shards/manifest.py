@@ -125,6 +125,10 @@ class DatasetStats:
     # The library (and version) that encoded the tree, "quicktok 0.4.0"; trees written before it
     # was recorded have none (tiktoken wrote them).
     tokenizer_backend: str | None = None
+    # What an added-token string inside a document became: "text" (the default; then no document holds
+    # an EOS before its end) or "tokenizer" (its id: an EOS may appear inside, and only the manifest
+    # tells where documents end). Written only when not "text", so older trees read as "text".
+    special_tokens: str = "text"
 
     @property
     def kept_documents(self) -> int:
@@ -151,6 +155,7 @@ class DatasetStats:
             ("min_token_count", self.min_token_count),
             ("tokenizer", self.tokenizer),
             *([("tokenizer_backend", self.tokenizer_backend)] if self.tokenizer_backend is not None else []),
+            *([("special_tokens", self.special_tokens)] if self.special_tokens != "text" else []),
             ("eos_id", self.eos_id),
             ("vocab_size", self.vocab_size),
             ("dtype", self.dtype),
@@ -215,6 +220,7 @@ class DatasetStats:
                 drops=drops,
                 removal_list_ids=_optional_int(settings, "removal_list_ids"),
                 removal_ids_not_found=_optional_int(settings, "removal_ids_not_found"),
+                special_tokens=settings.get("special_tokens", "text"),
             )
         except KeyError as e:
             raise ValueError(f"dataset stats lack the setting {e.args[0]!r}") from None

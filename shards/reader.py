@@ -25,7 +25,9 @@ dataset, are opened with ``open_llmc``; each file's header count is checked agai
 
 Windows follow the chapter on data (``seeds/data-and-tokenisation-chapter.txt``): the selected
 documents are concatenated into one stream of N tokens (documents are already separated by their
-EOS); a window is S+1 consecutive tokens, its first S the inputs and its last S the targets.
+EOS); a window is S+1 consecutive tokens, its first S the inputs and its last S the targets. A
+bucketed document's bounds come from the manifest, never from its EOS: in a tree written with
+``--special-tokens tokenizer`` an EOS may stand inside a document.
 
 By default windows come in epochs (as Megatron's GPTDataset samples do): the stream is cut every S
 tokens (``WindowCut``; each document on its own with ``align_to_docs``), and epoch e takes the cut's

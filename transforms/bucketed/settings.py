@@ -33,6 +33,7 @@ class BucketedSettings:
     batch_docs: int = 64
     removal_list: str | None = None
     on_bad_record: str = "fail"
+    special_tokens: str = "text"
 
     def read_config(self) -> ReadConfig:
         return ReadConfig(storage.normalize(self.input), on_bad_record=self.on_bad_record)
@@ -43,7 +44,7 @@ class BucketedSettings:
     def tokenizer_config(self) -> TokenizerConfig:
         return TokenizerConfig(spec=self.tokenizer, dtype=self.dtype, eos_token=self.eos_token,
                                batch_docs=self.batch_docs, backend=self.tokenizer_backend,
-                               threads=self.tokenizer_threads)
+                               threads=self.tokenizer_threads, special_tokens=self.special_tokens)
 
     def shard_config(self, run_id: str) -> ShardConfig:
         return ShardConfig(output=storage.normalize(self.output), run_id=run_id, partitions=self.partitions,

@@ -14,14 +14,16 @@ import numpy as np
 
 from shards.layout import DEFAULT_DTYPE, check_dtype
 from transforms.core.batches import DocBatch, TokenBatch
-from transforms.core.encoders import BACKENDS, Encoder, load_encoder
+from transforms.core.encoders import BACKENDS, SPECIAL_TOKEN_MODES, Encoder, load_encoder
 from transforms.core.progress import Progress
 
 
 @dataclasses.dataclass(frozen=True)
 class TokenizerConfig:
     """``backend``: auto, quicktok or tiktoken (see transforms.core.encoders); ``threads``: the
-    threads of quicktok's batch call (1 per worker; more only for a local run on a large machine)."""
+    threads of quicktok's batch call (1 per worker; more only for a local run on a large machine);
+    ``special_tokens``: text (an added-token string in a document is text) or tokenizer (its id, as
+    the tokenizer's Hugging Face release gives it; then an EOS may appear inside a document)."""
 
     spec: str = "jet-nemotron"
     dtype: str = DEFAULT_DTYPE
@@ -29,6 +31,7 @@ class TokenizerConfig:
     batch_docs: int = 64
     backend: str = "auto"
     threads: int = 1
+    special_tokens: str = "text"
 
     def __post_init__(self):
         if self.batch_docs < 1:
@@ -37,11 +40,15 @@ class TokenizerConfig:
             raise ValueError(f"--tokenizer-backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
         if self.threads < 1:
             raise ValueError(f"--tokenizer-threads must be at least 1, got {self.threads}")
+        if self.special_tokens not in SPECIAL_TOKEN_MODES:
+            raise ValueError(f"--special-tokens must be one of {', '.join(SPECIAL_TOKEN_MODES)}, "
+                             f"got {self.special_tokens!r}")
 
     def load(self) -> Encoder:
         """The encoder, checked against the dtype (and a quicktok one against tiktoken, by the probe):
         the launcher calls this once to fail early, each worker once in setup()."""
-        encoder = load_encoder(self.spec, self.eos_token, backend=self.backend, threads=self.threads)
+        encoder = load_encoder(self.spec, self.eos_token, backend=self.backend, threads=self.threads,
+                               special_tokens=self.special_tokens)
         check_dtype(self.dtype, encoder.max_token_id)
         return encoder
 

@@ -8,9 +8,15 @@
     tiktoken:PATH         GPT-2's pattern and EOS over the ranks in PATH (EOS = the number of ranks)
     hf:NAME_OR_PATH       a Hugging Face fast tokenizer (transformers AutoTokenizer)
 
-Every backend encodes text without special tokens: a literal ``<|endoftext|>`` inside a document
-is encoded as ordinary text, never as the EOS id, because readers find documents by splitting on
-EOS. The caller appends the one EOS a stored document ends with.
+Every backend encodes text without special tokens by default (``special_tokens="text"``): a literal
+``<|endoftext|>`` inside a document is encoded as ordinary text, never as the EOS id, so that a reader
+that finds documents by splitting on EOS finds them all. The caller appends the one EOS a stored
+document ends with.
+
+``special_tokens="tokenizer"`` (the job's ``--special-tokens tokenizer``) gives the ids of Hugging Face's
+default instead (``AutoTokenizer``, ``add_special_tokens=False``): each added-token string in a text
+becomes its single id (``ADDED_TOKENS``), so an EOS can appear inside a document and only the manifest
+tells where documents end. See ``AddedTokens`` for how the text is split.
 
 Long texts are encoded in pieces cut where the ids cannot change (see ``LongTextSplitter``), so a
 multi-MB document without whitespace costs about what ordinary text of its size costs.
@@ -72,6 +78,18 @@ EncodeOne = Callable[[str], np.ndarray]
 EncodeFlat = Callable[[Sequence[str]], tuple[np.ndarray, np.ndarray]]
 
 BACKENDS = ("auto", "quicktok", "tiktoken")
+# What an added-token string inside a text becomes: text (the default), or its id, as the tokenizer's
+# Hugging Face release encodes it (see AddedTokens).
+SPECIAL_TOKEN_MODES = ("text", "tokenizer")
+# Qwen2.5's added tokens (tokenizer.json added_tokens), ids 151643..151664 in this order; every one with
+# lstrip, rstrip, single_word and normalized false. <tool_call> and after are not "special" there, which
+# only matters to skip_special_tokens when decoding: encoding matches every added token alike.
+QWEN25_ADDED_TOKENS = (
+    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
+    "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>", "<|vision_end|>",
+    "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>", "<tool_call>", "</tool_call>", "<|fim_prefix|>",
+    "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>",
+)
 # The quicktok release whose ids were proven equal to tiktoken's (pyproject pins it): ``auto`` uses
 # quicktok only at this version; ``quicktok`` takes any, the probe still checks it.
 QUICKTOK_VERSION = "0.4.0"
@@ -87,7 +105,8 @@ class Encoder:
     ``backend`` is the library object underneath (a ``tiktoken.Encoding``, a ``tokenizers.Tokenizer``
     or a ``quicktok.Tokenizer``), for benchmarks that time the library's own call; ``splitter`` cuts
     its long texts (None: never cut); ``library`` names the library and its version, as the stats
-    record it (``quicktok 0.4.0``); ``encode_flat``, when the library has one, is ``encode_tokens``.
+    record it (``quicktok 0.4.0``); ``encode_flat``, when the library has one, is ``encode_tokens``;
+    ``special_tokens`` is the mode of SPECIAL_TOKEN_MODES it encodes in.
     """
 
     spec: str
@@ -98,6 +117,7 @@ class Encoder:
     splitter: LongTextSplitter | None = None
     library: str = ""
     encode_flat: EncodeFlat | None = None
+    special_tokens: str = "text"
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         return [ids.tolist() for ids in self.encode_arrays(texts)]
@@ -314,6 +334,95 @@ class LongTextSplitter:
         return None
 
 
+# --- Added tokens (special_tokens="tokenizer") -----------------------------------------------------------
+#
+# Hugging Face's tokenizers find added tokens before anything else touches the text: a token with
+# normalized=false is matched in the raw text, leftmost first and the longest at a position, and each
+# stretch of text between two matches is then normalized, pre-tokenized and BPE-encoded on its own. So
+# here the raw text is split on the added tokens first and each stretch goes through the backend's
+# ordinary (text-mode) encoding, NFC included. Splitting first is what makes it exact: tiktoken's
+# allowed_special (or quicktok's own special matching) would see the text after our NFC, which can fuse a
+# token's last ">" with a combining mark after it (">" + U+0338 is "≯") and lose the match HF finds.
+# The stretches hold no added-token string, so cutting long ones (LongTextSplitter) stays exact.
+
+
+class AddedTokens:
+    """Splits texts on a tokenizer's added tokens (``tokens``: string -> id) as HF does for tokens whose
+    lstrip, rstrip, single_word and normalized flags are all false (Qwen2.5's; GPT-2's one)."""
+
+    def __init__(self, tokens: dict[str, int]):
+        if not tokens or any(not t for t in tokens):
+            raise ValueError("added tokens must be non-empty strings")
+        self.ids = dict(tokens)
+        # re takes the first alternative that matches at the leftmost position: longest first.
+        self.pattern = re.compile("|".join(re.escape(t) for t in sorted(tokens, key=lambda t: (-len(t), t))))
+        # A text holding none of the tokens' first characters ("<" for all of Qwen2.5's) is passed over
+        # by a substring test, several times faster than the regex scan.
+        self._firsts = sorted({t[0] for t in tokens})
+
+    def split(self, text: str) -> list[str | int] | None:
+        """The text's stretches (non-empty strings) and added-token ids in order; None when it holds none."""
+        if not any(c in text for c in self._firsts):
+            return None
+        parts: list[str | int] = []
+        pos = 0
+        for match in self.pattern.finditer(text):
+            if match.start() > pos:
+                parts.append(text[pos:match.start()])
+            parts.append(self.ids[match.group()])
+            pos = match.end()
+        if not parts:
+            return None
+        if pos < len(text):
+            parts.append(text[pos:])
+        return parts
+
+    def wrap(self, encoder: Encoder) -> Encoder:
+        """``encoder`` (text mode) made to give each added token its id: one batch call encodes the
+        stretches of all the texts, whose ids are then joined with the tokens' ids."""
+
+        def encode_flat(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+            texts = list(texts)
+            plans = [self.split(t) for t in texts]
+            if all(p is None for p in plans):
+                return encoder.encode_tokens(texts)
+            pieces: list[str] = []
+            for text, plan in zip(texts, plans, strict=True):
+                pieces.extend([text] if plan is None else [p for p in plan if isinstance(p, str)])
+            tokens, offsets = encoder.encode_tokens(pieces)
+            out: list[np.ndarray] = []
+            lengths = np.zeros(len(texts), dtype=np.int64)
+            k = 0  # the next piece
+            for i, plan in enumerate(plans):
+                for part in [texts[i]] if plan is None else plan:
+                    if isinstance(part, str):
+                        ids = tokens[offsets[k]:offsets[k + 1]]
+                        k += 1
+                    else:
+                        ids = np.array([part], dtype=np.uint32)
+                    out.append(ids)
+                    lengths[i] += len(ids)
+            flat_offsets = np.zeros(len(texts) + 1, dtype=np.int64)
+            np.cumsum(lengths, out=flat_offsets[1:])
+            flat = np.concatenate(out).astype(np.uint32, copy=False) if out else np.zeros(0, np.uint32)
+            return flat, flat_offsets
+
+        def encode_arrays(texts: Sequence[str]) -> list[np.ndarray]:
+            tokens, offsets = encode_flat(texts)
+            return np.split(tokens, offsets[1:-1])
+
+        return dataclasses.replace(encoder, encode_arrays=encode_arrays, encode_flat=encode_flat,
+                                   special_tokens="tokenizer")
+
+
+def added_tokens(spec: str, eos_id: int) -> dict[str, int]:
+    """The added tokens of a tiktoken-built spec: Qwen2.5's 22 for jet-nemotron, <|endoftext|> (EOS) for
+    GPT-2's pattern (gpt2, tiktoken:PATH)."""
+    if spec.partition(":")[0] in ("jet-nemotron", "qwen2.5"):
+        return {token: QWEN2_SPECIAL_START + i for i, token in enumerate(QWEN25_ADDED_TOKENS)}
+    return {ENDOFTEXT: eos_id}
+
+
 def _token_bytes(lengths: dict[int, int], size: int) -> np.ndarray:
     table = np.zeros(size, dtype=np.int64)
     for token, n in lengths.items():
@@ -495,7 +604,7 @@ def _hf_cut_rules(config: dict) -> CutRules | None:
     return None
 
 
-def _hf(spec: str, name: str, eos_token: str | None) -> Encoder:
+def _hf(spec: str, name: str, eos_token: str | None, special_tokens: str = "text") -> Encoder:
     try:
         from transformers import AutoTokenizer
     except ImportError:
@@ -504,8 +613,22 @@ def _hf(spec: str, name: str, eos_token: str | None) -> Encoder:
     backend = getattr(tok, "backend_tokenizer", None)
     if backend is None:
         raise ValueError(f"{name} has no fast (Rust) tokenizer; only fast tokenizers are supported")
-    # Special-token strings in the text are encoded as text, like every other backend does.
-    backend.encode_special_tokens = True
+    if special_tokens == "text":
+        # Added-token strings in the text are encoded as text, as every other backend does. HF's
+        # encode_special_tokens covers only tokens marked special: a copy with every added token so
+        # marked (Qwen2.5's <tool_call>, <|fim_prefix|>, ... are not) leaves none matched. The mark
+        # changes nothing else of encoding.
+        config = json.loads(backend.to_str())
+        if any(not t.get("special") for t in config.get("added_tokens") or []):
+            from tokenizers import Tokenizer
+
+            for t in config["added_tokens"]:
+                t["special"] = True
+            backend = Tokenizer.from_str(json.dumps(config))
+        backend.encode_special_tokens = True
+    else:
+        # HF matches its added tokens itself: encode_special_tokens false is AutoTokenizer's default.
+        backend.encode_special_tokens = False
     if eos_token is not None:
         eos_id = tok.convert_tokens_to_ids(eos_token)
         if eos_id is None or eos_id == tok.unk_token_id:
@@ -514,7 +637,8 @@ def _hf(spec: str, name: str, eos_token: str | None) -> Encoder:
         eos_id = tok.eos_token_id
         if eos_id is None:
             raise ValueError(f"{name} defines no EOS token; name one with --eos-token")
-    cuts = _hf_cut_rules(json.loads(backend.to_str()))
+    # Long texts are not cut in tokenizer mode: a cut could fall inside an added token's string.
+    cuts = _hf_cut_rules(json.loads(backend.to_str())) if special_tokens == "text" else None
     splitter = None
     if cuts is not None:
         # Byte-level BPE: one vocabulary character per byte.
@@ -538,7 +662,7 @@ def _hf(spec: str, name: str, eos_token: str | None) -> Encoder:
         return out
 
     return Encoder(spec, int(eos_id), len(tok), encode_arrays, backend=backend, splitter=splitter,
-                   library=_library("tokenizers"))
+                   library=_library("tokenizers"), special_tokens=special_tokens)
 
 
 # --- quicktok -------------------------------------------------------------------------------------------------
@@ -720,9 +844,25 @@ def other_backend(recorded: str | None) -> str:
     return "auto"
 
 
-def load_encoder(spec: str, eos_token: str | None = None, backend: str = "tiktoken", threads: int = 1) -> Encoder:
+def load_encoder(spec: str, eos_token: str | None = None, backend: str = "tiktoken", threads: int = 1,
+                 special_tokens: str = "text") -> Encoder:
     """Build the tokenizer a spec names (see the module docstring) with ``backend`` (``threads``: the
-    quicktok batch call's); a ValueError for a bad spec, BackendMismatch when the probe fails."""
+    quicktok batch call's), encoding added-token strings as ``special_tokens`` says (SPECIAL_TOKEN_MODES);
+    a ValueError for a bad spec, BackendMismatch when the probe fails."""
+    if special_tokens not in SPECIAL_TOKEN_MODES:
+        raise ValueError(f"--special-tokens must be one of {', '.join(SPECIAL_TOKEN_MODES)}, got {special_tokens!r}")
+    kind = spec.partition(":")[0]
+    if kind == "hf":
+        # HF itself is the reference for its added tokens (their flags may be anything): it matches them.
+        return _load_text_encoder(spec, eos_token, backend, threads, special_tokens)
+    encoder = _load_text_encoder(spec, eos_token, backend, threads)
+    if special_tokens == "text":
+        return encoder
+    return AddedTokens(added_tokens(spec, encoder.eos_id)).wrap(encoder)
+
+
+def _load_text_encoder(spec: str, eos_token: str | None, backend: str, threads: int,
+                       special_tokens: str = "text") -> Encoder:
     kind, _, arg = spec.partition(":")
     if eos_token is not None and kind != "hf":
         raise ValueError("--eos-token applies to hf: tokenizers only; the others have a fixed EOS")
@@ -740,7 +880,7 @@ def load_encoder(spec: str, eos_token: str | None = None, backend: str = "tiktok
     if kind == "tiktoken" and arg:
         return _loaded(spec, arg, lambda: _gpt2_from_file(spec, arg))
     if kind == "hf" and arg:
-        return _hf(spec, arg, eos_token)
+        return _hf(spec, arg, eos_token, special_tokens)
     raise ValueError(
         f"unknown tokenizer {spec!r}; use jet-nemotron, jet-nemotron:RANKS, gpt2, tiktoken:RANKS or hf:NAME_OR_PATH"
     )

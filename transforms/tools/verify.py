@@ -6,7 +6,8 @@ lists the bucket directories; each file is then one unit of work:
     names       bucket directory, pPP_NNNNN.npy, partition below the stats' partition count
     size        a multiple of the dtype; equal to the sum of the file's manifest counts
     documents   each one's length inside its bucket's bounds, ending with exactly one EOS and
-                holding no other, every id below the vocabulary size
+                holding no other (unless the stats say special_tokens: tokenizer, where an EOS may
+                stand inside a document), every id below the vocabulary size
     pairing     no file without manifest rows, no manifest row without its file
     contents    each file's sha256 equal to its line in checksums.sha256 (a missing checksum
                 file is a problem: without it a changed token would pass)
@@ -14,7 +15,7 @@ lists the bucket directories; each file is then one unit of work:
     stats       documents, tokens and files per bucket equal to the manifest's; read = kept + dropped
 
 With ``--input``, the source documents are read again, filtered with the settings the stats
-record, tokenized with the tokenizer they name (by the other backend than the one that wrote the
+record, tokenized with the tokenizer and special-token mode they name (by the other backend than the one that wrote the
 tree, where it has two: tiktoken for a quicktok tree, quicktok for a tiktoken one), and compared
 id for id with what is stored (all of them, or a stable ``--sample`` fraction of ids). Records the
 job could not have stored (bad records: null fields, bad ids, lines that are not JSON, ...) are
@@ -77,6 +78,9 @@ class VerifyConfig:
     sample: float = 1.0
     # rel_path -> sha256 from checksums.sha256; None when the tree has no such file.
     checksums: dict[str, str] | None = None
+    # True when the stats say special_tokens: tokenizer: an EOS inside a document is then text's id,
+    # not a problem (the manifest, not EOS, says where documents end).
+    eos_inside: bool = False
 
     def sampled(self, doc_id: str) -> bool:
         """A stable choice of ids for --sample, independent of the layout's hashes."""
@@ -224,7 +228,7 @@ def check_file(unit: FileUnit, config: VerifyConfig) -> Iterator[tuple[str, obje
             eos = np.flatnonzero(doc == config.eos_id)
             if len(eos) == 0 or eos[-1] != n - 1:
                 yield "problem", f"{where}: does not end with EOS {config.eos_id}"
-            if len(eos) > 1 or (len(eos) == 1 and eos[0] != n - 1):
+            if not config.eos_inside and (len(eos) > 1 or (len(eos) == 1 and eos[0] != n - 1)):
                 inner = [int(i) for i in eos if i != n - 1]
                 yield "problem", f"{where}: EOS inside the document at token {inner[0]}"
             if n and int(doc.max()) >= config.vocab_size:
@@ -338,7 +342,8 @@ class VerifyOutput(beam.PTransform):
             # Re-encoded with the other backend than the one the stats say wrote the tree (where the
             # tokenizer has two), so that a divergence between them cannot hide.
             backend = other_backend(stats.tokenizer_backend)
-            self._tokenizer = TokenizerConfig(spec=stats.tokenizer, dtype=stats.dtype, backend=backend)
+            self._tokenizer = TokenizerConfig(spec=stats.tokenizer, dtype=stats.dtype, backend=backend,
+                                              special_tokens=stats.special_tokens)
             self.retokenizer = self._tokenizer.load().library
 
     def expand(self, pbegin):
