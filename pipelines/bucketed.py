@@ -71,7 +71,7 @@ def build(pipeline: beam.Pipeline, options: BucketedSettings, run_id: str | None
     encoder = tokenizer.load()
     lid = options.lid_filter()
     shards = options.shard_config(run_id or common.new_run_id())
-    read = ReadDocuments(options.read_config())
+    read = ReadDocuments(options.read_config(), progress_dir=common.progress_dir(pipeline.options, run_id))
     pending = load_journal(output) if tree.read_record(output) is not None else None
     keep = (JOURNAL_DIR,) if pending else ()
     common.prepare_output(output, "bucketed", inputs=[u.path for u in read.units], keep=keep)

@@ -19,6 +19,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.common import add_flag, launching, parse_job_args
+from pipelines.help_format import DefaultsHelpFormatter
 from shards import layout, storage, tree
 from shards.manifest import DatasetStats
 from shards.removal import read_removal_list
@@ -38,6 +39,7 @@ def parse_args(argv: list[str]) -> tuple[RemoveOptions, PipelineOptions]:
         prog="pretokenize remove",
         description="Remove the documents a list of original ids names from a bucketed output, in place.",
         epilog="Other flags go to Beam's PipelineOptions (--runner, ...).",
+        formatter_class=DefaultsHelpFormatter,
     )
     add_flag(p, "output", required=True, help="the output tree of pretokenize bucketed")
     add_flag(p, "removal-list", required=True, help="ids to remove, one a line, no comments; path or URL")

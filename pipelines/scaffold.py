@@ -69,7 +69,7 @@ def build(pipeline: beam.Pipeline, options: ScaffoldSettings, run_id: str | None
     shards = options.shard_config(run_id or common.new_run_id())
     scaffold.load()
     publish_format = LlmcFormat(options, shards)
-    read = ReadDocuments(options.read_config())
+    read = ReadDocuments(options.read_config(), progress_dir=common.progress_dir(pipeline.options, run_id))
     common.prepare_output(shards.output, "scaffold", inputs=[u.path for u in read.units])
 
     read_result = pipeline | "ReadDocuments" >> read

@@ -19,6 +19,7 @@ import sys
 
 import numpy as np
 
+from pipelines.help_format import DefaultsHelpFormatter
 from shards import layout, storage
 from shards import tree as ownership
 from shards.reader import SPLITS, ShardTree, open_tree
@@ -53,7 +54,8 @@ class BucketLengths:
 
 
 def parse_args(argv: list[str]) -> StatsOptions:
-    p = argparse.ArgumentParser(prog="pretokenize stats", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="pretokenize stats", description=__doc__.splitlines()[0],
+                                formatter_class=DefaultsHelpFormatter)
     p.add_argument("--output", required=True, help="the finished output tree (local path or fsspec URL)")
     p.add_argument("--png", default=None, help=f"where to draw the histogram (default DIR/{PNG_NAME}; 'none': skip)")
     p.add_argument("--table", default=None, help=f"where to write the table (default DIR/{TABLE_NAME})")
