@@ -374,7 +374,7 @@ def run_job(
     if dry_run:
         abandon_run(output, run_id)
         print(f"dry run: the job was translated for {runner_name(pipeline_options)} and not submitted; "
-              f"nothing was written to {output}", flush=True)
+              f"no shards or stats were written to {output}", flush=True)
         return None
     stats = read_stats(options.output)
     print(summary_table(stats, storage.normalize(options.output), seconds), flush=True)

@@ -148,3 +148,18 @@ def test_the_flex_template_parameters_are_flags_of_the_bucketed_job():
     # Templates pass --lid_threshold: the job takes that spelling too; an unknown flag would raise.
     known, beam_args = parse_job_args(bucketed.make_parser(), argv)
     assert beam_args == [] and known.input == "in"
+
+
+def test_the_cli_ends_a_dataflow_dry_run_after_translating(tmp_path, capsys):
+    """`pretokenize bucketed ... --runner=DataflowRunner --dry_run=True` exits 0 once the job is
+    translated: no stats to read back, no shards written, the run's temporary directory gone."""
+    from pipelines import cli
+
+    out = tmp_path / "out"
+    argv = ["bucketed", "--input", str(SAMPLE_PARQUET), "--output", str(out), *DATAFLOW_FLAGS]
+    assert cli.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "dry run: the job was translated for DataflowRunner and not submitted" in printed, printed
+    written = sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) if out.exists() else []
+    assert not [p for p in written if not p.startswith(".pretokenize")], written
+    assert not (out / ".pretokenize-tmp").exists()

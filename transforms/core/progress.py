@@ -34,13 +34,15 @@ def _fmt(n: float) -> str:
 
 
 def format_duration(seconds: float) -> str:
-    """``45s``, ``12m05s``, ``3h07m``: what an ETA needs, no more."""
+    """``45s``, ``12m05s``, ``3h07m``, ``2d04h``: what an ETA needs, no more."""
     s = max(0, round(seconds))
     if s < 60:
         return f"{s}s"
     if s < 3600:
         return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
 
 
 @dataclasses.dataclass(frozen=True)
