@@ -15,7 +15,7 @@ import posixpath
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines import common
+from pipelines import common, plan
 from shards import layout, storage, tree
 from shards.manifest import DatasetStats
 from shards.removal import REMOVALS_NAME
@@ -141,4 +141,4 @@ def summary_table(stats: DatasetStats, output: str, seconds: float) -> str:
 
 
 def run(argv: list[str] | None = None) -> DatasetStats:
-    return common.run_job(argv or [], parse_args, build, summary_table)
+    return common.run_job(argv or [], parse_args, build, summary_table, plan=plan.bucketed)

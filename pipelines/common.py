@@ -48,6 +48,8 @@ def parse_job_args(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[ar
     if hasattr(known, "workers"):
         rest = rest + worker_flags(known.workers, rest)
         del known.workers
+    if hasattr(known, "plan"):  # run_job reads it from the command line (wants_plan)
+        del known.plan
     return known, rest
 
 
@@ -84,6 +86,9 @@ def job_parser(job: str, description: str, inputs: str) -> argparse.ArgumentPars
     add_flag(p, "input", required=True, help=f"glob, file or directory of {inputs}; local or fsspec URL")
     add_flag(p, "output", required=True, help="output directory; local or fsspec URL (gs://, s3://)")
     add_workers_flag(p)
+    add_flag(p, "plan", action="store_true",
+             help="print the input's units and rows, the estimated tokens and core-hours (from a small sample) "
+             "and the files a run would write; run nothing, write nothing")
     return p
 
 
@@ -323,23 +328,35 @@ def _remove_progress(pipeline_options: PipelineOptions, run_id: str) -> None:
         shutil.rmtree(shared, ignore_errors=True)
 
 
+def wants_plan(argv: list[str]) -> bool:
+    """Whether the command line asks for ``--plan`` (see job_parser)."""
+    p = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    p.add_argument("--plan", action="store_true")
+    return p.parse_known_args(argv)[0].plan
+
+
 def run_job(
     argv: list[str],
     parse_args: Callable[[list[str]], tuple[Any, PipelineOptions]],
     build: Callable[[beam.Pipeline, Any, str], Any],
     summary_table: Callable[[Any, str, float], str],
+    plan: Callable[[Any], str] | None = None,
 ):
     """Parse, run, then print the summary of the stats the job published; returns the stats.
 
     What fails before the pipeline starts (a flag, a setting, a path, a tokenizer that will not
     load) is a UsageError: the CLI says it in one line. A run that fails or is interrupted (Ctrl-C)
     has its temporary files deleted; a full disk or an interruption becomes a RunStopped that says
-    whether the previous output is intact.
+    whether the previous output is intact. With ``--plan``, ``plan(settings)`` is printed instead,
+    and nothing runs (pipelines/plan.py).
     """
     start = time.monotonic()
     run_id = new_run_id()
     with launching():
         options, pipeline_options = parse_args(argv)
+        if plan is not None and wants_plan(argv):
+            print(plan(options), flush=True)
+            return None
         dry_run = is_dry_run(pipeline_options)
         pipeline = beam.Pipeline(options=pipeline_options)
         build(pipeline, options, run_id)

@@ -13,7 +13,7 @@ import logging
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines import common
+from pipelines import common, plan
 from shards import llmc
 from shards.llmc import ScaffoldStats
 from transforms.core.read import RECORDS, CountRecords, ReadDocuments
@@ -102,4 +102,4 @@ def summary_table(stats: ScaffoldStats, output: str, seconds: float) -> str:
 
 
 def run(argv: list[str] | None = None) -> ScaffoldStats:
-    return common.run_job(argv or [], parse_args, build, summary_table)
+    return common.run_job(argv or [], parse_args, build, summary_table, plan=plan.scaffold)

@@ -212,3 +212,170 @@ def test_a_worker_record_is_shown_as_its_own_message():
 def test_usage_errors_are_one_line():
     with pytest.raises(UsageError, match="give one"):
         common.worker_flags(2, ["--direct_running_mode=in_memory"])
+
+
+# --plan
+
+
+def plan_text(argv, capsys):
+    assert cli.main(argv) == 0
+    return capsys.readouterr().out
+
+
+def plan_rows(text, first_column):
+    """{name: columns} of the plan's output table (the rows under its header)."""
+    lines = text.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.split()[:1] == [first_column])
+    rows = {}
+    for ln in lines[start + 1:]:
+        if ln.strip().startswith("and "):
+            break
+        cells = ln.split()
+        rows[cells[0]] = cells[1:]
+    return rows
+
+
+def number(cell):
+    return float(cell.lstrip("~").replace(",", ""))
+
+
+def test_plan_of_the_sample_runs_nothing_and_matches_the_run(tmp_path, capsys):
+    out = tmp_path / "out"
+    text = plan_text(["bucketed", "--input", str(SAMPLE_PARQUET), "--output", str(out), "--plan"], capsys)
+    assert not out.exists()
+    assert "1 file (parquet), 2 units of work, 190 rows" in text
+    assert "the whole input" in text and f"output: {out} (does not exist: a run creates it)" in text
+    assert re.search(r"tokens per CPU second in the sample", text)
+    assert re.search(r"core-hours: ~[0-9.]+ of encoding for 740,208 tokens", text), text
+    planned = plan_rows(text, "bucket")
+
+    # The run writes what the plan said: per bucket its documents, tokens and files.
+    assert cli.main(["bucketed", "--input", str(SAMPLE_PARQUET), "--output", str(out), "--runner=FnApiRunner"]) == 0
+    capsys.readouterr()
+    stats = common.read_stats(str(out))
+    assert "documents kept: 149 (78.4% of the rows)" in text and stats.kept_documents == 149
+    written = {name: b for name, b in stats.buckets.items() if b.documents}
+    assert set(planned) == set(written)
+    for name, b in written.items():
+        docs, tokens, files = (int(number(c)) for c in planned[name][:3])
+        assert (docs, tokens, files) == (b.documents, b.tokens, b.files), name
+        names = sorted(p.relative_to(out).as_posix() for p in (out / name).iterdir())
+        assert planned[name][3] == names[0] and planned[name][-1] == names[-1]
+    # Planning again over a finished tree leaves it as it is.
+    before = tree_bytes(out)
+    text = plan_text(["bucketed", "--input", str(SAMPLE_PARQUET), "--output", str(out), "--plan"], capsys)
+    assert "holds this job's earlier output" in text and tree_bytes(out) == before
+
+
+def repeated_sample(path, copies, row_group_size):
+    """The sample's rows ``copies`` times over (fresh ids), in row groups of ``row_group_size``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(SAMPLE_PARQUET)
+    parts = []
+    for k in range(copies):
+        ids = pa.array([f"{i}-copy{k}" for i in table.column("id").to_pylist()])
+        parts.append(table.set_column(table.schema.get_field_index("id"), "id", ids))
+    pq.write_table(pa.concat_tables(parts), path, row_group_size=row_group_size)
+    return table.num_rows * copies
+
+
+def test_plan_from_a_sample_estimates_the_run(tmp_path, capsys):
+    src = tmp_path / "big.parquet"
+    rows = repeated_sample(src, 8, 40)
+    out = tmp_path / "out"
+    text = plan_text(["bucketed", "--input", str(src), "--output", str(out), "--plan"], capsys)
+    assert not out.exists()
+    assert f"1 file (parquet), 38 units of work, {rows:,} rows" in text
+    assert "sample: 256 rows from the start of 16 of the 38 units" in text and "whole input" not in text
+    kept = number(re.search(r"documents kept: (\S+)", text).group(1))
+    tokens = number(re.search(r"core-hours: ~\S+ of encoding for (\S+) tokens", text).group(1))
+    # Every unit is a slice of the same 190 rows: the sample's shares hold for the whole, roughly.
+    assert 0.6 * 149 * 8 < kept < 1.4 * 149 * 8
+    assert 0.3 * 740_208 * 8 < tokens < 3 * 740_208 * 8
+
+
+def test_plan_counts_the_rows_of_json_lines(tmp_path, capsys, monkeypatch):
+    import gzip
+    import json
+    import random
+
+    from conftest import finepdfs_row
+
+    from pipelines import plan
+
+    rng = random.Random(0)
+    words = ["".join(rng.choices("abcdefghijklmnopqrstuvwxyz", k=rng.randint(2, 9))) for _ in range(5000)]
+    lines = [json.dumps(finepdfs_row(f"d{i}", " ".join(rng.choices(words, k=rng.randint(5, 120))))) + "\n"
+             for i in range(6000)]
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.jsonl").write_text("".join(lines[:1000]))  # read whole: counted
+    with gzip.open(tmp_path / "in" / "b.jsonl.gz", "wt") as f:  # read in part: estimated
+        f.write("".join(lines[1000:]))
+    assert (tmp_path / "in" / "b.jsonl.gz").stat().st_size > 4 * 128 * 1024  # past gzip's chunks
+    monkeypatch.setattr(plan, "JSON_LINES_SAMPLE_BYTES", 200_000)
+    out = tmp_path / "out"
+    text = plan_text(["bucketed", "--input", str(tmp_path / "in"), "--output", str(out), "--tokenizer", "gpt2",
+                      "--plan"], capsys)
+    assert not out.exists()
+    m = re.search(r"2 files \(jsonl\), 2 units of work, ~(\S+) rows \(estimated", text)
+    assert m, text
+    assert 0.95 * 6000 < number(m.group(1)) < 1.05 * 6000, m.group(1)
+
+    monkeypatch.setattr(plan, "JSON_LINES_SAMPLE_BYTES", 10 << 20)  # now both are read whole: counted
+    text = plan_text(["bucketed", "--input", str(tmp_path / "in"), "--output", str(out), "--tokenizer", "gpt2",
+                      "--plan"], capsys)
+    assert "2 files (jsonl), 2 units of work, 6,000 rows" in text
+
+
+def test_plan_estimates_the_rows_of_json_lines_files_it_does_not_sample(tmp_path, capsys):
+    import json
+
+    from conftest import finepdfs_row
+
+    (tmp_path / "in").mkdir()
+    for k in range(20):  # 16 are sampled (and counted), 4 are not
+        rows = [json.dumps(finepdfs_row(f"d{k}-{i}", f"text {i} of {k}")) + "\n" for i in range(10)]
+        (tmp_path / "in" / f"part{k:02d}.jsonl").write_text("".join(rows))
+    text = plan_text(["bucketed", "--input", str(tmp_path / "in"), "--output", str(tmp_path / "out"), "--tokenizer",
+                      "gpt2", "--plan"], capsys)
+    m = re.search(r"20 files \(jsonl\), 20 units of work, ~(\S+) rows \(estimated", text)
+    assert m and 190 <= number(m.group(1)) <= 210, text
+    assert "sample: 160 rows from the start of 16 of the 20 units" in text
+
+
+def test_plan_of_the_scaffold_job_matches_its_run(tmp_path, capsys, gpt2_spec):
+    out = tmp_path / "out"
+    argv = ["scaffold", "--input", str(SAMPLE_PARQUET), "--annotate", "--tokenizer", gpt2_spec, "--output", str(out)]
+    text = plan_text([*argv, "--plan"], capsys)
+    assert not out.exists()
+    planned = plan_rows(text, "split")
+    assert cli.main([*argv, "--runner=FnApiRunner"]) == 0
+    capsys.readouterr()
+    stats = common.read_stats(str(out))
+    for name, split in stats.splits.items():
+        if split.documents:
+            assert [int(number(c)) for c in planned[name][:4]] == [split.documents, split.sequences, split.tokens,
+                                                                    split.files]
+            assert planned[name][4] == "train/shard_000.bin" if name == "train" else "val/shard_000.bin"
+
+
+def test_plan_says_a_run_would_be_refused_and_touches_nothing(tmp_path, capsys):
+    out = tmp_path / "theirs"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    text = plan_text(["bucketed", "--input", str(SAMPLE_PARQUET), "--output", str(out), "--plan"], capsys)
+    assert "not written by pretokenize: a run would be refused" in text
+    assert [p.name for p in out.iterdir()] == ["notes.txt"]
+
+
+def test_plan_still_checks_the_input(tmp_path, capsys):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    bad = tmp_path / "bad.parquet"
+    pq.write_table(pa.table({"id": ["a"], "text": ["x"]}), bad)
+    assert cli.main(["bucketed", "--input", str(bad), "--output", str(tmp_path / "out"), "--plan"]) == 2
+    assert "missing column 'language'" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
