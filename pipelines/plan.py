@@ -127,7 +127,8 @@ def _take(unit: InputUnit, config: ReadConfig, limit: int) -> tuple[list[DocBatc
             if isinstance(item, BadRecord):
                 records += 1
             else:
-                item = item if records + item.size <= limit else DocBatch(item.source, item.table.slice(0, limit - records))
+                if records + item.size > limit:
+                    item = DocBatch(item.source, item.table.slice(0, limit - records))
                 batches.append(item)
                 records += item.size
             if records >= limit:
@@ -170,7 +171,8 @@ def plan_and_sample(config: ReadConfig, sample_docs: int = SAMPLE_DOCS, sample_u
             unknown.append(unit)
     for unit in unknown:  # the rows per stored byte of sampled files compressed alike (or of any)
         exact = False
-        records, used = density.get(read._compression(unit.path)) or [sum(v) for v in zip(*density.values())] or [0, 0]
+        alike = density.get(read._compression(unit.path))
+        records, used = alike or [sum(v) for v in zip(*density.values(), strict=True)] or [0, 0]
         if not used:  # JSON text too large to count: rows per byte of the sampled records
             records, used = sum(b.size for b in sample), sum(b.table.nbytes for b in sample)
         rows += round(_file_size(unit.path) * records / used) if used else 0
@@ -223,12 +225,14 @@ def _bytes(n: float) -> str:
 
 def input_lines(plan: InputPlan, config: ReadConfig) -> list[str]:
     kinds = sorted({u.kind for u in plan.units})
-    rows = f"{plan.rows:,} rows" if plan.rows_exact else f"~{_sig(plan.rows)} rows (estimated: JSON lines are counted when read)"
+    rows = (f"{plan.rows:,} rows" if plan.rows_exact
+            else f"~{_sig(plan.rows)} rows (estimated: JSON lines are counted when read)")
     return [
         f"input: {config.pattern}",
         f"  {plan.files:,} {'file' if plan.files == 1 else 'files'} ({', '.join(kinds)}), {len(plan.units):,} "
         f"units of work, {rows}",
-        f"  sample: {plan.sampled_records:,} rows from the start of {plan.sampled_units} of the {len(plan.units):,} units"
+        f"  sample: {plan.sampled_records:,} rows from the start of {plan.sampled_units} of the "
+        f"{len(plan.units):,} units"
         + (" (the whole input: the figures below are its own)" if plan.whole else ""),
     ]
 
@@ -308,7 +312,8 @@ def bucketed(options) -> str:
         if not docs:
             continue
         if exact:
-            parts = sorted({layout.partition_of(d, options.partitions) for d, k in zip(ids, in_bucket, strict=True) if k})
+            parts = sorted({layout.partition_of(d, options.partitions)
+                            for d, k in zip(ids, in_bucket, strict=True) if k})
             touched, low, high = len(parts), parts[0], parts[-1]
         else:
             touched, low, high = expected_partitions(docs, options.partitions), 0, options.partitions - 1

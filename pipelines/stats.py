@@ -6,8 +6,9 @@ Reads only the manifest (an llm.c tree is scanned once for its documents), never
 bucketed tree. Prints the table and writes it to ``DIR/length_stats.txt``, and draws
 ``DIR/length_histogram.png``: the tokens of every bucket (what mixing weights act on; empty
 buckets shown) with the cumulative share of tokens, then the tokens by document length on a log
-scale with the bucket bounds, then one panel per non-empty bucket with its documents' lengths. ``--png`` and ``--table`` write elsewhere (local or fsspec);
-``--png none`` skips the picture. Plain Python; the picture needs matplotlib (the ``stats`` extra).
+scale with the bucket bounds, then one panel per non-empty bucket with its documents' lengths.
+``--png`` and ``--table`` write elsewhere (local or fsspec); ``--png none`` skips the picture.
+Plain Python; the picture needs matplotlib (the ``stats`` extra).
 """
 
 from __future__ import annotations

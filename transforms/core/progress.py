@@ -110,8 +110,9 @@ class Progress:
             done, start = 0, self._wall_start
             for entry in os.listdir(self.shared_dir):
                 if entry.startswith(f"{self.step}-") and entry.endswith(".json"):
-                    with contextlib.suppress(OSError, ValueError, KeyError, TypeError), open(os.path.join(self.shared_dir, entry)) as f:
-                        figures = json.load(f)
+                    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+                        with open(os.path.join(self.shared_dir, entry)) as f:
+                            figures = json.load(f)
                         done += int(figures["done"])
                         start = min(start, float(figures["start"]))
         except OSError:  # progress is never worth failing a run over: this worker's own figures

@@ -818,7 +818,8 @@ class ReadDocuments(beam.PTransform):
             pbegin
             | "ListInputUnits" >> beam.Create(self.units)
             | "SpreadInputUnits" >> beam.Reshuffle()
-            | "ReadUnits" >> beam.ParDo(ReadUnitFn(self._config, self.planned, self._progress_dir)).with_outputs(DROPPED, RECORDS, main="docs")
+            | "ReadUnits" >> beam.ParDo(ReadUnitFn(self._config, self.planned, self._progress_dir)).with_outputs(
+                DROPPED, RECORDS, main="docs")
         )
 
 
