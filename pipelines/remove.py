@@ -18,7 +18,7 @@ import uuid
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.common import add_flag, launching, parse_job_args
+from pipelines.common import add_flag, add_workers_flag, launching, parse_job_args
 from pipelines.help_format import DefaultsHelpFormatter
 from shards import layout, storage, tree
 from shards.manifest import DatasetStats
@@ -43,6 +43,7 @@ def parse_args(argv: list[str]) -> tuple[RemoveOptions, PipelineOptions]:
     )
     add_flag(p, "output", required=True, help="the output tree of pretokenize bucketed")
     add_flag(p, "removal-list", required=True, help="ids to remove, one a line, no comments; path or URL")
+    add_workers_flag(p)
     ours, beam_args = parse_job_args(p, argv)
     return RemoveOptions(storage.normalize(ours.output), storage.normalize(ours.removal_list)), PipelineOptions(
         beam_args
