@@ -818,8 +818,10 @@ class ReadDocuments(beam.PTransform):
             pbegin
             | "ListInputUnits" >> beam.Create(self.units)
             | "SpreadInputUnits" >> beam.Reshuffle()
-            | "ReadUnits" >> beam.ParDo(ReadUnitFn(self._config, self.planned, self._progress_dir)).with_outputs(
-                DROPPED, RECORDS, main="docs")
+            # The share of the planned rows is logged where the workers can add up their counts (a
+            # local run); a remote runner's UI shows progress of its own.
+            | "ReadUnits" >> beam.ParDo(ReadUnitFn(self._config, self.planned if self._progress_dir else None,
+                                                   self._progress_dir)).with_outputs(DROPPED, RECORDS, main="docs")
         )
 
 
