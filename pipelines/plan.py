@@ -204,14 +204,17 @@ def expected_partitions(documents: float, partitions: int) -> float:
 
 
 def _count(x: float, exact: bool) -> str:
-    return f"{round(x):,}" if exact else f"~{_sig(x)}"
+    """A count: exact, or an estimate to three significant figures (and whole)."""
+    return f"{round(x):,}" if exact else f"~{_sig(x, whole=True)}"
 
 
-def _sig(x: float) -> str:
-    """Three significant figures, with thousands separators: 1,230,000 or 0.0123."""
-    if x == 0:
+def _sig(x: float, whole: bool = False) -> str:
+    """Three significant figures, with thousands separators: 1,230,000 or 0.0123 (59 when whole)."""
+    if x == 0 or (whole and round(x) == 0):
         return "0"
     digits = 3 - 1 - math.floor(math.log10(abs(x)))
+    if whole:
+        digits = min(digits, 0)
     value = round(x, digits)
     return f"{value:,.{max(digits, 0)}f}"
 
