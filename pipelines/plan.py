@@ -233,7 +233,7 @@ def input_lines(plan: InputPlan, config: ReadConfig) -> list[str]:
     return [
         f"input: {config.pattern}",
         f"  {plan.files:,} {'file' if plan.files == 1 else 'files'} ({', '.join(kinds)}), {len(plan.units):,} "
-        f"units of work, {rows}",
+        f"{'unit' if len(plan.units) == 1 else 'units'} of work, {rows}",
         f"  sample: {plan.sampled_records:,} rows from the start of {plan.sampled_units} of the "
         f"{len(plan.units):,} units"
         + (" (the whole input: the figures below are its own)" if plan.whole else ""),
@@ -244,8 +244,8 @@ def cost_lines(tokens: float, tokens_per_cpu_second: float, exact: bool, what: s
     core_hours = tokens / tokens_per_cpu_second / 3600 if tokens_per_cpu_second else float("nan")
     return [
         f"  {what}: {_sig(tokens_per_cpu_second)} tokens per CPU second in the sample",
-        f"  core-hours: ~{_sig(core_hours)} of encoding for {_count(tokens, exact)} tokens (reading and writing "
-        "add to it)",
+        f"  core-hours: ~{_sig(core_hours)} ({_sig(core_hours * 3600)} CPU seconds) of encoding for "
+        f"{_count(tokens, exact)} tokens (reading and writing add to it)",
     ]
 
 

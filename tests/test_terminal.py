@@ -257,8 +257,12 @@ def test_plan_of_the_sample_runs_nothing_and_matches_the_run(tmp_path, capsys):
     assert not out.exists()
     assert "1 file (parquet), 2 units of work, 190 rows" in text
     assert "the whole input" in text and f"output: {out} (does not exist: a run creates it)" in text
-    assert re.search(r"tokens per CPU second in the sample", text)
-    assert re.search(r"core-hours: ~[0-9.]+ of encoding for 740,208 tokens", text), text
+    # Core-hours: the tokens over the tokens per CPU second measured on the sample.
+    rate = number(re.search(r"(\S+) tokens per CPU second in the sample", text).group(1))
+    m = re.search(r"core-hours: ~([0-9.]+) \(([0-9.,]+) CPU seconds\) of encoding for 740,208 tokens", text)
+    assert m, text
+    assert float(m.group(1)) == pytest.approx(740_208 / rate / 3600, rel=0.02)
+    assert number(m.group(2)) == pytest.approx(740_208 / rate, rel=0.02)
     planned = plan_rows(text, "bucket")
 
     # The run writes what the plan said: per bucket its documents, tokens and files.
@@ -302,7 +306,7 @@ def test_plan_from_a_sample_estimates_the_run(tmp_path, capsys):
     assert f"1 file (parquet), 38 units of work, {rows:,} rows" in text
     assert "sample: 256 rows from the start of 16 of the 38 units" in text and "whole input" not in text
     kept = number(re.search(r"documents kept: (\S+)", text).group(1))
-    tokens = number(re.search(r"core-hours: ~\S+ of encoding for (\S+) tokens", text).group(1))
+    tokens = number(re.search(r"of encoding for (\S+) tokens", text).group(1))
     # Every unit is a slice of the same 190 rows: the sample's shares hold for the whole, roughly.
     assert 0.6 * 149 * 8 < kept < 1.4 * 149 * 8
     assert 0.3 * 740_208 * 8 < tokens < 3 * 740_208 * 8
