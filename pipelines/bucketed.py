@@ -15,7 +15,7 @@ import posixpath
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines import common
+from pipelines import common, plan
 from shards import layout, storage, tree
 from shards.manifest import DatasetStats
 from shards.removal import REMOVALS_NAME
@@ -74,7 +74,7 @@ def build(pipeline: beam.Pipeline, options: BucketedSettings, run_id: str | None
     encoder = tokenizer.load()
     lid = options.lid_filter()
     shards = options.shard_config(run_id or common.new_run_id())
-    read = ReadDocuments(options.read_config())
+    read = ReadDocuments(options.read_config(), progress_dir=common.progress_dir(pipeline.options, run_id))
     pending = load_journal(output) if tree.read_record(output) is not None else None
     keep = (JOURNAL_DIR,) if pending else ()
     common.prepare_output(output, "bucketed", inputs=[u.path for u in read.units], keep=keep)
@@ -144,4 +144,4 @@ def summary_table(stats: DatasetStats, output: str, seconds: float) -> str:
 
 
 def run(argv: list[str] | None = None) -> DatasetStats:
-    return common.run_job(argv or [], parse_args, build, summary_table)
+    return common.run_job(argv or [], parse_args, build, summary_table, plan=plan.bucketed)

@@ -74,6 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
     for ours in ("pretokenize", "transforms", "pipelines"):
         logging.getLogger(ours).setLevel(logging.INFO)
+    from transforms.core.progress import show_worker_logs
+
+    show_worker_logs()
     # A worker's error reaches us as an exception; Beam would also log it with its traceback
     # first, which buries the one line that says what is wrong.
     logging.getLogger("apache_beam.runners.common").setLevel(logging.CRITICAL)

@@ -21,6 +21,7 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from pipelines.help_format import DefaultsHelpFormatter
 from shards import layout, storage, tree
 from transforms.core.records import UsageError
 
@@ -35,7 +36,8 @@ def add_flag(parser: argparse.ArgumentParser, name: str, **kwargs) -> None:
 
 def parse_job_args(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     """The job's own flags, and the rest for Beam's PipelineOptions; a UsageError for a flag that
-    neither knows (Beam would only log a warning and run with its default)."""
+    neither knows (Beam would only log a warning and run with its default). ``--workers N`` (see
+    add_workers_flag) becomes Beam's flags for N local worker processes."""
     ours = {s for a in parser._actions for s in a.option_strings if s.startswith("--")}
     spelled = []
     for arg in argv:
@@ -44,6 +46,11 @@ def parse_job_args(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[ar
         spelled.append(dashed + eq + value if name.startswith("--") and name not in ours and dashed in ours else arg)
     known, rest = parser.parse_known_args(spelled)
     check_beam_flags(rest, sorted(ours))
+    if hasattr(known, "workers"):
+        rest = rest + worker_flags(known.workers, rest)
+        del known.workers
+    if hasattr(known, "plan"):  # run_job reads it from the command line (wants_plan)
+        del known.plan
     return known, rest
 
 
@@ -74,11 +81,60 @@ def job_parser(job: str, description: str, inputs: str) -> argparse.ArgumentPars
         prog=f"pretokenize {job}",
         description=description,
         epilog="Any other flag is passed to Beam's PipelineOptions, e.g. --runner=FnApiRunner "
-        "--direct_running_mode=multi_processing --direct_num_workers=2.",
+        "--direct_running_mode=multi_processing --direct_num_workers=2 (what --workers 2 says).",
+        formatter_class=DefaultsHelpFormatter,
     )
     add_flag(p, "input", required=True, help=f"glob, file or directory of {inputs}; local or fsspec URL")
     add_flag(p, "output", required=True, help="output directory; local or fsspec URL (gs://, s3://)")
+    add_workers_flag(p)
+    add_flag(p, "plan", action="store_true",
+             help="print the input's units and rows, the estimated tokens and core-hours (from a small sample) "
+             "and the files a run would write; run nothing, write nothing")
     return p
+
+
+# Runners that run the pipeline in this process or in processes it starts on this machine.
+LOCAL_RUNNERS = ("DirectRunner", "FnApiRunner", "SwitchingDirectRunner", "BundleBasedDirectRunner", "PrismRunner")
+
+
+def add_workers_flag(parser: argparse.ArgumentParser) -> None:
+    add_flag(parser, "workers", type=int, default=None,
+             help="run locally with this many worker processes (the FnApiRunner in multi_processing "
+             "mode); the default is one in-process worker")
+
+
+def _beam_flag(args: list[str], name: str) -> str | None:
+    """The value of Beam flag ``--name`` in ``args`` (the last one given), or None."""
+    value = None
+    for i, arg in enumerate(args):
+        flag, eq, given = arg.partition("=")
+        if flag == f"--{name}":
+            value = given if eq else (args[i + 1] if i + 1 < len(args) else "")
+    return value
+
+
+def is_local_runner(runner: str | None) -> bool:
+    return runner is None or runner.rsplit(".", 1)[-1] in LOCAL_RUNNERS
+
+
+def worker_flags(workers: int | None, beam_args: list[str]) -> list[str]:
+    """Beam's flags for ``--workers N``: the FnApiRunner with N worker processes. A UsageError for
+    N < 1, for a runner that is not local, and beside Beam's own flags for the same thing."""
+    if workers is None:
+        return []
+    if workers < 1:
+        raise UsageError(f"--workers must be at least 1 (got {workers})")
+    runner = _beam_flag(beam_args, "runner")
+    if not is_local_runner(runner):
+        raise UsageError(f"--workers is for a local run; --runner={runner} has its own worker flags "
+                         "(e.g. --num_workers, --max_num_workers on Dataflow)")
+    for name in ("direct_num_workers", "direct_running_mode"):
+        if _beam_flag(beam_args, name) is not None:
+            raise UsageError(f"--workers {workers} and --{name} both say how to run locally; give one")
+    flags = [] if runner is not None and runner.rsplit(".", 1)[-1] == "FnApiRunner" else ["--runner=FnApiRunner"]
+    if runner is not None and runner.rsplit(".", 1)[-1] not in ("FnApiRunner", "DirectRunner"):
+        raise UsageError(f"--workers runs the FnApiRunner; --runner={runner} is another one")
+    return flags + ["--direct_running_mode=multi_processing", f"--direct_num_workers={workers}"]
 
 
 def add_common_flags(parser: argparse.ArgumentParser) -> None:
@@ -222,9 +278,62 @@ def parse_settings(parser: argparse.ArgumentParser, argv: list[str], settings_cl
     return settings_cls(**values), PipelineOptions(beam_args)
 
 
+def runner_name(pipeline_options: PipelineOptions) -> str:
+    from apache_beam.options.pipeline_options import StandardOptions
+
+    runner = pipeline_options.view_as(StandardOptions).runner
+    return "the default local runner" if runner is None else str(runner)
+
+
+def is_dry_run(pipeline_options: PipelineOptions) -> bool:
+    """Whether Beam's --dry_run asks to translate the job without running it. A UsageError on a
+    local runner, which would ignore it and run the whole job, and for a value Beam would
+    misread (it takes any value, --dry_run=False too, as true)."""
+    from apache_beam.options.pipeline_options import StandardOptions, TestOptions
+
+    value = pipeline_options.view_as(TestOptions).dry_run
+    if not value:
+        return False
+    if str(value).lower() in ("false", "0", "no", "off"):
+        raise UsageError(f"--dry_run={value}: Beam takes any value as true; leave the flag out for a real run")
+    if is_local_runner(pipeline_options.view_as(StandardOptions).runner):
+        raise UsageError(f"--dry_run is for a remote runner (--runner=DataflowRunner): {runner_name(pipeline_options)} "
+                         "would ignore it and run the whole job; --plan shows what a run would do")
+    return True
+
+
+def progress_dir(pipeline_options: PipelineOptions, run_id: str | None) -> str | None:
+    """Where a local run's workers share their progress (transforms.core.progress), so a log line
+    says how much of the whole job is done; None on a remote runner, whose UI shows progress.
+    run_job removes it when the run ends."""
+    import os
+    import tempfile
+
+    from apache_beam.options.pipeline_options import StandardOptions
+
+    if run_id is None or not is_local_runner(pipeline_options.view_as(StandardOptions).runner):
+        return None
+    return os.path.join(tempfile.gettempdir(), f"pretokenize-progress-{run_id}")
+
+
 def read_stats(output: str):
     """The stats a finished tree published (DatasetStats or ScaffoldStats)."""
     return tree.OutputTree.open(storage.normalize(output)).stats()
+
+
+def _remove_progress(pipeline_options: PipelineOptions, run_id: str) -> None:
+    import shutil
+
+    shared = progress_dir(pipeline_options, run_id)
+    if shared is not None:
+        shutil.rmtree(shared, ignore_errors=True)
+
+
+def wants_plan(argv: list[str]) -> bool:
+    """Whether the command line asks for ``--plan`` (see job_parser)."""
+    p = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    p.add_argument("--plan", action="store_true")
+    return p.parse_known_args(argv)[0].plan
 
 
 def run_job(
@@ -232,6 +341,7 @@ def run_job(
     parse_args: Callable[[list[str]], tuple[Any, PipelineOptions]],
     build: Callable[[beam.Pipeline, Any, str], Any],
     summary_table: Callable[[Any, str, float], str],
+    plan: Callable[[Any], str] | None = None,
 ):
     """Parse, run, then print the summary of the stats the job published; returns the stats.
 
@@ -240,11 +350,16 @@ def run_job(
     has its temporary files deleted; a full disk or an interruption becomes a RunStopped that says
     whether the previous output is intact. Inside submit_only() (a Flex Template's launcher) it
     returns None once the runner has the job, and prints where its finished output will appear.
+    With ``--plan``, ``plan(settings)`` is printed instead, and nothing runs (pipelines/plan.py).
     """
     start = time.monotonic()
     run_id = new_run_id()
     with launching():
         options, pipeline_options = parse_args(argv)
+        if plan is not None and wants_plan(argv):
+            print(plan(options), flush=True)
+            return None
+        dry_run = is_dry_run(pipeline_options)
         pipeline = beam.Pipeline(options=pipeline_options)
         build(pipeline, options, run_id)
     output = storage.normalize(options.output)
@@ -258,6 +373,7 @@ def run_job(
                 return None
             result.wait_until_finish()
     except BaseException as e:
+        _remove_progress(pipeline_options, run_id)
         interrupted = interrupted or isinstance(e, KeyboardInterrupt)
         if result is not None and interrupted:
             with contextlib.suppress(Exception):
@@ -275,7 +391,13 @@ def run_job(
         if full is not None:
             raise RunStopped(f"{full} ({output}); {state}; the run's temporary files were deleted") from None
         raise
+    _remove_progress(pipeline_options, run_id)
     seconds = time.monotonic() - start
+    if dry_run:
+        abandon_run(output, run_id)
+        print(f"dry run: the job was translated for {runner_name(pipeline_options)} and not submitted; "
+              f"no shards or stats were written to {output}", flush=True)
+        return None
     stats = read_stats(options.output)
     print(summary_table(stats, storage.normalize(options.output), seconds), flush=True)
     return stats

@@ -26,6 +26,7 @@ from typing import NamedTuple, TextIO
 
 import numpy as np
 
+from pipelines.help_format import DefaultsHelpFormatter
 from shards import llmc, storage
 from shards.reader import TokenStore
 from transforms.core.records import BadInputError
@@ -242,7 +243,8 @@ def decode(paths: Sequence[str], token_bytes, docs: int | None, markers: bool, o
 
 
 def make_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="pretokenize decode", description="Print llm.c scaffold shards back as text.")
+    p = argparse.ArgumentParser(prog="pretokenize decode", description="Print llm.c scaffold shards back as text.",
+                                formatter_class=DefaultsHelpFormatter)
     p.add_argument("paths", nargs="+", metavar="SHARD", help="shard files (in order) or split directories")
     p.add_argument("--docs", type=int, default=None, help="print only the first N documents")
     p.add_argument("--markers", action="store_true", help="print each word's <ff_N> countdown marker before it")

@@ -33,6 +33,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from pipelines.help_format import DefaultsHelpFormatter
 from shards import llmc, megatron, storage
 from shards import tree as ownership
 from shards.reader import ShardTree, open_tree
@@ -64,6 +65,7 @@ def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="pretokenize export",
         description="Write index files so another trainer reads a finished output tree in place.",
+        formatter_class=DefaultsHelpFormatter,
     )
     p.add_argument("target", choices=["megatron"],
                    help=f"megatron: a Megatron-LM .idx and a .bin link per shard, under DIR/{EXPORT_DIR}/")

@@ -18,7 +18,8 @@ import uuid
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.common import add_flag, launching, parse_job_args
+from pipelines.common import add_flag, add_workers_flag, launching, parse_job_args
+from pipelines.help_format import DefaultsHelpFormatter
 from shards import layout, storage, tree
 from shards.manifest import DatasetStats
 from shards.removal import read_removal_list
@@ -38,9 +39,11 @@ def parse_args(argv: list[str]) -> tuple[RemoveOptions, PipelineOptions]:
         prog="pretokenize remove",
         description="Remove the documents a list of original ids names from a bucketed output, in place.",
         epilog="Other flags go to Beam's PipelineOptions (--runner, ...).",
+        formatter_class=DefaultsHelpFormatter,
     )
     add_flag(p, "output", required=True, help="the output tree of pretokenize bucketed")
     add_flag(p, "removal-list", required=True, help="ids to remove, one a line, no comments; path or URL")
+    add_workers_flag(p)
     ours, beam_args = parse_job_args(p, argv)
     return RemoveOptions(storage.normalize(ours.output), storage.normalize(ours.removal_list)), PipelineOptions(
         beam_args

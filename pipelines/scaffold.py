@@ -13,7 +13,7 @@ import logging
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines import common
+from pipelines import common, plan
 from shards import llmc
 from shards.llmc import ScaffoldStats
 from transforms.core.read import RECORDS, CountRecords, ReadDocuments
@@ -69,7 +69,7 @@ def build(pipeline: beam.Pipeline, options: ScaffoldSettings, run_id: str | None
     shards = options.shard_config(run_id or common.new_run_id())
     scaffold.load()
     publish_format = LlmcFormat(options, shards)
-    read = ReadDocuments(options.read_config())
+    read = ReadDocuments(options.read_config(), progress_dir=common.progress_dir(pipeline.options, run_id))
     common.prepare_output(shards.output, "scaffold", inputs=[u.path for u in read.units])
 
     read_result = pipeline | "ReadDocuments" >> read
@@ -102,4 +102,4 @@ def summary_table(stats: ScaffoldStats, output: str, seconds: float) -> str:
 
 
 def run(argv: list[str] | None = None) -> ScaffoldStats:
-    return common.run_job(argv or [], parse_args, build, summary_table)
+    return common.run_job(argv or [], parse_args, build, summary_table, plan=plan.scaffold)

@@ -4,9 +4,11 @@
 
 Reads only the manifest (an llm.c tree is scanned once for its documents), never the tokens of a
 bucketed tree. Prints the table and writes it to ``DIR/length_stats.txt``, and draws
-``DIR/length_histogram.png``: every document's length on a log scale with the bucket bounds, then
-one panel per non-empty bucket. ``--png`` and ``--table`` write elsewhere (local or fsspec);
-``--png none`` skips the picture. Plain Python; the picture needs matplotlib (the ``stats`` extra).
+``DIR/length_histogram.png``: the tokens of every bucket (what mixing weights act on; empty
+buckets shown) with the cumulative share of tokens, then the tokens by document length on a log
+scale with the bucket bounds, then one panel per non-empty bucket with its documents' lengths.
+``--png`` and ``--table`` write elsewhere (local or fsspec); ``--png none`` skips the picture.
+Plain Python; the picture needs matplotlib (the ``stats`` extra).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import sys
 
 import numpy as np
 
+from pipelines.help_format import DefaultsHelpFormatter
 from shards import layout, storage
 from shards import tree as ownership
 from shards.reader import SPLITS, ShardTree, open_tree
@@ -53,7 +56,8 @@ class BucketLengths:
 
 
 def parse_args(argv: list[str]) -> StatsOptions:
-    p = argparse.ArgumentParser(prog="pretokenize stats", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="pretokenize stats", description=__doc__.splitlines()[0],
+                                formatter_class=DefaultsHelpFormatter)
     p.add_argument("--output", required=True, help="the finished output tree (local path or fsspec URL)")
     p.add_argument("--png", default=None, help=f"where to draw the histogram (default DIR/{PNG_NAME}; 'none': skip)")
     p.add_argument("--table", default=None, help=f"where to write the table (default DIR/{TABLE_NAME})")
@@ -110,8 +114,35 @@ def _log_bins(low: float, high: float, bins: int) -> np.ndarray:
     return np.unique(np.geomspace(low, high + 1, bins + 1).round().astype(np.int64))
 
 
-def draw(per_bucket: list[BucketLengths], title: str, bins: int = 40) -> bytes:
-    """The histogram as PNG bytes."""
+@dataclasses.dataclass(frozen=True)
+class TokenShares:
+    """What the picture's first panel shows: per bucket (every one, empty ones too, in bucket
+    order) its documents, its tokens (what mixing weights act on), its share of all tokens and the
+    cumulative share up to it, in percent."""
+
+    buckets: tuple[str, ...]
+    documents: tuple[int, ...]
+    tokens: tuple[int, ...]
+    share: tuple[float, ...]
+    cumulative: tuple[float, ...]
+
+
+def token_shares(per_bucket: list[BucketLengths]) -> TokenShares:
+    tokens = [b.tokens for b in per_bucket]
+    total = sum(tokens)
+    running = np.cumsum(tokens, dtype=np.int64)
+    return TokenShares(
+        buckets=tuple(b.bucket for b in per_bucket),
+        documents=tuple(b.documents for b in per_bucket),
+        tokens=tuple(tokens),
+        share=tuple(100.0 * t / total if total else 0.0 for t in tokens),
+        cumulative=tuple(100.0 * int(r) / total if total else 0.0 for r in running),
+    )
+
+
+def figure(per_bucket: list[BucketLengths], title: str, bins: int = 40):
+    """The matplotlib figure: tokens per bucket with the cumulative token share; where the tokens
+    lie by document length; then the lengths inside each non-empty bucket."""
     try:
         import matplotlib
     except ImportError:
@@ -120,20 +151,41 @@ def draw(per_bucket: list[BucketLengths], title: str, bins: int = 40) -> bytes:
         ) from None
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
-    from matplotlib.ticker import MaxNLocator
+    from matplotlib.ticker import MaxNLocator, PercentFormatter
 
+    shares = token_shares(per_bucket)
     shown = [b for b in per_bucket if b.documents]
     cols = 3
     panel_rows = max(1, -(-len(shown) // cols))
-    fig = plt.figure(figsize=(13, 3.6 + 2.8 * panel_rows), layout="constrained")
-    grid = fig.add_gridspec(1 + panel_rows, cols, height_ratios=[1.3] + [1] * panel_rows)
+    fig = plt.figure(figsize=(13, 7.4 + 2.8 * panel_rows), layout="constrained")
+    grid = fig.add_gridspec(2 + panel_rows, cols, height_ratios=[1.3, 1.1] + [1] * panel_rows)
     colors = plt.get_cmap("tab10")
+    total_docs, total_tokens = sum(shares.documents), sum(shares.tokens)
 
-    overall = fig.add_subplot(grid[0, :])
+    # Tokens per bucket, every bucket on the axis (an empty one as a bar of 0), and the share of
+    # all tokens in the buckets up to each one.
+    bars = fig.add_subplot(grid[0, :])
+    positions = np.arange(len(shares.buckets))
+    bars.bar(positions, shares.tokens, color=[colors(i) for i in range(len(shares.buckets))])
+    bars.set_xticks(positions, [f"{name}\n{share:.1f}% of tokens\n{docs:,} docs" for name, share, docs
+                                in zip(shares.buckets, shares.share, shares.documents, strict=True)], fontsize=8)
+    bars.set_xlabel("bucket (document length up to, in tokens, EOS included)")
+    bars.set_ylabel("tokens")
+    bars.set_title(f"{title}: {total_docs:,} documents, {total_tokens:,} tokens")
+    cumulative = bars.twinx()
+    cumulative.plot(positions, shares.cumulative, color="black", marker="o", linewidth=1.2,
+                    label="cumulative share of tokens")
+    cumulative.set_ylim(0, 105)
+    cumulative.yaxis.set_major_formatter(PercentFormatter())
+    cumulative.set_ylabel("cumulative share of tokens")
+    cumulative.legend(loc="upper left", fontsize=8)
+
+    # Where the tokens lie by document length: each document weighs its length.
+    overall = fig.add_subplot(grid[1, :])
     if shown:
         all_lengths = np.concatenate([b.lengths for b in shown])
         edges = _log_bins(int(all_lengths.min()), int(all_lengths.max()), bins * 2)
-        overall.hist([b.lengths for b in shown], bins=edges, stacked=True,
+        overall.hist([b.lengths for b in shown], bins=edges, stacked=True, weights=[b.lengths for b in shown],
                      color=[colors(layout.BUCKET_NAMES.index(b.bucket)) for b in shown],
                      label=[b.bucket for b in shown])
         for bound in layout.BUCKET_BOUNDS:
@@ -141,15 +193,11 @@ def draw(per_bucket: list[BucketLengths], title: str, bins: int = 40) -> bytes:
                 overall.axvline(bound, color="grey", linewidth=0.6, linestyle=":")
         overall.legend(title="bucket", ncols=min(len(shown), 5), fontsize=8)
     overall.set_xscale("log")
-    overall.yaxis.set_major_locator(MaxNLocator(integer=True))
     overall.set_xlabel("document length (tokens, EOS included)")
-    overall.set_ylabel("documents")
-    total_docs = sum(b.documents for b in per_bucket)
-    total_tokens = sum(b.tokens for b in per_bucket)
-    overall.set_title(f"{title}: {total_docs:,} documents, {total_tokens:,} tokens")
+    overall.set_ylabel("tokens")
 
     for k, b in enumerate(shown):
-        ax = fig.add_subplot(grid[1 + k // cols, k % cols])
+        ax = fig.add_subplot(grid[2 + k // cols, k % cols])
         # A bucket spans a factor of two (beyond: whatever it holds), so a linear axis reads best.
         low, high = layout.bucket_range(b.bucket)
         hi = high if high is not None else int(b.lengths.max())
@@ -159,7 +207,16 @@ def draw(per_bucket: list[BucketLengths], title: str, bins: int = 40) -> bytes:
         share = 100.0 * b.tokens / total_tokens if total_tokens else 0.0
         ax.set_title(f"{b.bucket}: {b.documents:,} docs, {b.tokens:,} tokens ({share:.1f}%)", fontsize=9)
         ax.set_xlabel("length", fontsize=8)
+        ax.set_ylabel("documents", fontsize=8)
         ax.tick_params(labelsize=7)
+    return fig
+
+
+def draw(per_bucket: list[BucketLengths], title: str, bins: int = 40) -> bytes:
+    """The picture as PNG bytes."""
+    fig = figure(per_bucket, title, bins)
+    from matplotlib import pyplot as plt
+
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)

@@ -22,7 +22,8 @@ import uuid
 import apache_beam as beam
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions
 
-from pipelines.common import add_flag, launching, parse_job_args
+from pipelines.common import add_flag, add_workers_flag, launching, parse_job_args
+from pipelines.help_format import DefaultsHelpFormatter
 from shards import layout, llmc, storage
 from shards.removal import REMOVALS_NAME, read_removal_list, read_removal_log
 from shards.tree import IncompleteTreeError, OutputTree, UnreadableStatsError
@@ -35,6 +36,7 @@ def parse_args(argv: list[str]):
         prog="pretokenize verify",
         description="Check a bucketed output tree against its format (and its source with --input).",
         epilog="Other flags go to Beam's PipelineOptions (--runner, ...).",
+        formatter_class=DefaultsHelpFormatter,
     )
     add_flag(p, "output", required=True, help="the output tree to check (bucketed or scaffold)")
     add_flag(p, "input", default=None, help="the source documents, to re-tokenize and compare")
@@ -43,6 +45,7 @@ def parse_args(argv: list[str]):
              help="the --removal-list the job ran with: its ids are not expected in the output")
     add_flag(p, "report", default=None, help="where to write the JSON report, kept (default: under "
              "--temp_location if set, else a local temporary directory; removed afterwards)")
+    add_workers_flag(p)
     return parse_job_args(p, argv)
 
 

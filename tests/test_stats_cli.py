@@ -91,3 +91,55 @@ def test_stats_need_a_finished_tree(tmp_path, capsys):
     assert stats.run(["--output", str(tmp_path)]) == 2
     assert "has no dataset_stats.txt" in capsys.readouterr().err
     assert not (tmp_path / stats.TABLE_NAME).exists()
+
+
+def test_the_token_shares_of_the_sample(sample_out):
+    """What the first panel plots: tokens per bucket (all ten, empty ones as 0) and the cumulative
+    share, against the manifest; the `beyond` bucket, one document, holds about half the tokens."""
+    by_bucket = {}
+    for _, rel, _, tokens in manifest_view(sample_out):
+        by_bucket.setdefault(rel.split("/")[0], []).append(len(tokens))
+    total = sum(sum(v) for v in by_bucket.values())
+    shares = stats.token_shares(stats.bucket_lengths(open_tree(str(sample_out))))
+    assert shares.buckets == layout.BUCKET_NAMES
+    assert shares.tokens == tuple(sum(by_bucket.get(name, [])) for name in layout.BUCKET_NAMES)
+    assert shares.documents == tuple(len(by_bucket.get(name, [])) for name in layout.BUCKET_NAMES)
+    assert 0 in shares.tokens  # the sample leaves some buckets empty, and they are still there
+    running = 0
+    for name, share, cumulative in zip(shares.buckets, shares.share, shares.cumulative, strict=True):
+        running += sum(by_bucket.get(name, []))
+        assert share == pytest.approx(100 * sum(by_bucket.get(name, [])) / total)
+        assert cumulative == pytest.approx(100 * running / total)
+    assert shares.cumulative[-1] == pytest.approx(100.0)
+    assert shares.documents[-1] == 1 and shares.share[-1] > 40
+
+
+def test_the_picture_plots_tokens_per_bucket_and_the_cumulative_share(sample_out):
+    pytest.importorskip("matplotlib", reason="the histogram needs matplotlib (the 'stats' extra)")
+    from matplotlib import pyplot as plt
+
+    per_bucket = stats.bucket_lengths(open_tree(str(sample_out)))
+    shares = stats.token_shares(per_bucket)
+    fig = stats.figure(per_bucket, "sample")
+    try:
+        bars = fig.axes[0]
+        (cumulative,) = [ax for ax in fig.axes if ax.get_ylabel() == "cumulative share of tokens"]
+        assert [p.get_height() for p in bars.patches] == list(shares.tokens)
+        ticks = [t.get_text().split("\n") for t in bars.get_xticklabels()]
+        assert [t[0] for t in ticks] == list(layout.BUCKET_NAMES)
+        assert ticks[-1][1:] == [f"{shares.share[-1]:.1f}% of tokens", "1 docs"]
+        assert bars.get_ylabel() == "tokens"
+        (line,) = cumulative.get_lines()
+        assert list(line.get_ydata()) == pytest.approx(list(shares.cumulative))
+        # The length histogram below weighs each document by its tokens.
+        (overall,) = [ax for ax in fig.axes if ax.get_xscale() == "log"]
+        assert overall.get_ylabel() == "tokens"
+        assert sum(p.get_height() for p in overall.patches if p.get_height()) > 0
+    finally:
+        plt.close(fig)
+
+
+def test_token_shares_of_an_empty_selection():
+    empty = [stats.BucketLengths(name, np.zeros(0, dtype=np.int64)) for name in layout.BUCKET_NAMES]
+    shares = stats.token_shares(empty)
+    assert shares.tokens == (0,) * 10 and shares.share == (0.0,) * 10 and shares.cumulative == (0.0,) * 10

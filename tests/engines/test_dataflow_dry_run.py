@@ -135,3 +135,17 @@ def test_the_job_translates_for_dataflow(make_job, tmp_path, request):
     for module in ("pipelines/bucketed.py", "pipelines/cli.py", "transforms/bucketed/write.py", "shards/layout.py"):
         assert module in names, f"{module} is not in the sdist the workers install"
 
+
+def test_the_cli_ends_a_dataflow_dry_run_after_translating(tmp_path, capsys):
+    """`pretokenize bucketed ... --runner=DataflowRunner --dry_run=True` exits 0 once the job is
+    translated: no stats to read back, no shards written, the run's temporary directory gone."""
+    from pipelines import cli
+
+    out = tmp_path / "out"
+    argv = ["bucketed", "--input", str(SAMPLE_PARQUET), "--output", str(out), *DATAFLOW_FLAGS]
+    assert cli.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "dry run: the job was translated for DataflowRunner and not submitted" in printed, printed
+    written = sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) if out.exists() else []
+    assert not [p for p in written if not p.startswith(".pretokenize")], written
+    assert not (out / ".pretokenize-tmp").exists()

@@ -61,7 +61,7 @@ from shards import storage
 from shards.manifest import has_lone_surrogate, id_problem
 from transforms.core.batches import DocBatch
 from transforms.core.drops import Drops
-from transforms.core.progress import Progress
+from transforms.core.progress import Planned, Progress
 from transforms.core.records import DROPPED, BadInputError, BadRecord, Document
 
 log = logging.getLogger(__name__)
@@ -121,6 +121,7 @@ class InputUnit(NamedTuple):
     row_group: int  # -1 for jsonl
     first_row: int  # index in its file of the unit's first row
     fingerprint: str = ""  # size and version of the file when the job was planned
+    rows: int = -1  # rows of a parquet row group; -1 when unknown until read (jsonl)
 
 
 _VERSION_KEYS = ("ETag", "etag", "generation", "md5Hash", "mtime", "LastModified", "updated", "created")
@@ -248,7 +249,7 @@ def _plan_file(path: str, config: ReadConfig) -> list[InputUnit]:
     for rg in range(meta.num_row_groups):
         rows = meta.row_group(rg).num_rows
         if rows:
-            units.append(InputUnit(path, "parquet", rg, first, fingerprint))
+            units.append(InputUnit(path, "parquet", rg, first, fingerprint, rows))
         first += rows
     return units
 
@@ -259,6 +260,14 @@ def plan_input(config: ReadConfig, threads: int = 16) -> list[InputUnit]:
     with ThreadPoolExecutor(max_workers=min(threads, len(paths))) as pool:
         planned = list(pool.map(lambda p: _plan_file(p, config), paths))
     return [u for units in planned for u in units]
+
+
+def planned_work(units: Sequence[InputUnit]) -> Planned:
+    """What the read step will do, as known at launch: rows when every unit's are known (parquet),
+    else input units (a JSONL file's rows are known once it is read)."""
+    if all(u.rows >= 0 for u in units):
+        return Planned(sum(u.rows for u in units), "rows", ("documents", "bad_records"))
+    return Planned(len(units), "input units", ("units",))
 
 
 def _check_value(value, kind: str, where: str, field: str, nullable: bool):
@@ -746,12 +755,14 @@ class ReadUnitFn(beam.DoFn):
     """An input unit in; DocBatches out, ``(reason, n)`` per kind of bad record skipped, and the
     number of records read (documents and bad records) to output ``records``."""
 
-    def __init__(self, config: ReadConfig):
+    def __init__(self, config: ReadConfig, planned: Planned | None = None, progress_dir: str | None = None):
         self._config = config
+        self._planned = planned
+        self._progress_dir = progress_dir
         self._docs = beam.metrics.Metrics.counter("pretokenize", "documents_read")
 
     def setup(self):
-        self._progress = Progress("read")
+        self._progress = Progress("read", planned=self._planned, shared_dir=self._progress_dir)
         self._drops = Drops()
         self._reported = 0
 
@@ -763,6 +774,7 @@ class ReadUnitFn(beam.DoFn):
             if isinstance(item, BadRecord):
                 bad[item.reason] = bad.get(item.reason, 0) + 1
                 records += 1
+                self._progress.add(bad_records=1)
                 if self._reported < 20:
                     self._reported += 1
                     log.warning("skipping a bad record (%s): %s: %s", item.reason, item.where, item.problem)
@@ -774,6 +786,7 @@ class ReadUnitFn(beam.DoFn):
             yield item
         # Checked again at the end: a file rewritten while it was read must not go into the output.
         check_unchanged(unit)
+        self._progress.add(units=1)
         for reason, n in sorted(bad.items()):
             yield self._drops(reason, n)
         yield beam.pvalue.TaggedOutput(RECORDS, records)
@@ -791,18 +804,24 @@ class ReadDocuments(beam.PTransform):
         batches, bad, records = read.docs, read.dropped, read.records
     """
 
-    def __init__(self, config: ReadConfig):
+    def __init__(self, config: ReadConfig, progress_dir: str | None = None):
         super().__init__()
         self._config = config
+        self._progress_dir = progress_dir  # Progress: a local directory all workers share, or None
         self.units = plan_input(config)
-        log.info("input: %d units of work from %s", len(self.units), config.pattern)
+        self.planned = planned_work(self.units)
+        log.info("input: %d units of work from %s (%s %s)", len(self.units), config.pattern,
+                 f"{self.planned.total:,}", self.planned.what)
 
     def expand(self, pbegin):
         return (
             pbegin
             | "ListInputUnits" >> beam.Create(self.units)
             | "SpreadInputUnits" >> beam.Reshuffle()
-            | "ReadUnits" >> beam.ParDo(ReadUnitFn(self._config)).with_outputs(DROPPED, RECORDS, main="docs")
+            # The share of the planned rows is logged where the workers can add up their counts (a
+            # local run); a remote runner's UI shows progress of its own.
+            | "ReadUnits" >> beam.ParDo(ReadUnitFn(self._config, self.planned if self._progress_dir else None,
+                                                   self._progress_dir)).with_outputs(DROPPED, RECORDS, main="docs")
         )
 
 
