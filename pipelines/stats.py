@@ -7,7 +7,8 @@ bucketed tree. Prints the table and writes it to ``DIR/length_stats.txt``, and d
 ``DIR/length_histogram.png``: every document's length on a log scale with the bucket bounds, then
 one panel per non-empty bucket. ``--png`` and ``--table`` write elsewhere (local or fsspec);
 ``--png none`` skips the picture; ``--json`` prints the table's figures as one JSON object
-instead of the table (the file paths then go to stderr). Plain Python; the picture needs matplotlib (the ``stats`` extra).
+instead of the table (the file paths then go to stderr). Plain Python; the picture needs
+matplotlib (the ``stats`` extra).
 """
 
 from __future__ import annotations

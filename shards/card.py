@@ -396,7 +396,8 @@ def _scaffold(doc: dict) -> list[str]:
         f"| **Input** | {_input_line(doc)} |",
         f"| **Tokenizer** | `{tok['spec']}` (GPT-2 BPE, ids 0 – {eot - 1}), EOT `{eot}`, `<ff_N>` = {ff} + N for "
         f"N = 0 – {top - ff} |",
-        f"| **Content** | token ids only, little-endian `uint16`, behind a {lay['header_bytes']}-byte header; no text |",
+        f"| **Content** | token ids only, little-endian `uint16`, behind a {lay['header_bytes']}-byte header; "
+        "no text |",
         f"| **Documents kept** | **{n(kept)}** of {n(docs['read'])} read ({share(kept, docs['read'])} kept) |",
         f"| **Tokens** | **{n(tokens)}** (train {n(splits['train']['tokens'])}, val {n(splits['val']['tokens'])}) |",
         f"| **Splits** | `val` holds a stable {100 * lay['val_fraction']:g}% of the ids "

@@ -11,7 +11,6 @@ import os
 import platform
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 
@@ -155,7 +154,7 @@ def test_the_card_figures_are_the_stats_and_its_snippets_run(sample_tree):
                                                             stats.total_files]
     drops = card_rows(card, "Reason")
     assert {k: number(v[0]) for k, v in drops.items()} == {**stats.drops, "total": stats.dropped_documents}
-    assert f"| **Documents kept** | **149** of 190 read (78.4% kept) |" in card
+    assert "| **Documents kept** | **149** of 190 read (78.4% kept) |" in card
     assert "| **Tokens** | **740,208**" in card
     assert "EOS `151643`" in card and "little-endian `uint32`" in card
     assert f"beam-pretokenize {importlib.metadata.version('beam-pretokenize')}" in card
