@@ -300,3 +300,20 @@ def test_stats_json(sample_tree, capsys):
             assert b["min"] is None and b["mean"] is None
     assert summary["total"]["documents"] == 149 and summary["total"]["tokens"] == total
     assert summary["split"] == "all" and summary["tree"] == str(sample_tree)
+
+
+def test_a_readme_the_record_does_not_list_is_left_alone(small_source, tmp_path):
+    """A tree written before the card existed, with the user's own README.md: the card is not
+    written over it (the tool changes only what its record lists), the JSON is."""
+    out = tmp_path / "out"
+    flags = ["--tokenizer", "gpt2", *RUNNER]
+    assert cli.main(["bucketed", "--input", str(small_source), "--output", str(out), *flags]) == 0
+    record = tree.read_record(str(out))
+    tree.record_files(str(out), record, drop_derived=[CARD_NAME, STATS_JSON_NAME])
+    (out / CARD_NAME).write_text("my own notes\n", encoding="utf-8")
+    (out / STATS_JSON_NAME).unlink()
+    assert cli.main(["bucketed", "--input", str(small_source), "--output", str(out), *flags, "--seed", "3"]) == 0
+    assert (out / CARD_NAME).read_text(encoding="utf-8") == "my own notes\n"
+    assert read_json(out)["flags"]["seed"] == 3
+    derived = tree.read_record(str(out)).derived
+    assert STATS_JSON_NAME in derived and CARD_NAME not in derived

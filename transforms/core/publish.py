@@ -126,11 +126,19 @@ def publish(staged: list, raw_documents: int, drops: dict[str, int], extras: dic
 def write_description(output: str, kind: str, files: dict[str, bytes]) -> None:
     """Write the files that describe a tree (dataset_stats.json, README.md), each listed in the
     ownership record as derived before it is written: a later publish deletes them with the other
-    files derived from the old shards, and writes its own."""
+    files derived from the old shards, and writes its own. A file of that name the record does not
+    list (a user's README.md in a tree an older version wrote) is left as it is, and not written."""
     if not files:
         return
-    tree.record_files(output, tree.owned(output, kind), add_derived=sorted(files))
-    for rel, data in sorted(files.items()):
+    fs, root = storage.filesystem(output)
+    record = tree.owned(output, kind)
+    theirs = {rel for rel in files if rel not in record.derived and fs.exists(posixpath.join(root, rel))}
+    for rel in sorted(theirs):
+        log.warning("%s is not the tool's (its record does not list it): left as it is, not rewritten",
+                    storage.join(output, rel))
+    ours = {rel: data for rel, data in files.items() if rel not in theirs}
+    tree.record_files(output, record, add_derived=sorted(ours))
+    for rel, data in sorted(ours.items()):
         tree.write_file(output, rel, data)
 
 
