@@ -194,7 +194,7 @@ def test_the_description_is_written_before_the_commit_point(small_source, tmp_pa
     assert published.index(layout.CHECKSUMS_NAME) < published.index(CARD_NAME)
 
 
-def test_remove_rewrites_the_json_and_the_card(small_source, tmp_path):
+def test_remove_rewrites_the_json_and_the_card(small_source, tmp_path, monkeypatch):
     out = tmp_path / "out"
     flags = ["--tokenizer", "gpt2", "--dtype", "uint16", "--partitions", "4", *RUNNER]
     assert cli.main(["bucketed", "--input", str(small_source), "--output", str(out), *flags]) == 0
@@ -207,7 +207,12 @@ def test_remove_rewrites_the_json_and_the_card(small_source, tmp_path):
 
     ids = tmp_path / "ids.txt"
     ids.write_text("doc-03\nlong-one\n", encoding="utf-8")
-    assert cli.main(["remove", "--output", str(out), "--removal-list", str(ids), *RUNNER]) == 0
+    # As the card says, from the tree's directory.
+    assert "pretokenize remove --output . --removal-list ids.txt" in card
+    monkeypatch.chdir(out)
+    assert cli.main(["remove", "--output", ".", "--removal-list", str(ids), *RUNNER]) == 0
+    assert cli.main(["verify", "--output", ".", *RUNNER]) == 0
+    monkeypatch.chdir(tmp_path)
     stats = DatasetStats.from_text((out / layout.STATS_NAME).read_text())
     after = read_json(out)
     for key in ("schema", "job", "versions", "tokenizer", "flags", "inputs"):
