@@ -6,8 +6,9 @@ counts as JSON together with what the text file never held, the tree's provenanc
     job          "bucketed" or "scaffold"
     versions     beam-pretokenize, apache-beam, Python, and the tokenizer library that encoded
     tokenizer    its spec, EOS id, vocabulary size, and the sha256 of the ranks or tokenizer files
-    flags        every flag of the job (its settings), but --output: a tree's bytes do not depend
-                 on where it was written, so a local run and one on a cluster write the same file
+    flags        every flag of the job (its settings), but --output (and a --workers count): a
+                 tree's bytes do not depend on where it was written or by how many workers, so a
+                 local run and one on a cluster write the same file
     inputs       every input file's URL and its fingerprint when the job was planned
     documents    read, kept and dropped; ``drops`` by reason
     buckets      (bucketed) per length bucket: its length range, documents, tokens and files
