@@ -347,3 +347,38 @@ def test_tokenizer_files_of_each_kind_of_spec(tmp_path):
     assert tokenizer_files(f"trained:{trained}") == [("merges.txt", sha256(trained / "merges.txt")),
                                                      ("vocab.bin", sha256(trained / "vocab.bin"))]
     assert tokenizer_files(f"tiktoken:{tmp_path / 'missing'}") == []
+
+
+def _bucketed_doc(kept_per_bucket: dict[str, int], flags: dict) -> dict:
+    from shards.manifest import BucketStats
+    from shards.provenance import Provenance, bucketed_document
+
+    buckets = {name: BucketStats(n, n * 10, 1 if n else 0) for name, n in kept_per_bucket.items()}
+    stats = DatasetStats(raw_documents=sum(kept_per_bucket.values()) + 1, language="eng_Latn", lid_threshold=0.9,
+                         min_token_count=1, tokenizer="jet-nemotron", eos_id=151643, vocab_size=151936,
+                         dtype="uint32", partitions=32, seed=0, buckets=buckets, drops={"lid_score": 1},
+                         tokenizer_backend="tiktoken 0.9.0")
+    provenance = Provenance("bucketed", {"beam-pretokenize": "9.9", "apache-beam": "2.77.0", "python": "3.11"},
+                            "jet-nemotron", (("qwen.tiktoken", "ab" * 32),), flags, (("in.parquet", "size=1"),))
+    return bucketed_document(provenance, stats)
+
+
+def test_a_card_written_with_special_token_ids_finds_documents_by_the_manifest_only():
+    from shards.card import render
+
+    flags = {"input": "in.parquet", "max_shard_bytes": 1000, "special_tokens": "tokenizer"}
+    card = render(_bucketed_doc({"1024": 3}, flags))
+    assert "the manifest, not the EOS, says where documents end" in card
+    assert "Or by splitting on EOS" not in card and "became their single ids" in card
+    assert "--special-tokens tokenizer" in card  # in the command it prints
+    plain = render(_bucketed_doc({"1024": 3}, {**flags, "special_tokens": "text"}))
+    assert "Or by splitting on EOS" in plain and "never as their special ids" in plain
+
+
+def test_a_card_of_a_tree_with_no_documents():
+    from shards.card import render
+
+    card = render(_bucketed_doc({}, {"input": "in.parquet", "max_shard_bytes": 1000}))
+    assert "This tree holds no documents." in card and "```python" not in card
+    assert "| **Documents kept** | **0** of 1 read (0.0% kept) |" in card
+    assert "| **Total** | | **0** | **0** | - | **0** |" in card
