@@ -26,6 +26,7 @@ from transforms.bucketed.settings import BucketedSettings
 from transforms.bucketed.tokenize import TokenizeDocuments
 from transforms.bucketed.write import WriteShards
 from transforms.core.encoders import BACKENDS, SPECIAL_TOKEN_MODES
+from transforms.core.provenance import launch_provenance
 from transforms.core.publish import PublishOutput
 from transforms.core.read import RECORDS, CountRecords, ReadDocuments
 from transforms.tools.surgery import JOURNAL_DIR, load_journal
@@ -98,6 +99,7 @@ def build(pipeline: beam.Pipeline, options: BucketedSettings, run_id: str | None
     publish_format = BucketedFormat(
         options, encoder.eos_id, encoder.max_token_id + 1, shards, len(removal.ids) if removal else None,
         tokenizer_backend=encoder.library,
+        provenance=launch_provenance("bucketed", options, read.units, options.tokenizer),
     )
 
     read_result = pipeline | "ReadDocuments" >> read

@@ -39,7 +39,8 @@ _BAD_INPUT = re.compile(re.escape(BadInputError.PREFIX) + r"(.+?)(?: \[while run
 
 
 def _usage() -> str:
-    lines = ["usage: pretokenize JOB [flags]   (pretokenize JOB --help for a job's flags)", "", "jobs:"]
+    lines = ["usage: pretokenize JOB [flags]   (pretokenize JOB --help for a job's flags; pretokenize --version)", "",
+             "jobs:"]
     lines += [f"  {name:<10} {help_}" for name, (_, help_) in JOBS.items()]
     return "\n".join(lines)
 
@@ -66,6 +67,11 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())
         return 0 if argv else 2
+    if argv[0] == "--version" or (argv[0] in JOBS and "--version" in argv[1:]):
+        from shards.provenance import tool_version
+
+        print(f"pretokenize (beam-pretokenize) {tool_version()}")
+        return 0
     job, rest = argv[0], argv[1:]
     if job not in JOBS:
         print(f"pretokenize: unknown job {job!r}\n\n{_usage()}", file=sys.stderr)

@@ -16,6 +16,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pipelines import common, plan
 from shards import llmc
 from shards.llmc import ScaffoldStats
+from transforms.core.provenance import launch_provenance
 from transforms.core.read import RECORDS, CountRecords, ReadDocuments
 from transforms.scaffold.encode import (
     COUNTS,
@@ -67,9 +68,10 @@ def build(pipeline: beam.Pipeline, options: ScaffoldSettings, run_id: str | None
     """
     scaffold = options.scaffold_config()
     shards = options.shard_config(run_id or common.new_run_id())
-    scaffold.load()
-    publish_format = LlmcFormat(options, shards)
+    encoder = scaffold.load()
     read = ReadDocuments(options.read_config(), progress_dir=common.progress_dir(pipeline.options, run_id))
+    provenance = launch_provenance("scaffold", options, read.units, options.tokenizer)
+    publish_format = LlmcFormat(options, shards, provenance, encoder.library)
     common.prepare_output(shards.output, "scaffold", inputs=[u.path for u in read.units])
 
     read_result = pipeline | "ReadDocuments" >> read

@@ -1,14 +1,15 @@
 """The stats job: document lengths per bucket, as a table and a histogram, for choosing mixing weights.
 
-    pretokenize stats --output DIR [--png PATH] [--table PATH] [--split all|train|val] [--val-fraction F]
+    pretokenize stats --output DIR [--png PATH] [--table PATH] [--split all|train|val] [--val-fraction F] [--json]
 
 Reads only the manifest (an llm.c tree is scanned once for its documents), never the tokens of a
 bucketed tree. Prints the table and writes it to ``DIR/length_stats.txt``, and draws
 ``DIR/length_histogram.png``: the tokens of every bucket (what mixing weights act on; empty
 buckets shown) with the cumulative share of tokens, then the tokens by document length on a log
 scale with the bucket bounds, then one panel per non-empty bucket with its documents' lengths.
-``--png`` and ``--table`` write elsewhere (local or fsspec); ``--png none`` skips the picture.
-Plain Python; the picture needs matplotlib (the ``stats`` extra).
+``--png`` and ``--table`` write elsewhere (local or fsspec); ``--png none`` skips the picture;
+``--json`` prints the table's figures as one JSON object instead of the table (the file paths
+then go to stderr). Plain Python; the picture needs matplotlib (the ``stats`` extra).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class StatsOptions:
     split: str = "all"
     val_fraction: float = 0.0
     bins: int = 40
+    json: bool = False  # print the table as JSON (the file paths go to stderr)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,10 +67,12 @@ def parse_args(argv: list[str]) -> StatsOptions:
     p.add_argument("--val-fraction", "--val_fraction", dest="val_fraction", type=float, default=0.0,
                    help="the validation fraction that defines --split for a bucketed tree")
     p.add_argument("--bins", type=int, default=40, help="histogram bins per panel")
+    p.add_argument("--json", action="store_true",
+                   help="print the table as one JSON object on stdout (the files are still written)")
     ns = p.parse_args(argv)
     if ns.bins < 1:
         p.error("--bins must be at least 1")
-    return StatsOptions(storage.normalize(ns.output), ns.png, ns.table, ns.split, ns.val_fraction, ns.bins)
+    return StatsOptions(storage.normalize(ns.output), ns.png, ns.table, ns.split, ns.val_fraction, ns.bins, ns.json)
 
 
 def bucket_lengths(tree: ShardTree, split: str = "all", val_fraction: float = 0.0) -> list[BucketLengths]:
@@ -107,6 +111,34 @@ def table(per_bucket: list[BucketLengths]) -> str:
              for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines) + "\n"
+
+
+def length_summary(name: str, lengths: np.ndarray, total_tokens: int) -> dict:
+    """The table's row for one bucket (or the total) as numbers: percentiles are lengths some
+    document has (numpy's "lower"); the length figures are None for an empty bucket."""
+    tokens = int(lengths.sum())
+    row = {"bucket": name, "documents": len(lengths), "tokens": tokens,
+           "token_share": tokens / total_tokens if total_tokens else None}
+    if len(lengths):
+        p10, p50, p90 = (int(v) for v in np.percentile(lengths, [10, 50, 90], method="lower"))
+        row.update(min=int(lengths.min()), p10=p10, p50=p50, p90=p90, max=int(lengths.max()),
+                   mean=float(lengths.mean()))
+    else:
+        row.update(dict.fromkeys(("min", "p10", "p50", "p90", "max", "mean")))
+    return row
+
+
+def summary_json(per_bucket: list[BucketLengths], url: str, split: str, val_fraction: float) -> dict:
+    """What ``--json`` prints: the table's figures per bucket and in total, with what was measured."""
+    total_tokens = sum(b.tokens for b in per_bucket)
+    everything = np.concatenate([b.lengths for b in per_bucket]) if per_bucket else np.zeros(0, np.int64)
+    return {
+        "tree": url,
+        "split": split,
+        "val_fraction": val_fraction,
+        "buckets": [length_summary(b.bucket, b.lengths, total_tokens) for b in per_bucket],
+        "total": length_summary("total", everything, total_tokens),
+    }
 
 
 def _log_bins(low: float, high: float, bins: int) -> np.ndarray:
@@ -249,11 +281,19 @@ def run(argv: list[str] | None = None) -> int:
         root = storage.normalize(tree.url)
         ownership.record_files(tree.url, record, add_derived=[posixpath.relpath(u, root) for u in inside])
     _write(tree.url, table_url, (heading + text).encode())
-    print(heading + text, end="", flush=True)
-    print(f"table: {table_url}", flush=True)
+    # With --json, stdout is the JSON alone (for a pipe into jq); where the files went, on stderr.
+    where = sys.stderr if options.json else sys.stdout
+    if options.json:
+        import json
+
+        summary = summary_json(per_bucket, tree.url, options.split, options.val_fraction)
+        print(json.dumps(summary, indent=1), flush=True)
+    else:
+        print(heading + text, end="", flush=True)
+    print(f"table: {table_url}", file=where, flush=True)
     if png_url is not None:
         _write(tree.url, png_url, draw(per_bucket, tree.url, options.bins))
-        print(f"histogram: {png_url}", flush=True)
+        print(f"histogram: {png_url}", file=where, flush=True)
     return 0
 
 

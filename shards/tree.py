@@ -6,7 +6,8 @@ written by the first run into it when it was empty (or did not exist):
     {"tool": "beam-pretokenize", "kind": "bucketed", "files": [...], "derived": [...]}
 
 ``files`` are the data files the jobs wrote there (shards, relative paths), ``derived`` the files
-other tools wrote from them (``export megatron``, ``stats``). Besides what the record lists, the
+other tools wrote from them (``export megatron``, ``stats``) and the tree's description that the
+jobs and ``remove`` write (``dataset_stats.json``, ``README.md``). Besides what the record lists, the
 tool owns, in its own tree only, the fixed names of its kind (``dataset_stats.txt``, the manifest,
 ``checksums.sha256``, ``removals.txt``, the record itself) and its temporary directory
 ``.pretokenize-tmp/``.

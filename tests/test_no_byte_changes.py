@@ -5,14 +5,20 @@ the checksums or the stats shows here.
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 from conftest import REPO, SAMPLE_PARQUET, tree_hashes
 
 from pipelines import cli
+from shards.card import CARD_NAME
+from shards.provenance import STATS_JSON_NAME
 
 RUNNER = ["--runner=FnApiRunner"]
 
 SAMPLE_HASHES = {
-    ".pretokenize-tree.json": "b1a10093f219f892029bef6656bdcec78f25d6d1f588860575cefe9209546a6b",
+    # Issue 14: the record lists the tree's description (dataset_stats.json, README.md) as derived.
+    ".pretokenize-tree.json": "528a9c910c4dc97ac8e7507c5b8d6ab847e5c696e2f10bc14ff7ec0e541ed0de",
     "1024/p00_00000.npy": "ff8846534814550d69338c89caccab60cf771c081e5d0bc130a4a52994fee365",
     "1024/p01_00000.npy": "9e7a5e598219871da7466554894c72cf33810ab52b1fc5e6fa5bc791b4c320e9",
     "1024/p03_00000.npy": "d42efda35652d36ffa7e7755cee19107b3c5dc5819f5b4fca8f6d622cfe99870",
@@ -105,7 +111,8 @@ SAMPLE_HASHES = {
 }
 
 SCAFFOLD_HASHES = {
-    ".pretokenize-tree.json": "81ee72316a5c155573d38a7525c158e56439c82f8826f42187efd0c3032ac96a",
+    # Issue 14: as above, the record lists dataset_stats.json and README.md.
+    ".pretokenize-tree.json": "0d8abc25ac235429abd30ab6b641cc64d5f22230a2efe0c3fd843ac1fdc104c3",
     "checksums.sha256": "ea57f11cc41ce66621860cc2d243a08d4720ef6bb7b6ac835267d2db6dd62714",
     "dataset_stats.txt": "9817c150bdb97aa6248a4721596d495ab8a387efcd31d023b0dbd4ccf2096507",
     "train/shard_000.bin": "702a51459eae26c722112372bcb8ec873aee41aa61ed148de05f772cfd609e5d",
@@ -115,11 +122,39 @@ SCAFFOLD_HASHES = {
     "val/shard_000.bin": "c0e7ac4cac64b546a309a030450a1136dbcedbf0e057b7569b9184f5236c543b",
 }
 
+# The tree's description names what differs between checkouts and machines: the input's absolute
+# path and its fingerprint (size and mtime), the Python version, the tool's version. Those are
+# masked; every other byte of both files is compared here.
+DESCRIPTION = (STATS_JSON_NAME, CARD_NAME)
+SAMPLE_DESCRIPTION_HASHES = {
+    STATS_JSON_NAME: "f26c356ac2f0cc2a8f74a902a08660f6adf5bfde2672455ec964de8213ef6d37",
+    CARD_NAME: "f035b15eede38c19bd13f2f94baa465103d1e2166dbd9a45ace092ced3ae6df7",
+}
+SCAFFOLD_DESCRIPTION_HASHES = {
+    STATS_JSON_NAME: "21f2735df6e3bf93d5ec846891795b23518d718872da37a47540b7782d136913",
+    CARD_NAME: "14e8dbfad02b9122684a431d935ea326443c06af137550c2584adcdb273f2072",
+}
+
+
+def description_hashes(out) -> dict[str, str]:
+    doc = json.loads((out / STATS_JSON_NAME).read_text(encoding="utf-8"))
+    (url, fingerprint), = ((i["url"], i["fingerprint"]) for i in doc["inputs"])
+    masks = {url: "<input>", fingerprint: "<fingerprint>", doc["versions"]["python"]: "<python>",
+             doc["versions"]["beam-pretokenize"]: "<version>"}
+    hashes = {}
+    for name in DESCRIPTION:
+        text = (out / name).read_text(encoding="utf-8")
+        for value, mask in masks.items():
+            text = text.replace(value, mask)
+        hashes[name] = hashlib.sha256(text.encode()).hexdigest()
+    return hashes
+
 
 def test_the_bucketed_sample_is_byte_for_byte_what_it_was(tmp_path):
     # make demo's command
     assert cli.main(["bucketed", "--input", str(SAMPLE_PARQUET), "--output", str(tmp_path / "out"), *RUNNER]) == 0
-    assert tree_hashes(tmp_path / "out") == SAMPLE_HASHES
+    assert tree_hashes(tmp_path / "out", skip=DESCRIPTION) == SAMPLE_HASHES
+    assert description_hashes(tmp_path / "out") == SAMPLE_DESCRIPTION_HASHES
 
 
 def test_the_scaffold_sample_is_byte_for_byte_what_it_was(tmp_path):
@@ -127,4 +162,5 @@ def test_the_scaffold_sample_is_byte_for_byte_what_it_was(tmp_path):
     src = REPO / "tests" / "data" / "scaffold" / "por_annotated.jsonl"
     flags = ["--tokenizer", "gpt2", "--shard-tokens", "4000", *RUNNER]
     assert cli.main(["scaffold", "--input", str(src), "--output", str(tmp_path / "out"), *flags]) == 0
-    assert tree_hashes(tmp_path / "out") == SCAFFOLD_HASHES
+    assert tree_hashes(tmp_path / "out", skip=DESCRIPTION) == SCAFFOLD_HASHES
+    assert description_hashes(tmp_path / "out") == SCAFFOLD_DESCRIPTION_HASHES

@@ -17,7 +17,9 @@ from conftest import GPT2_RANKS, REPO, tree_hashes
 
 from pipelines import cli, decode, scaffold
 from shards import layout, llmc, tree
+from shards.card import CARD_NAME
 from shards.llmc import ScaffoldStats
+from shards.provenance import STATS_JSON_NAME
 from transforms.core.records import UsageError
 from transforms.scaffold.encode import annotate, format_annotated
 
@@ -126,7 +128,7 @@ def test_sample_shards_match_an_independent_derivation(sample_run):
     assert stats.raw_documents == 64 and stats.drops == {"too_many_words": 1}
     assert stats.kept_documents == 63 and stats.countdown_mismatches == 1
     on_disk = set(tree_hashes(out))
-    assert on_disk == {layout.STATS_NAME, layout.CHECKSUMS_NAME, tree.RECORD_NAME} | {
+    assert on_disk == {layout.STATS_NAME, layout.CHECKSUMS_NAME, tree.RECORD_NAME, STATS_JSON_NAME, CARD_NAME} | {
         f"{s}/shard_{i:03d}.bin" for s in llmc.SPLITS for i in range(stats.splits[s].files)}
     with open(out / layout.STATS_NAME, encoding="utf-8") as f:
         assert ScaffoldStats.from_text(f.read()) == stats
@@ -216,9 +218,9 @@ def test_annotated_and_plain_input_give_the_same_shards(tmp_path, gpt2_spec):
     write_jsonl(tmp_path / "annotated.jsonl", annotated)
     a = run_job(tmp_path / "annotated.jsonl", tmp_path / "a", gpt2_spec, "--shard-tokens", "3000")
     b = run_job(PLAIN, tmp_path / "b", gpt2_spec, "--annotate", "--shard-tokens", "3000")
-    ha, hb = tree_hashes(tmp_path / "a"), tree_hashes(tmp_path / "b")
-    assert {k: v for k, v in ha.items() if k != layout.STATS_NAME} == {k: v for k, v in hb.items()
-                                                                         if k != layout.STATS_NAME}
+    # (The stats count the mismatch; dataset_stats.json and the card name the input and its flags.)
+    skip = (layout.STATS_NAME, STATS_JSON_NAME, CARD_NAME)
+    assert tree_hashes(tmp_path / "a", skip=skip) == tree_hashes(tmp_path / "b", skip=skip)
     assert (a.countdown_mismatches, b.countdown_mismatches) == (1, 0)
 
 
@@ -293,12 +295,17 @@ def test_order_ranges_and_reruns_do_not_change_the_bytes(tmp_path, gpt2_spec):
     flags = ["--shard-tokens", "900", "--val-fraction", "0.1"]
     run_job(ANNOTATED, tmp_path / "r1", gpt2_spec, *flags, "--order-ranges", "1")
     run_job(ANNOTATED, tmp_path / "r64", gpt2_spec, *flags, "--order-ranges", "64")
-    assert tree_hashes(tmp_path / "r1") == tree_hashes(tmp_path / "r64")
+    # Every byte but the flags dataset_stats.json and the card record (--order-ranges among them).
+    description = (STATS_JSON_NAME, CARD_NAME)
+    assert tree_hashes(tmp_path / "r1", skip=description) == tree_hashes(tmp_path / "r64", skip=description)
+    one, many = (json.loads((tmp_path / r / STATS_JSON_NAME).read_text()) for r in ("r1", "r64"))
+    assert (one["flags"].pop("order_ranges"), many["flags"].pop("order_ranges")) == (1, 64) and one == many
     # Re-running into a used output replaces it: shards the new run does not write are removed.
     run_job(ANNOTATED, tmp_path / "r1", gpt2_spec, "--shard-tokens", "100000", "--val-fraction", "0.1")
     assert sorted(tree_hashes(tmp_path / "r1")) == sorted(
-        [tree.RECORD_NAME, layout.CHECKSUMS_NAME, layout.STATS_NAME, "train/shard_000.bin", "val/shard_000.bin"])
-    run_job(ANNOTATED, tmp_path / "r1", gpt2_spec, *flags, "--order-ranges", "8")
+        [tree.RECORD_NAME, layout.CHECKSUMS_NAME, layout.STATS_NAME, STATS_JSON_NAME, CARD_NAME,
+         "train/shard_000.bin", "val/shard_000.bin"])
+    run_job(ANNOTATED, tmp_path / "r1", gpt2_spec, *flags, "--order-ranges", "64")
     assert tree_hashes(tmp_path / "r1") == tree_hashes(tmp_path / "r64")
 
 
@@ -374,5 +381,7 @@ def test_when_every_document_is_dropped_only_the_stats_are_written(tmp_path, gpt
     write_jsonl(tmp_path / "in.jsonl", [{"id": "a", "content-ff": " "}, {"id": "b", "content-ff": "<ff_0>"}])
     stats = run_job(tmp_path / "in.jsonl", tmp_path / "out", gpt2_spec)
     assert stats.drops == {"no_words": 2} and stats.total_files == 0
-    assert sorted(tree_hashes(tmp_path / "out")) == sorted([tree.RECORD_NAME, layout.CHECKSUMS_NAME, layout.STATS_NAME])
+    assert sorted(tree_hashes(tmp_path / "out")) == sorted([tree.RECORD_NAME, layout.CHECKSUMS_NAME, layout.STATS_NAME,
+                                                            STATS_JSON_NAME, CARD_NAME])
+    assert "This tree holds no documents." in (tmp_path / "out" / CARD_NAME).read_text(encoding="utf-8")
     assert llmc.check_llmc_tree(str(tmp_path / "out")) == []

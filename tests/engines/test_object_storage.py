@@ -22,6 +22,8 @@ from engine_setup import tree_hashes
 
 from pipelines import bucketed, verify
 from shards import layout
+from shards.card import CARD_NAME
+from shards.provenance import STATS_JSON_NAME
 
 pytest.importorskip("moto.server", reason="moto's S3 server is in the test extra: pip install -e '.[test]'")
 s3fs = pytest.importorskip("s3fs", reason="s3fs is in the test and aws extras: pip install -e '.[test]'")
@@ -90,17 +92,21 @@ def s3(s3_endpoint, monkeypatch):
     s3fs.S3FileSystem.clear_instance_cache()
 
 
+# dataset_stats.json and the card name the input files (s3:// here, a local path in the reference).
+DESCRIPTION = (STATS_JSON_NAME, CARD_NAME)
+
+
 def s3_tree_hashes(fs, root: str, tmp_path) -> dict[str, str]:
     fs.invalidate_cache()
     local = tmp_path / f"download-{uuid.uuid4().hex[:8]}"
     fs.get(f"{root}/", f"{local}/", recursive=True)
-    return tree_hashes(local)
+    return tree_hashes(local, skip=DESCRIPTION)
 
 
 def local_reference(tmp_path, *flags) -> dict[str, str]:
     out = tmp_path / f"local-{uuid.uuid4().hex[:8]}"
     bucketed.run(["--input", str(SAMPLE_PARQUET), "--output", str(out), *flags, *IN_PROCESS])
-    return tree_hashes(out)
+    return tree_hashes(out, skip=DESCRIPTION)
 
 
 def test_s3_in_s3_out_with_worker_processes_matches_a_local_run_and_verifies(s3, tmp_path):

@@ -14,7 +14,9 @@ from conftest import finepdfs_row, tree_hashes
 
 from pipelines import cli
 from shards import layout, manifest
+from shards.card import CARD_NAME
 from shards.manifest import DatasetStats
+from shards.provenance import STATS_JSON_NAME
 from transforms.core.encoders import load_encoder
 
 RUNNER = "--runner=FnApiRunner"
@@ -38,8 +40,9 @@ def run_cli(input_pattern, out, *flags) -> int:
 
 
 def shard_hashes(out) -> dict[str, str]:
-    """sha256 of the shards and the manifest: what a reader takes (the stats also count the drops)."""
-    return tree_hashes(out, skip=(layout.STATS_NAME,))
+    """sha256 of the shards and the manifest: what a reader takes (the stats also count the drops,
+    and dataset_stats.json and the card name the input files)."""
+    return tree_hashes(out, skip=(layout.STATS_NAME, STATS_JSON_NAME, CARD_NAME))
 
 
 def stats(out) -> DatasetStats:

@@ -25,8 +25,10 @@ from conftest import REPO, finepdfs_row, tree_hashes
 
 from pipelines import cli
 from shards import layout, llmc, manifest
+from shards.card import CARD_NAME
 from shards.llmc import ScaffoldStats
 from shards.manifest import DatasetStats
+from shards.provenance import STATS_JSON_NAME
 
 RUNNER = "--runner=FnApiRunner"
 GOOD = [finepdfs_row(f"good-{i:02d}", f"Good document {i}: plain English text, kept as it is. " * (2 + i % 5))
@@ -59,8 +61,9 @@ def final_message(err: str, job: str = "bucketed") -> str:
 
 
 def shard_hashes(out) -> dict[str, str]:
-    """sha256 of the shards and the manifest: what a reader takes (the stats also count the drops)."""
-    return tree_hashes(out, skip=(layout.STATS_NAME,))
+    """sha256 of the shards and the manifest: what a reader takes (the stats also count the drops,
+    and dataset_stats.json and the card name the input files)."""
+    return tree_hashes(out, skip=(layout.STATS_NAME, STATS_JSON_NAME, CARD_NAME))
 
 
 def stats(out) -> DatasetStats:

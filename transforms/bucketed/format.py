@@ -13,7 +13,9 @@ import posixpath
 import time
 
 from shards import layout, storage
+from shards.card import description_files
 from shards.manifest import MANIFEST_HEADER, BucketStats, DatasetStats
+from shards.provenance import Provenance, bucketed_document
 from transforms.bucketed.settings import BucketedSettings
 from transforms.bucketed.write import ShardConfig, ShardGroup
 
@@ -29,6 +31,9 @@ class BucketedFormat:
     config: ShardConfig
     removal_list_ids: int | None = None
     tokenizer_backend: str | None = None  # the library that encoded, as the launcher loaded it
+    # What made the run (versions, tokenizer files, flags, inputs): dataset_stats.json and README.md
+    # are written from it and the stats; None writes neither.
+    provenance: Provenance | None = None
 
     kind = "bucketed"
     markers = (layout.MANIFEST_NAME,)
@@ -61,6 +66,12 @@ class BucketedFormat:
             removal_ids_not_found=None if self.removal_list_ids is None else self.removal_list_ids - found,
             special_tokens=self.settings.special_tokens,
         )
+
+    def describe(self, stats: DatasetStats) -> dict[str, bytes]:
+        """dataset_stats.json and the dataset card (README.md), by name."""
+        if self.provenance is None:
+            return {}
+        return description_files(bucketed_document(self.provenance, stats))
 
     def files(self, groups: list[ShardGroup]) -> dict[str, str]:
         return {f.rel_path: f.sha256 for g in groups for f in g.files}

@@ -14,8 +14,9 @@ bucketed layout, llm.c shards); the order, which is what makes the output safe t
        touched (shards/tree.py)
     4. staged files are moved to their final names (a rename on local disks)
     5. the job's own files (the manifest; the audit lines of a pending removal and of
-       --removal-list), checksums.sha256, then dataset_stats.txt: the stats file is the commit
-       point
+       --removal-list), checksums.sha256, the tree's description (dataset_stats.json and the
+       README.md dataset card, listed in the ownership record first, so step 3 of the next run
+       replaces them), then dataset_stats.txt: the stats file is the commit point
     6. the run's temporary directory (spill files, staging) is removed
 
 A reader that finds dataset_stats.txt may trust every file the tree names. Every step can be
@@ -81,6 +82,10 @@ class OutputFormat(Protocol):
     def finish(self, staged: list, config: RunPaths) -> None:
         """After the files moved in, before the stats (bucketed: the manifest, removal records)."""
 
+    def describe(self, stats) -> dict[str, bytes]:
+        """The files that describe the tree (dataset_stats.json, README.md) by name: written after
+        the checksums, before the stats."""
+
 
 def check_accounting(kept: int, dropped: int, raw_documents: int) -> None:
     """Documents read must equal documents written plus documents dropped: the one check every job
@@ -112,9 +117,29 @@ def publish(staged: list, raw_documents: int, drops: dict[str, int], extras: dic
     # 5. The job's own files, the checksums, then the stats: the commit point. 6. Temporary files go.
     fmt.finish(staged, config)
     tree.write_file(config.output, layout.CHECKSUMS_NAME, format_checksums(files).encode())
+    write_description(config.output, fmt.kind, fmt.describe(stats) if hasattr(fmt, "describe") else {})
     commit(config, stats.to_text())
     log.info("published %d files, %d documents to %s", len(files), stats.kept_documents, config.output)
     return stats
+
+
+def write_description(output: str, kind: str, files: dict[str, bytes]) -> None:
+    """Write the files that describe a tree (dataset_stats.json, README.md), each listed in the
+    ownership record as derived before it is written: a later publish deletes them with the other
+    files derived from the old shards, and writes its own. A file of that name the record does not
+    list (a user's README.md in a tree an older version wrote) is left as it is, and not written."""
+    if not files:
+        return
+    fs, root = storage.filesystem(output)
+    record = tree.owned(output, kind)
+    theirs = {rel for rel in files if rel not in record.derived and fs.exists(posixpath.join(root, rel))}
+    for rel in sorted(theirs):
+        log.warning("%s is not the tool's (its record does not list it): left as it is, not rewritten",
+                    storage.join(output, rel))
+    ours = {rel: data for rel, data in files.items() if rel not in theirs}
+    tree.record_files(output, record, add_derived=sorted(ours))
+    for rel, data in sorted(ours.items()):
+        tree.write_file(output, rel, data)
 
 
 PUBLISHING_NAME = "publishing"

@@ -47,7 +47,9 @@ import apache_beam as beam
 import numpy as np
 
 from shards import layout, llmc, storage
+from shards.card import description_files
 from shards.llmc import ScaffoldStats, SplitStats
+from shards.provenance import Provenance, scaffold_document
 from transforms.core.batches import Refs, TokenBatch, stream_order
 from transforms.core.drops import DUPLICATE_ID, Drops
 from transforms.core.progress import Progress
@@ -428,6 +430,10 @@ class LlmcFormat:
 
     settings: object  # transforms.scaffold.settings.ScaffoldSettings (which imports this module)
     config: LlmcShardConfig
+    # What made the run, and the library that encoded (``tiktoken 0.x``): dataset_stats.json and
+    # README.md are written from them and the stats; None writes neither.
+    provenance: Provenance | None = None
+    tokenizer_library: str | None = None
 
     kind = "scaffold"
     markers = ()
@@ -467,6 +473,12 @@ class LlmcFormat:
             splits=splits,
             drops=drops,
         )
+
+    def describe(self, stats: ScaffoldStats) -> dict[str, bytes]:
+        """dataset_stats.json and the dataset card (README.md), by name."""
+        if self.provenance is None:
+            return {}
+        return description_files(scaffold_document(self.provenance, stats, self.tokenizer_library))
 
     def files(self, staged: list[StagedShard]) -> dict[str, str]:
         return {s.rel_path: s.sha256 for s in staged}

@@ -13,7 +13,8 @@ a crash at any point can be finished by running the same command again:
               already equals its "after" count was done by an earlier attempt and is skipped
     finish    the manifest without the removed rows replaces the old one; the ownership record
               drops the files left empty; removals.txt gets one line per removed document
-              (once per run id); dataset_stats.txt is written, the commit point; the journal
+              (once per run id); dataset_stats.json and the README.md card are rewritten from
+              the new counts; dataset_stats.txt is written, the commit point; the journal
               (with any partial rewrite, which lives there, never beside a shard) is deleted
 
 A bucketed re-run into a tree with a pending journal keeps the journal's documents out and
@@ -248,9 +249,31 @@ def finish_removal(output: str, plan: RemovalPlan, sums: dict[str, str | None] |
             stats.buckets[layout.parse_shard_rel_path(f.rel_path).bucket].files -= 1
     stats.drops["removed"] = stats.drops.get("removed", 0) + len(plan.removed_rows)
     stats.drops = dict(sorted(stats.drops.items()))
+    rewrite_description(output, stats)
     tree.write_file(output, layout.STATS_NAME, stats.to_text().encode("utf-8"))
     delete_journal(output)
     return stats
+
+
+def rewrite_description(output: str, stats: DatasetStats) -> None:
+    """dataset_stats.json and the README.md card from the new stats and the provenance the old
+    dataset_stats.json holds (a removal changes the counts, never what made the tree). Repeating it
+    writes the same bytes. A tree written before dataset_stats.json existed gets neither."""
+    from shards.card import CARD_NAME, description_files
+    from shards.provenance import STATS_JSON_NAME, Provenance, bucketed_document, read_document
+    from transforms.core.publish import write_description
+
+    try:
+        doc = read_document(output)
+        provenance = None if doc is None else Provenance.from_dict(doc)
+    except ValueError as e:
+        # Unreadable: the old description would contradict the new counts, and a removal must
+        # finish, so both files go (the record lists them: they are the tool's).
+        log.warning("%s; removing it and %s, which can no longer be written", e, CARD_NAME)
+        tree.delete_listed(output, [STATS_JSON_NAME, CARD_NAME])
+        return
+    if provenance is not None:
+        write_description(output, "bucketed", description_files(bucketed_document(provenance, stats)))
 
 
 def append_audit_lines(output: str, plan: RemovalPlan) -> None:
