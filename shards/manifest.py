@@ -103,6 +103,12 @@ class BucketStats:
     files: int = 0
 
 
+# The input field settings (--id-field, --text-field, --language-fields, --lid-score-field,
+# --token-count-field) a tree's stats record: only those that differ from the FinePDFs defaults, so
+# a run with the defaults writes the stats it always wrote.
+FIELD_SETTINGS = ("id_field", "text_field", "language_fields", "lid_score_field", "token_count_field")
+
+
 @dataclasses.dataclass
 class DatasetStats:
     """Everything ``dataset_stats.txt`` holds. ``drops`` maps a reason to its document count."""
@@ -125,6 +131,8 @@ class DatasetStats:
     # The library (and version) that encoded the tree, "quicktok 0.4.0"; trees written before it
     # was recorded have none (tiktoken wrote them).
     tokenizer_backend: str | None = None
+    # The FIELD_SETTINGS that differ from their defaults, as the flags gave them ("none" included).
+    field_settings: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def kept_documents(self) -> int:
@@ -166,6 +174,7 @@ class DatasetStats:
                 ("removal_list_ids", self.removal_list_ids),
                 ("removal_ids_not_found", self.removal_ids_not_found),
             ]
+        settings += [(k, self.field_settings[k]) for k in FIELD_SETTINGS if k in self.field_settings]
         lines += [f"{k}: {v}" for k, v in settings]
         lines += ["", "bucket | documents | tokens | files"]
         for name in BUCKET_NAMES:
@@ -215,6 +224,7 @@ class DatasetStats:
                 drops=drops,
                 removal_list_ids=_optional_int(settings, "removal_list_ids"),
                 removal_ids_not_found=_optional_int(settings, "removal_ids_not_found"),
+                field_settings={k: settings[k] for k in FIELD_SETTINGS if k in settings},
             )
         except KeyError as e:
             raise ValueError(f"dataset stats lack the setting {e.args[0]!r}") from None

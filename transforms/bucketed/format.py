@@ -59,6 +59,7 @@ class BucketedFormat:
             drops=drops,
             removal_list_ids=self.removal_list_ids,
             removal_ids_not_found=None if self.removal_list_ids is None else self.removal_list_ids - found,
+            field_settings=self.settings.field_settings(),
         )
 
     def files(self, groups: list[ShardGroup]) -> dict[str, str]:
