@@ -96,9 +96,19 @@ def _status(error: BaseException) -> int | None:
     return code if isinstance(code, int) else None
 
 
-def _first_line(error: BaseException) -> str:
-    text = next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
+def _one_line(error: BaseException) -> str:
+    text = " ".join(line.strip() for line in str(error).splitlines() if line.strip()) or type(error).__name__
     return text if len(text) <= 240 else text[:237] + "..."
+
+
+def _refused(error: BaseException, remote: bool) -> bool:
+    if {cls.__name__ for cls in type(error).__mro__} & _CREDENTIALS or _status(error) in _DENIED_STATUS:
+        return True
+    if not remote or not isinstance(error, OSError):
+        return False
+    # s3fs turns AccessDenied into a PermissionError; gcsfs raises a 403 as OSError("Forbidden: ...").
+    return (isinstance(error, PermissionError) and error.errno in (None, errno.EACCES, errno.EPERM)) or (
+        error.errno is None and str(error).startswith("Forbidden"))
 
 
 def unreachable_problem(error: BaseException, remote: bool = True) -> str | None:
@@ -108,12 +118,10 @@ def unreachable_problem(error: BaseException, remote: bool = True) -> str | None
     seen = set()
     while error is not None and id(error) not in seen:
         seen.add(id(error))
-        names = {cls.__name__ for cls in type(error).__mro__}
-        if names & _CREDENTIALS or _status(error) in _DENIED_STATUS or (
-                remote and isinstance(error, PermissionError) and error.errno in (None, errno.EACCES, errno.EPERM)):
-            return f"access refused (check the credentials): {_first_line(error)}"
-        if names & _CONNECTION:
-            return f"connection failed: {_first_line(error)}"
+        if _refused(error, remote):
+            return f"access refused (check the credentials): {_one_line(error)}"
+        if {cls.__name__ for cls in type(error).__mro__} & _CONNECTION:
+            return f"connection failed: {_one_line(error)}"
         error = error.__cause__ or error.__context__
     return None
 
