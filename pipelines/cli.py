@@ -71,11 +71,12 @@ def unreachable_message(error: BaseException) -> str | None:
     seen = set()
     while error is not None and id(error) not in seen:
         seen.add(id(error))
-        if isinstance(error, Unreachable):
-            return str(error)
+        # The text, even of an Unreachable: a runner may raise it again with its step appended.
         m = _UNREACHABLE.search(str(error))
         if m:
             return Unreachable.PREFIX + m.group(1)
+        if isinstance(error, Unreachable):
+            return str(error)
         error = error.__cause__ or error.__context__
     return None
 

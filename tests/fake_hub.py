@@ -29,6 +29,9 @@ class FakeHub:
         self.repo = repo
         self.files: dict[str, bytes] = {}
         self.commit = "c" * 40
+        # Listings keep working but every download is refused (403): a token that lost its access
+        # between a job's launch and its workers' reads.
+        self.refuse_downloads = False
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
 
     @property
@@ -94,6 +97,8 @@ class FakeHub:
                     recursive = parse_qs(url.query).get("recursive", ["false"])[0].lower() == "true"
                     return self._json(hub.tree((m.group(1) or "").strip("/"), recursive))
                 m = re.fullmatch(rf"/datasets/{re.escape(hub.repo)}/resolve/[^/]+/(.*)", path)
+                if m and hub.refuse_downloads:
+                    return self._send(403, b'{"error": "Access to this resource is forbidden"}')
                 if m and m.group(1) in hub.files:
                     return self._file(hub.files[m.group(1)])
                 self._send(404, b'{"error": "Entry not found"}', {"X-Error-Code": "EntryNotFound"})

@@ -64,3 +64,16 @@ def test_a_missing_huggingface_hub_names_the_extra(monkeypatch):
     monkeypatch.setattr(registry, "_registry", {k: v for k, v in registry._registry.items() if k != "hf"})
     with pytest.raises(ImportError, match=r"hf:// paths need huggingface_hub: pip install 'beam-pretokenize\[hf\]'"):
         storage.filesystem(f"hf://datasets/{REPO}/data")
+
+
+def test_a_download_refused_while_the_job_runs_is_one_line_naming_the_file(hub, tmp_path, capsys):
+    # A JSON lines file is planned from the listing alone; its worker is the first to download it.
+    hub.files["data/part-0.jsonl"] = "".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in DOCS).encode()
+    hub.refuse_downloads = True
+    assert run(f"hf://datasets/{REPO}/data", tmp_path / "out", *PLAIN) == 2
+    err = [line for line in capsys.readouterr().err.strip().splitlines() if " INFO " not in line]
+    assert len(err) == 1, err
+    assert err[0].startswith(f"pretokenize bucketed: cannot reach hf://datasets/{REPO}/data/part-0.jsonl: access "
+                             "refused (check the credentials): ")
+    assert err[0].endswith("Access to this resource is forbidden; nothing was published")
+    assert not (tmp_path / "out" / "dataset_stats.txt").exists()
