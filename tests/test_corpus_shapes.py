@@ -233,3 +233,27 @@ def test_field_settings_survive_the_stats_round_trip():
                          field_settings={"text_field": "content", "lid_score_field": "language_score"})
     back = DatasetStats.from_text(stats.to_text())
     assert back.field_settings == stats.field_settings and back.to_text() == stats.to_text()
+
+
+def test_own_field_names_through_verify_and_remove(tmp_path, capsys):
+    """A language field of the user's own name is its own drop reason; verify (re-reading the source
+    with the fields the stats record) and remove (rewriting the stats) both keep to them."""
+    rows = [{"doc": i, "body": t, "lang": "pt" if i == "doc-4" else "en", "conf": 0.99} for i, t in DOCS]
+    src = tmp_path / "own.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "out"
+    flags = ["--id-field", "doc", "--text-field", "body", "--language", "en", "--language-fields", "lang",
+             "--lid-score-field", "conf", "--token-count-field", "none"]
+    assert run(src, out, *flags) == 0
+    assert stored(out) == dict(DOCS[:3])
+    assert tree.OutputTree.open(str(out)).stats().drops == {"lang": 1}
+    capsys.readouterr()
+    assert cli.main(["verify", "--output", str(out), "--input", str(src), *RUNNER]) == 0
+    assert "source compared on all ids" in capsys.readouterr().out
+    (tmp_path / "remove.txt").write_text("doc-2\n")
+    assert cli.main(["remove", "--output", str(out), "--removal-list", str(tmp_path / "remove.txt"), *RUNNER]) == 0
+    stats = tree.OutputTree.open(str(out)).stats()
+    assert stats.drops == {"lang": 1, "removed": 1}
+    assert stats.field_settings == {"id_field": "doc", "text_field": "body", "language_fields": "lang",
+                                    "lid_score_field": "conf", "token_count_field": "none"}
+    assert cli.main(["verify", "--output", str(out), "--input", str(src), *RUNNER]) == 0

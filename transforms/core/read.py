@@ -108,7 +108,8 @@ class Field(NamedTuple):
 
 @dataclasses.dataclass(frozen=True)
 class ReadConfig:
-    """What to read. ``with_lid`` adds the language-ID fields the FinePDFs filter needs."""
+    """What to read: the id and the text, and with ``with_lid`` the language filter's fields (by
+    default the FinePDFs schema's; see the module docstring)."""
 
     pattern: str
     id_field: str = "id"
