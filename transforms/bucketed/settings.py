@@ -80,7 +80,9 @@ class BucketedSettings:
 
     def field_settings(self) -> dict[str, str]:
         """The field settings that differ from the FinePDFs defaults (what the stats record)."""
-        return {k: getattr(self, k) for k, v in FIELD_DEFAULTS.items() if getattr(self, k) != v}
+        given = {k: getattr(self, k) for k in FIELD_DEFAULTS}
+        given["language_fields"] = ",".join(self._language_fields())
+        return {k: v for k, v in given.items() if v != FIELD_DEFAULTS[k]}
 
     def read_config(self) -> ReadConfig:
         _, fields, score, count = self._filter_fields()
