@@ -15,6 +15,7 @@ import sys
 logging.getLogger().addFilter(lambda record: "apitools not found" not in record.getMessage())
 
 from pipelines.common import RunStopped, launching  # noqa: E402
+from shards.storage import Unreachable  # noqa: E402
 from transforms.core.records import BadInputError, UsageError  # noqa: E402
 
 JOBS = {
@@ -36,6 +37,9 @@ PUBLISHING = {"bucketed", "scaffold", "remove"}
 PLAIN_TOOLS = {"decode", "export", "stats"}
 
 _BAD_INPUT = re.compile(re.escape(BadInputError.PREFIX) + r"(.+?)(?: \[while running |\\n|\n|$)")
+# A store a worker could not reach: "cannot reach URL: connection failed: ..." (storage.reaching).
+_UNREACHABLE = re.compile(re.escape(Unreachable.PREFIX) + r"(\S+: (?:connection failed|access refused).+?)"
+                          r"(?: \[while running |\\n|\n|$)")
 
 
 def _usage() -> str:
@@ -59,6 +63,22 @@ def bad_input_message(error: BaseException) -> str | None:
         m = _BAD_INPUT.search(str(e))
         if m:
             return BadInputError.PREFIX + m.group(1)
+    return None
+
+
+def unreachable_message(error: BaseException) -> str | None:
+    """The one line of a store that could not be reached (storage.Unreachable) inside ``error``,
+    even when a runner has wrapped it in its own error."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        # The text, even of an Unreachable: a runner may raise it again with its step appended.
+        m = _UNREACHABLE.search(str(error))
+        if m:
+            return Unreachable.PREFIX + m.group(1)
+        if isinstance(error, Unreachable):
+            return str(error)
+        error = error.__cause__ or error.__context__
     return None
 
 
@@ -86,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     # A worker's error reaches us as an exception; Beam would also log it with its traceback
     # first, which buries the one line that says what is wrong.
     logging.getLogger("apache_beam.runners.common").setLevel(logging.CRITICAL)
+    # gcsfs logs a failed request's traceback before raising it; the error is said below, in one line.
+    logging.getLogger("gcsfs").setLevel(logging.CRITICAL)
     module = __import__(JOBS[job][0], fromlist=["run"])
     published = "; nothing was published" if job in PUBLISHING else ""
     try:
@@ -104,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pretokenize {job}: interrupted{published}", file=sys.stderr)
         return 2
     except Exception as e:  # noqa: BLE001 - reported below, never swallowed
-        message = bad_input_message(e)
+        message = bad_input_message(e) or unreachable_message(e)
         if message is None:
             raise
         print(f"pretokenize {job}: {message}{published}", file=sys.stderr)

@@ -165,7 +165,7 @@ def prepare_output(output: str, kind: str, inputs: list[str] = (), keep: tuple[s
             raise UsageError(f"--input {path} is inside --output {output}; write the output elsewhere")
     try:
         tree.claim(output, kind)
-    except tree.NotOurTreeError as e:
+    except (tree.NotOurTreeError, storage.Unreachable) as e:
         raise UsageError(str(e)) from None
     except OSError as e:
         raise UsageError(f"--output {output} cannot be written: {e}") from None

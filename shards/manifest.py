@@ -103,6 +103,12 @@ class BucketStats:
     files: int = 0
 
 
+# The input field settings (--id-field, --text-field, --language-fields, --lid-score-field,
+# --token-count-field) a tree's stats record: only those that differ from the FinePDFs defaults, so
+# a run with the defaults writes the stats it always wrote.
+FIELD_SETTINGS = ("id_field", "text_field", "language_fields", "lid_score_field", "token_count_field")
+
+
 @dataclasses.dataclass
 class DatasetStats:
     """Everything ``dataset_stats.txt`` holds. ``drops`` maps a reason to its document count."""
@@ -129,6 +135,8 @@ class DatasetStats:
     # an EOS before its end) or "tokenizer" (its id: an EOS may appear inside, and only the manifest
     # tells where documents end). Written only when not "text", so older trees read as "text".
     special_tokens: str = "text"
+    # The FIELD_SETTINGS that differ from their defaults, as the flags gave them ("none" included).
+    field_settings: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def kept_documents(self) -> int:
@@ -171,6 +179,7 @@ class DatasetStats:
                 ("removal_list_ids", self.removal_list_ids),
                 ("removal_ids_not_found", self.removal_ids_not_found),
             ]
+        settings += [(k, self.field_settings[k]) for k in FIELD_SETTINGS if k in self.field_settings]
         lines += [f"{k}: {v}" for k, v in settings]
         lines += ["", "bucket | documents | tokens | files"]
         for name in BUCKET_NAMES:
@@ -221,6 +230,7 @@ class DatasetStats:
                 removal_list_ids=_optional_int(settings, "removal_list_ids"),
                 removal_ids_not_found=_optional_int(settings, "removal_ids_not_found"),
                 special_tokens=settings.get("special_tokens", "text"),
+                field_settings={k: settings[k] for k in FIELD_SETTINGS if k in settings},
             )
         except KeyError as e:
             raise ValueError(f"dataset stats lack the setting {e.args[0]!r}") from None

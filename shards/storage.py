@@ -1,14 +1,23 @@
-"""Paths on any fsspec filesystem (local, gs://, s3://, memory://), as URLs with their protocol.
+"""Paths on any fsspec filesystem (local, gs://, s3://, hf://, memory://), as URLs with their protocol.
 
 Jobs pass URLs, not filesystem objects, between steps: a URL pickles to a remote worker, and each
 process opens its own filesystem from it.
+
+Also here, for every filesystem alike: what version of a file its listing gives (``file_version``:
+a Hugging Face hub file's sha256 or git blob id, an object's generation or ETag, a local mtime),
+and the one-line error for a store that cannot be reached or refuses the credentials
+(``reaching``: ``cannot reach s3://bucket/x.parquet: connection failed: ...``), instead of the
+client library's pages of traceback.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import posixpath
 import uuid
+from collections.abc import Iterator
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
@@ -21,9 +30,115 @@ def normalize(url: str) -> str:
     return os.path.abspath(os.path.expanduser(url))
 
 
+# The package each protocol's filesystem needs, and the extra of this project that installs it.
+_EXTRAS = {"hf": ("huggingface_hub", "hf"), "gs": ("gcsfs", "gcp"), "gcs": ("gcsfs", "gcp"), "s3": ("s3fs", "aws")}
+
+
 def filesystem(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
-    """The filesystem of ``url`` and the path inside it."""
-    return fsspec.core.url_to_fs(url)
+    """The filesystem of ``url`` and the path inside it; an ImportError naming the extra to
+    install when the protocol's package is missing."""
+    try:
+        return fsspec.core.url_to_fs(url)
+    except ImportError:
+        protocol = url.split("://", 1)[0] if "://" in url else ""
+        if protocol not in _EXTRAS:
+            raise
+        package, extra = _EXTRAS[protocol]
+        raise ImportError(f"{protocol}:// paths need {package}: pip install 'beam-pretokenize[{extra}]' "
+                          f"(for {url})") from None
+
+
+# Where a filesystem's info() gives a file's version, in the order asked: an object store's
+# (ETag on s3, generation and md5Hash on gs), then times (a local file's mtime).
+_VERSION_KEYS = ("ETag", "etag", "generation", "md5Hash", "mtime", "LastModified", "updated", "created")
+
+
+def file_version(info: dict) -> str:
+    """The version a filesystem's info() gives a file: on the Hugging Face hub its content's sha256
+    (an LFS file) or its git blob id, else its xet hash; elsewhere the first of _VERSION_KEYS.
+    Empty when the filesystem gives none (then only the size tells a change)."""
+    lfs = info.get("lfs")
+    if isinstance(lfs, dict) and lfs.get("sha256"):
+        return f"sha256:{lfs['sha256']}"
+    for key in ("blob_id", "xet_hash"):
+        if info.get(key):
+            return f"{key}:{info[key]}"
+    return next((str(info[k]) for k in _VERSION_KEYS if info.get(k) is not None), "")
+
+
+class Unreachable(OSError):
+    """A store that could not be reached or refused the credentials, said in one line that names
+    the URL: ``cannot reach URL: connection failed: DETAIL``."""
+
+    PREFIX = "cannot reach "
+
+
+# Exception class names (of any class in an error's MRO) that mean the store was not reached, or
+# refused who was asking. Names, not classes: the client libraries (botocore, aiohttp, httpx,
+# requests, google-auth, huggingface_hub) are optional, and each has its own.
+_CONNECTION = {
+    "ConnectionError", "TimeoutError", "gaierror", "EndpointConnectionError", "ConnectTimeoutError",
+    "ReadTimeoutError", "ClientConnectorError", "ClientConnectionError", "ServerTimeoutError", "ConnectError",
+    "ConnectTimeout", "ReadTimeout", "TimeoutException", "NetworkError", "NewConnectionError", "MaxRetryError",
+    "TransportError", "OfflineModeIsEnabled",
+}
+_CREDENTIALS = {
+    "NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError", "DefaultCredentialsError",
+    "RefreshError", "GatedRepoError", "RepositoryNotFoundError",
+}
+_DENIED_STATUS = {401, 403}
+
+
+def _status(error: BaseException) -> int | None:
+    """The HTTP status an error carries (gcsfs HttpError.code, huggingface_hub's response)."""
+    response = getattr(error, "response", None)
+    code = getattr(response, "status_code", None) or getattr(error, "code", None)
+    return code if isinstance(code, int) else None
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(line.strip() for line in str(error).splitlines() if line.strip()) or type(error).__name__
+    return text if len(text) <= 240 else text[:237] + "..."
+
+
+def _refused(error: BaseException, remote: bool) -> bool:
+    if {cls.__name__ for cls in type(error).__mro__} & _CREDENTIALS or _status(error) in _DENIED_STATUS:
+        return True
+    if not remote or not isinstance(error, OSError):
+        return False
+    # s3fs turns AccessDenied into a PermissionError; gcsfs raises a 403 as OSError("Forbidden: ...").
+    return (isinstance(error, PermissionError) and error.errno in (None, errno.EACCES, errno.EPERM)) or (
+        error.errno is None and str(error).startswith("Forbidden"))
+
+
+def unreachable_problem(error: BaseException, remote: bool = True) -> str | None:
+    """``connection failed: ...`` or ``access refused: ...`` when ``error`` (or one it was raised
+    from) says the store was not reached or refused the credentials; None for any other error.
+    A PermissionError counts only for a ``remote`` store (a local one is a file's mode)."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if _refused(error, remote):
+            return f"access refused (check the credentials): {_one_line(error)}"
+        if {cls.__name__ for cls in type(error).__mro__} & _CONNECTION:
+            return f"connection failed: {_one_line(error)}"
+        error = error.__cause__ or error.__context__
+    return None
+
+
+@contextlib.contextmanager
+def reaching(url: str) -> Iterator[None]:
+    """Errors inside that say the store of ``url`` was not reached, or refused the credentials,
+    become one Unreachable naming ``url``; every other error passes as it is."""
+    try:
+        yield
+    except Unreachable:
+        raise
+    except Exception as e:
+        problem = unreachable_problem(e, remote="://" in url and not url.startswith("file://"))
+        if problem is None:
+            raise
+        raise Unreachable(f"{Unreachable.PREFIX}{url}: {problem}") from e
 
 
 def join(url: str, *parts: str) -> str:

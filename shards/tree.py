@@ -116,9 +116,11 @@ def read_record(url: str) -> TreeRecord | None:
     """The tree's ownership record, or None when the directory has none."""
     fs, root = _root(url)
     path = posixpath.join(root, RECORD_NAME)
-    if not fs.exists(path):
-        return None
-    return TreeRecord.from_json(fs.cat_file(path).decode("utf-8", "replace"), storage.join(url, RECORD_NAME))
+    with storage.reaching(url):
+        if not fs.exists(path):
+            return None
+        text = fs.cat_file(path).decode("utf-8", "replace")
+    return TreeRecord.from_json(text, storage.join(url, RECORD_NAME))
 
 
 def write_record(url: str, record: TreeRecord) -> None:
@@ -137,27 +139,28 @@ def claim(url: str, kind: str) -> TreeRecord:
     """
     if kind not in KINDS:
         raise ValueError(f"unknown tree kind {kind!r}")
-    fs, root = _root(url)
-    if fs.exists(root) and not fs.isdir(root):
-        raise NotOurTreeError(f"--output {url} is a file, not a directory")
-    record = read_record(url)
-    if record is None:
-        entries = _entries(fs, root)
-        if entries:
+    with storage.reaching(url):
+        fs, root = _root(url)
+        if fs.exists(root) and not fs.isdir(root):
+            raise NotOurTreeError(f"--output {url} is a file, not a directory")
+        record = read_record(url)
+        if record is None:
+            entries = _entries(fs, root)
+            if entries:
+                raise NotOurTreeError(
+                    f"--output {url} is not empty and was not written by pretokenize (it holds {entries[0]!r}, "
+                    f"and no {RECORD_NAME}); write to a new or empty directory"
+                )
+            record = TreeRecord(kind)
+            fs.makedirs(root, exist_ok=True)
+            write_record(url, record)
+            return record
+        if record.kind != kind:
             raise NotOurTreeError(
-                f"--output {url} is not empty and was not written by pretokenize (it holds {entries[0]!r}, "
-                f"and no {RECORD_NAME}); write to a new or empty directory"
+                f"--output {url} holds the {record.kind} job's output, not the {kind} job's; "
+                "write to another directory"
             )
-        record = TreeRecord(kind)
-        fs.makedirs(root, exist_ok=True)
-        write_record(url, record)
         return record
-    if record.kind != kind:
-        raise NotOurTreeError(
-            f"--output {url} holds the {record.kind} job's output, not the {kind} job's; "
-            "write to another directory"
-        )
-    return record
 
 
 def owned(url: str, kind: str | None = None) -> TreeRecord:
@@ -255,23 +258,24 @@ class OutputTree:
         from shards import llmc
 
         url = storage.normalize(url)
-        fs, root = _root(url)
-        if not fs.isdir(root):
-            raise FileNotFoundError(f"{url} is not a directory")
-        record = read_record(url)
-        stats_path = posixpath.join(root, layout.STATS_NAME)
-        # Bytes that are not UTF-8 are kept (as surrogates), so that stats() can say so.
-        stats_text = fs.cat_file(stats_path).decode("utf-8", "surrogateescape") if fs.exists(stats_path) else None
-        if record is not None:
-            kind = record.kind
-        elif stats_text is not None and llmc.is_scaffold_stats(stats_text):
-            kind = "scaffold"
-        elif fs.exists(posixpath.join(root, layout.MANIFEST_NAME)):
-            kind = "bucketed"
-        elif any(fs.isdir(posixpath.join(root, split)) for split in llmc.SPLITS):
-            kind = "scaffold"
-        else:
-            kind = None
+        with storage.reaching(url):
+            fs, root = _root(url)
+            if not fs.isdir(root):
+                raise FileNotFoundError(f"{url} is not a directory")
+            record = read_record(url)
+            stats_path = posixpath.join(root, layout.STATS_NAME)
+            # Bytes that are not UTF-8 are kept (as surrogates), so that stats() can say so.
+            stats_text = fs.cat_file(stats_path).decode("utf-8", "surrogateescape") if fs.exists(stats_path) else None
+            if record is not None:
+                kind = record.kind
+            elif stats_text is not None and llmc.is_scaffold_stats(stats_text):
+                kind = "scaffold"
+            elif fs.exists(posixpath.join(root, layout.MANIFEST_NAME)):
+                kind = "bucketed"
+            elif any(fs.isdir(posixpath.join(root, split)) for split in llmc.SPLITS):
+                kind = "scaffold"
+            else:
+                kind = None
         return cls(url, record, kind, stats_text)
 
     @property

@@ -8,6 +8,12 @@ All conditions are required, checked in this order (the first that fails is the 
     token_count >= min_token_count     else "token_count"     (a null count fails too)
     text is not empty                  else "empty_text"      (it would be a lone EOS)
 
+Those are the FinePDFs schema's fields, the defaults. Each is configurable (LidFilterConfig): the
+language fields (each must equal L; a field's drop reason is its name), the score's field, the
+count's field. A language of None checks no language field and no score (--language none), a
+count field of None no count (--token-count-field none); the empty text check always runs.
+FineWeb: language_fields=("language",), score_field="language_score", threshold 0.65.
+
 The score is compared as ReadDocuments read it: a number within [0, 1] (any other, NaN included,
 is a bad record there, ``bad_lid_score``), and a float32 score as the decimal it was written as.
 So a float32 column's 0.9 passes T = 0.9, and the float32 just below it (0.8999999) does not.
@@ -17,6 +23,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
+from typing import NamedTuple
 
 import apache_beam as beam
 import numpy as np
@@ -28,36 +36,81 @@ from transforms.core.drops import Drops
 from transforms.core.records import DROPPED, Document
 
 DROP_REASONS = ("language", "page_average_lid", "lid_score", "token_count", "empty_text")
+# The reasons that are not a language field's name.
+FIXED_REASONS = ("lid_score", "token_count", "empty_text")
+
+
+class Check(NamedTuple):
+    """One condition: the reason counted when it fails, the column it reads, and how it compares
+    ("equals" the language, at "least" the threshold or count, "nonempty" text)."""
+
+    reason: str
+    column: str
+    test: str
+    value: object = None
 
 
 @dataclasses.dataclass(frozen=True)
 class LidFilterConfig:
-    language: str = "eng_Latn"
+    language: str | None = "eng_Latn"  # None: no language field and no score is checked
     threshold: float = 0.90
     min_token_count: int = 1
+    language_fields: tuple[str, ...] = ("language", "page_average_lid")
+    score_field: str | None = "page_average_lid_score"  # None: no score check
+    token_count_field: str | None = "token_count"  # None: no count check
 
     def __post_init__(self):
-        if not self.language:
+        if self.language == "":
             raise ValueError("language must not be empty")
         if not (0.0 <= self.threshold <= 1.0) or math.isnan(self.threshold):
             raise ValueError(f"the LID threshold must be within [0, 1], got {self.threshold}")
         if self.min_token_count < 0:
             raise ValueError(f"min_token_count must be >= 0, got {self.min_token_count}")
+        object.__setattr__(self, "language_fields", tuple(self.language_fields))
+        if self.language is not None and not self.language_fields:
+            raise ValueError(f"no field to check the language {self.language} in")
+        names = list(self.checked_language_fields)
+        for name in names:
+            # A language field's name is a drop reason: a line of dataset_stats.txt's table.
+            if name in FIXED_REASONS or names.count(name) > 1:
+                raise ValueError(f"the language field {name!r} is named twice, or as another drop reason")
+            if not name or name != name.strip() or any(c in name for c in "|\n\r"):
+                raise ValueError(f"the language field {name!r} cannot name a drop reason (no '|', line break or "
+                                 "space at either end)")
+
+    @property
+    def checked_language_fields(self) -> tuple[str, ...]:
+        return self.language_fields if self.language is not None else ()
+
+    def checks(self) -> list[Check]:
+        """The conditions, in the order they are checked."""
+        out = [Check(name, name, "equals", self.language) for name in self.checked_language_fields]
+        if self.language is not None and self.score_field:
+            out.append(Check("lid_score", self.score_field, "least", self.threshold))
+        if self.token_count_field:
+            out.append(Check("token_count", self.token_count_field, "least", self.min_token_count))
+        out.append(Check("empty_text", "text", "nonempty"))
+        return out
+
+    def reasons(self) -> tuple[str, ...]:
+        """Every drop reason this filter can count."""
+        return tuple(c.reason for c in self.checks())
 
 
-def drop_reason(doc: Document, config: LidFilterConfig) -> str | None:
-    """Why ``doc`` is dropped, or None if it is kept."""
-    if doc.language != config.language:
-        return "language"
-    if doc.page_average_lid != config.language:
-        return "page_average_lid"
-    score = doc.page_average_lid_score
-    if score is None or math.isnan(score) or score < config.threshold:
-        return "lid_score"
-    if doc.token_count is None or doc.token_count < config.min_token_count:
-        return "token_count"
-    if not doc.text:
-        return "empty_text"
+def drop_reason(doc: Document | Mapping, config: LidFilterConfig) -> str | None:
+    """Why ``doc`` is dropped, or None if it is kept. ``doc`` is a Document (the FinePDFs fields) or
+    a mapping of field name to value, holding ``text`` and each field the config checks."""
+    values = doc._asdict() if isinstance(doc, Document) else doc
+    for check in config.checks():
+        value = values.get(check.column)
+        if check.test == "equals":
+            failed = value != check.value
+        elif check.test == "least":
+            failed = value is None or math.isnan(value) or value < check.value
+        else:
+            failed = not value
+        if failed:
+            return check.reason
     return None
 
 
@@ -67,17 +120,19 @@ def drop_masks(table: pa.RecordBatch, config: LidFilterConfig) -> dict[str, np.n
     def failing(condition) -> np.ndarray:  # a null compares as failing
         return ~pc.fill_null(condition, False).to_numpy(zero_copy_only=False)
 
+    def condition(check: Check):
+        column = table.column(check.column)
+        if check.test == "equals":
+            return pc.equal(column, check.value)
+        if check.test == "least":
+            return pc.greater_equal(column, check.value)
+        return pc.greater(pc.binary_length(column), 0)
+
     alive = np.ones(table.num_rows, dtype=bool)
     masks = {}
-    checks = (
-        ("language", lambda: pc.equal(table.column("language"), config.language)),
-        ("page_average_lid", lambda: pc.equal(table.column("page_average_lid"), config.language)),
-        ("lid_score", lambda: pc.greater_equal(table.column("page_average_lid_score"), config.threshold)),
-        ("token_count", lambda: pc.greater_equal(table.column("token_count"), config.min_token_count)),
-        ("empty_text", lambda: pc.greater(pc.binary_length(table.column("text")), 0)),
-    )
-    for reason, condition in checks:
-        masks[reason] = failing(condition()) & alive
+    for check in config.checks():
+        reason = check.reason
+        masks[reason] = failing(condition(check)) & alive
         alive &= ~masks[reason]
     return masks
 
@@ -93,7 +148,7 @@ class FilterLanguageFn(beam.DoFn):
     def process(self, batch: DocBatch):
         masks = drop_masks(batch.table, self._config)
         dropped = np.zeros(batch.size, dtype=bool)
-        for reason in DROP_REASONS:
+        for reason in self._config.reasons():
             n = int(masks[reason].sum())
             if n:
                 dropped |= masks[reason]

@@ -65,6 +65,7 @@ class BucketedFormat:
             removal_list_ids=self.removal_list_ids,
             removal_ids_not_found=None if self.removal_list_ids is None else self.removal_list_ids - found,
             special_tokens=self.settings.special_tokens,
+            field_settings=self.settings.field_settings(),
         )
 
     def describe(self, stats: DatasetStats) -> dict[str, bytes]:

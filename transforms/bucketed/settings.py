@@ -2,6 +2,11 @@
 
 The CLI fills it from its flags; every step's own typed argument (the filter's, the tokenizer's,
 the writer's) and the stats dataset_stats.txt records (BucketedFormat) are built from it.
+
+The field settings say which input fields are read, as the flags spell them: ``language_fields``
+is a comma-separated list, and ``none`` turns a check off (``language="none"``: no language field
+and no score is read or checked; ``lid_score_field="none"``: no score; ``token_count_field="none"``:
+no count). The defaults are the FinePDFs schema's.
 """
 
 from __future__ import annotations
@@ -12,7 +17,17 @@ from shards import layout, storage
 from transforms.bucketed.filter import LidFilterConfig
 from transforms.bucketed.tokenize import TokenizerConfig
 from transforms.bucketed.write import ShardConfig
-from transforms.core.read import ReadConfig
+from transforms.core.read import DEFAULT_LANGUAGE_FIELDS, DEFAULT_TOKEN_COUNT, LID_SCORE, ReadConfig
+
+OFF = "none"  # the value of --language, --lid-score-field or --token-count-field that turns its check off
+# The field settings, and the value each has unless a flag changes it.
+FIELD_DEFAULTS = {
+    "id_field": "id",
+    "text_field": "text",
+    "language_fields": ",".join(DEFAULT_LANGUAGE_FIELDS),
+    "lid_score_field": LID_SCORE,
+    "token_count_field": DEFAULT_TOKEN_COUNT,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,12 +49,52 @@ class BucketedSettings:
     removal_list: str | None = None
     on_bad_record: str = "fail"
     special_tokens: str = "text"
+    id_field: str = FIELD_DEFAULTS["id_field"]
+    text_field: str = FIELD_DEFAULTS["text_field"]
+    language_fields: str = FIELD_DEFAULTS["language_fields"]
+    lid_score_field: str = FIELD_DEFAULTS["lid_score_field"]
+    token_count_field: str = FIELD_DEFAULTS["token_count_field"]
+
+    def __post_init__(self):
+        # A bad combination fails here, when the flags are parsed, naming the flag.
+        if self.language != OFF and not self._language_fields():
+            raise ValueError(f"--language-fields names no field to check --language {self.language} in "
+                             f"(--language {OFF} turns the language filter off)")
+        try:
+            self.lid_filter()
+            self.read_config()
+        except ValueError as e:
+            raise ValueError(f"the field flags: {e}") from None
+
+    def _language_fields(self) -> tuple[str, ...]:
+        return tuple(name.strip() for name in self.language_fields.split(",") if name.strip())
+
+    def _filter_fields(self) -> tuple[str | None, tuple[str, ...], str | None, str | None]:
+        """(the language or None, its fields, the score's field or None, the count's or None)."""
+        if self.language == OFF:
+            language, fields, score = None, (), None
+        else:
+            language, fields = self.language, self._language_fields()
+            score = None if self.lid_score_field == OFF else self.lid_score_field
+        count = None if self.token_count_field == OFF else self.token_count_field
+        return language, fields, score, count
+
+    def field_settings(self) -> dict[str, str]:
+        """The field settings that differ from the FinePDFs defaults (what the stats record)."""
+        given = {k: getattr(self, k) for k in FIELD_DEFAULTS}
+        given["language_fields"] = ",".join(self._language_fields())
+        return {k: v for k, v in given.items() if v != FIELD_DEFAULTS[k]}
 
     def read_config(self) -> ReadConfig:
-        return ReadConfig(storage.normalize(self.input), on_bad_record=self.on_bad_record)
+        _, fields, score, count = self._filter_fields()
+        return ReadConfig(storage.normalize(self.input), id_field=self.id_field, text_field=self.text_field,
+                          on_bad_record=self.on_bad_record, language_fields=fields, lid_score_field=score,
+                          token_count_field=count)
 
     def lid_filter(self) -> LidFilterConfig:
-        return LidFilterConfig(self.language, self.lid_threshold, self.min_token_count)
+        language, fields, score, count = self._filter_fields()
+        return LidFilterConfig(language, self.lid_threshold, self.min_token_count, language_fields=fields,
+                               score_field=score, token_count_field=count)
 
     def tokenizer_config(self) -> TokenizerConfig:
         return TokenizerConfig(spec=self.tokenizer, dtype=self.dtype, eos_token=self.eos_token,

@@ -31,6 +31,14 @@ What a value is read as:
 - Text and id columns may be plain, large, view (``string_view``) or dictionary-encoded strings.
 - A ``page_average_lid_score`` outside [0, 1] (NaN and infinities included) is a bad record,
   ``bad_lid_score``: it is no probability, so no threshold can judge it.
+
+Which fields are read (``ReadConfig``): the id and the text, by the names ``id_field`` and
+``text_field``, and for the language filter (``with_lid``) each of ``language_fields``, the LID
+score's ``lid_score_field`` and the source token count's ``token_count_field`` (None reads none).
+The defaults are the FinePDFs schema's; FineWeb's are ``language_fields=("language",)``,
+``lid_score_field="language_score"``. In a DocBatch the id and the text are the columns ``id`` and
+``text``; a filter field keeps its own name. A missing column or field is named with the flag
+that names it (``--text-field``, ``--language-fields``, ...), so the fix is in the message.
 """
 
 from __future__ import annotations
@@ -76,18 +84,32 @@ JSON_VALUES_SUFFIXES = tuple(".json" + ext for ext in COMPRESSIONS)
 GLOB_CHARS = "*?["
 LID_SCORE = "page_average_lid_score"
 
-# Each field the jobs can read: (field name, the record attribute, the kind of value it must hold).
+# The FinePDFs filter's fields and the kind of value each must hold (ReadConfig's defaults).
 LID_FIELDS: tuple[tuple[str, str], ...] = (
     ("language", "string"),
     ("page_average_lid", "string"),
     (LID_SCORE, "number"),
     ("token_count", "integer"),
 )
+DEFAULT_LANGUAGE_FIELDS = ("language", "page_average_lid")
+DEFAULT_TOKEN_COUNT = "token_count"
+# DocBatch's own column names: no filter field may take one.
+BATCH_COLUMNS = ("row", "id", "text")
+
+
+class Field(NamedTuple):
+    """A field the job reads: its name in the input, the kind of value it holds (id, string,
+    number, integer), and the flag that names it (for a message about a missing one)."""
+
+    name: str
+    kind: str
+    flag: str
 
 
 @dataclasses.dataclass(frozen=True)
 class ReadConfig:
-    """What to read. ``with_lid`` adds the language-ID fields the FinePDFs filter needs."""
+    """What to read: the id and the text, and with ``with_lid`` the language filter's fields (by
+    default the FinePDFs schema's; see the module docstring)."""
 
     pattern: str
     id_field: str = "id"
@@ -101,16 +123,54 @@ class ReadConfig:
     # counts it under its reason (invalid_utf8, invalid_json, not_an_object, missing_field,
     # null_field, wrong_type, bad_id, bad_lid_score).
     on_bad_record: str = "fail"
+    # The filter's fields, read when with_lid: each language field (strings), the LID score (a
+    # number within [0, 1]) and the source token count (an integer); None (or ()) reads none.
+    language_fields: tuple[str, ...] = DEFAULT_LANGUAGE_FIELDS
+    lid_score_field: str | None = LID_SCORE
+    token_count_field: str | None = DEFAULT_TOKEN_COUNT
 
     def __post_init__(self):
         if self.on_bad_record not in ("fail", "skip"):
             raise ValueError(f"on_bad_record must be 'fail' or 'skip', got {self.on_bad_record!r}")
         if self.batch_rows < 1:
             raise ValueError("batch_rows must be at least 1")
+        object.__setattr__(self, "language_fields", tuple(self.language_fields))
+        names = [f.name for f in self.fields()]
+        for name in names:
+            if not name:
+                raise ValueError("a field name must not be empty")
+            if names.count(name) > 1:
+                raise ValueError(f"the field {name!r} is named twice (--id-field, --text-field, --language-fields, "
+                                 "--lid-score-field, --token-count-field name different fields)")
+        for f in self.filter_fields():
+            if f.name in BATCH_COLUMNS:
+                raise ValueError(f"{f.flag}: {f.name!r} cannot be a filter field (the job's own column name)")
 
-    def fields(self) -> list[tuple[str, str]]:
-        out = [(self.id_field, "id"), (self.text_field, "string")]
-        return out + (list(LID_FIELDS) if self.with_lid else [])
+    def filter_fields(self) -> list[Field]:
+        """The language filter's fields, in the order its checks run."""
+        if not self.with_lid:
+            return []
+        out = [Field(name, "string", "--language-fields (or --language none)") for name in self.language_fields]
+        if self.lid_score_field:
+            out.append(Field(self.lid_score_field, "number", "--lid-score-field (or none)"))
+        if self.token_count_field:
+            out.append(Field(self.token_count_field, "integer", "--token-count-field (or none)"))
+        return out
+
+    def fields(self) -> list[Field]:
+        """Every field read: the id, the text, then the filter's."""
+        return [Field(self.id_field, "id", "--id-field"), Field(self.text_field, "string", "--text-field"),
+                *self.filter_fields()]
+
+
+def file_fingerprint(fs, path: str, fresh: bool = False) -> str:
+    """Size and the version the filesystem gives the file (storage.file_version: a hub file's
+    sha256 or git blob id, an object's generation or etag, a local file's mtime). ``fresh`` asks
+    the filesystem again rather than its listing cache (a hub listing is cached per process)."""
+    if fresh:
+        fs.invalidate_cache(path)
+    info = fs.info(path)
+    return f"size={info.get('size')} version={storage.file_version(info)}"
 
 
 class InputUnit(NamedTuple):
@@ -124,22 +184,12 @@ class InputUnit(NamedTuple):
     rows: int = -1  # rows of a parquet row group; -1 when unknown until read (jsonl)
 
 
-_VERSION_KEYS = ("ETag", "etag", "generation", "md5Hash", "mtime", "LastModified", "updated", "created")
-
-
-def file_fingerprint(fs, path: str) -> str:
-    """Size and the first version marker the filesystem reports (etag, generation, mtime)."""
-    info = fs.info(path)
-    version = next((str(info[k]) for k in _VERSION_KEYS if info.get(k) is not None), "")
-    return f"size={info.get('size')} version={version}"
-
-
 def check_unchanged(unit: InputUnit) -> None:
     """A BadInputError when the file is not the one the job planned: a job never mixes versions."""
     if not unit.fingerprint:
         return
     fs, fs_path = storage.filesystem(unit.path)
-    now = file_fingerprint(fs, fs_path)
+    now = file_fingerprint(fs, fs_path, fresh=True)
     if now != unit.fingerprint:
         raise BadInputError(unit.path, f"changed while the job ran ({unit.fingerprint} when planned, now {now})")
 
@@ -216,10 +266,11 @@ def _arrow_kind_ok(arrow_type: pa.DataType, kind: str) -> bool:
     raise AssertionError(kind)
 
 
-def check_parquet_schema(path: str, schema: pa.Schema, fields: Sequence[tuple[str, str]]) -> None:
-    for name, kind in fields:
+def check_parquet_schema(path: str, schema: pa.Schema, fields: Sequence[Field]) -> None:
+    for name, kind, flag in fields:
         if name not in schema.names:
-            raise BadInputError(path, f"missing column {name!r} (the file has {', '.join(schema.names)})")
+            raise BadInputError(path, f"missing column {name!r} (the file has {', '.join(schema.names)}); "
+                                f"name the column to read with {flag}")
         got = schema.field(name).type
         if not _arrow_kind_ok(got, kind):
             raise BadInputError(path, f"column {name!r} has type {got}, expected {kind}")
@@ -255,10 +306,17 @@ def _plan_file(path: str, config: ReadConfig) -> list[InputUnit]:
 
 
 def plan_input(config: ReadConfig, threads: int = 16) -> list[InputUnit]:
-    """Expand the glob and check every file; the units of work, in a deterministic order."""
-    paths = expand_pattern(config.pattern)
+    """Expand the glob and check every file; the units of work, in a deterministic order. A store
+    that cannot be reached (or refuses the credentials) is one storage.Unreachable naming the URL."""
+    with storage.reaching(config.pattern):
+        paths = expand_pattern(config.pattern)
+
+    def plan(path: str) -> list[InputUnit]:
+        with storage.reaching(path):
+            return _plan_file(path, config)
+
     with ThreadPoolExecutor(max_workers=min(threads, len(paths))) as pool:
-        planned = list(pool.map(lambda p: _plan_file(p, config), paths))
+        planned = list(pool.map(plan, paths))
     return [u for units in planned for u in units]
 
 
@@ -296,22 +354,29 @@ def _check_value(value, kind: str, where: str, field: str, nullable: bool):
     raise BadInputError(where, problem, reason="wrong_type")
 
 
-def _make_document(values: dict, config: ReadConfig, path: str, row: int, where: str) -> Document:
+class _Row(NamedTuple):
+    """One record read row by row: its id, text, row and the filter's fields by name."""
+
+    id: str
+    text: str
+    row: int
+    fields: dict
+
+
+def _make_row(values: dict, config: ReadConfig, row: int, where: str) -> _Row:
     doc_id = _check_value(values.get(config.id_field), "id", where, config.id_field, nullable=False)
     problem = id_problem(doc_id)
     if problem:
         # The manifest is '|'-separated, one row a line: such an id would be read back wrong.
         raise BadInputError(where, f"{config.id_field} {doc_id!r:.80}: {problem}", reason="bad_id")
     text = _check_value(values.get(config.text_field), "string", where, config.text_field, nullable=False)
-    lid = {}
-    if config.with_lid:
-        for name, kind in LID_FIELDS:
-            lid[name] = _check_value(values.get(name), kind, where, name, nullable=True)
-        score = lid[LID_SCORE]
-        if score is not None and not 0.0 <= score <= 1.0:  # NaN fails the comparison too
-            raise BadInputError(where, f"{LID_SCORE!r} is {score}, expected a number within [0, 1]",
+    fields = {}
+    for name, kind, _ in config.filter_fields():
+        fields[name] = value = _check_value(values.get(name), kind, where, name, nullable=True)
+        if kind == "number" and value is not None and not 0.0 <= value <= 1.0:  # NaN fails too
+            raise BadInputError(where, f"{name!r} is {value}, expected a number within [0, 1]",
                                 reason="bad_lid_score")
-    return Document(id=doc_id, text=text, source=path, row=row, **lid)
+    return _Row(doc_id, text, row, fields)
 
 
 def _bad(error: BadInputError, config: ReadConfig) -> BadRecord:
@@ -433,7 +498,7 @@ def open_json_file(path: str) -> Iterator[BinaryIO]:
             raise BadInputError(path, problem) from None
 
 
-def read_jsonl_unit(unit: InputUnit, config: ReadConfig) -> Iterator[Document | BadRecord]:
+def read_jsonl_unit(unit: InputUnit, config: ReadConfig) -> Iterator[_Row | BadRecord]:
     # Binary lines, decoded one at a time, so a bad byte is reported with its line number.
     with open_json_file(unit.path) as f:
         for line_no, raw in enumerate(f, start=1):
@@ -442,13 +507,12 @@ def read_jsonl_unit(unit: InputUnit, config: ReadConfig) -> Iterator[Document | 
             if not raw.strip():
                 continue
             try:
-                yield _jsonl_document(raw, config, unit.path, line_no)
+                yield _jsonl_row(raw, config, line_no, f"{unit.path} line {line_no}")
             except BadInputError as e:
                 yield _bad(e, config)
 
 
-def _jsonl_document(raw: bytes, config: ReadConfig, path: str, line_no: int) -> Document:
-    where = f"{path} line {line_no}"
+def _jsonl_row(raw: bytes, config: ReadConfig, line_no: int, where: str) -> _Row:
     try:
         line = raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -458,17 +522,18 @@ def _jsonl_document(raw: bytes, config: ReadConfig, path: str, line_no: int) -> 
     except json.JSONDecodeError as e:
         raise BadInputError(where, f"is not JSON ({e.msg})", "invalid_json") from None
     # Rows are numbered from 0 like parquet rows; the messages give 1-based lines.
-    return _object_document(obj, config, path, line_no - 1, where)
+    return _object_row(obj, config, line_no - 1, where)
 
 
-def _object_document(obj, config: ReadConfig, path: str, row: int, where: str) -> Document:
+def _object_row(obj, config: ReadConfig, row: int, where: str) -> _Row:
     if not isinstance(obj, dict):
         raise BadInputError(where, f"is a JSON {type(obj).__name__}, not an object", "not_an_object")
-    fields = [name for name, _ in config.fields()]
-    missing = [k for k in (fields if config.with_lid else fields[:2]) if k not in obj]
+    missing = [f for f in config.fields() if f.name not in obj]
     if missing:
-        raise BadInputError(where, f"missing field(s) {', '.join(missing)}", "missing_field")
-    return _make_document(obj, config, path, row, where)
+        flags = ", ".join(dict.fromkeys(f.flag for f in missing))
+        raise BadInputError(where, f"missing field(s) {', '.join(f.name for f in missing)}; name the field to "
+                            f"read with {flags}", "missing_field")
+    return _make_row(obj, config, row, where)
 
 
 class _JsonText:
@@ -567,22 +632,20 @@ class _JsonText:
             index += 1
 
 
-def read_json_unit(unit: InputUnit, config: ReadConfig) -> Iterator[Document | BadRecord]:
-    """Documents of a .json file: one object, an array of objects, or objects one after another."""
+def read_json_unit(unit: InputUnit, config: ReadConfig) -> Iterator[_Row | BadRecord]:
+    """Records of a .json file: one object, an array of objects, or objects one after another."""
     with open_json_file(unit.path) as f:
         for index, obj in enumerate(_JsonText(f, unit.path).values()):
             try:
-                yield _object_document(obj, config, unit.path, index, f"{unit.path} record {index + 1}")
+                yield _object_row(obj, config, index, f"{unit.path} record {index + 1}")
             except BadInputError as e:
                 yield _bad(e, config)
 
 
-def read_unit(unit: InputUnit, config: ReadConfig) -> Iterator[Document]:
-    if unit.kind == "parquet":
-        return _documents(read_parquet_batches(unit, config), config)
-    if unit.kind == "json":
-        return read_json_unit(unit, config)
-    return read_jsonl_unit(unit, config)
+def read_unit(unit: InputUnit, config: ReadConfig) -> Iterator[Document | BadRecord]:
+    """The unit's documents one at a time (for tools and tests), and its bad records under
+    on_bad_record="skip". A filter field whose name is one of Document's is filled in."""
+    return _documents(read_batches(unit, config), config)
 
 
 # Documents a batch holds at most, and the text bytes a parquet batch aims at: a batch is the unit
@@ -619,8 +682,9 @@ def _score_column(column: pa.Array) -> pa.Array:
 
 
 def arrow_batch(batch: pa.RecordBatch, config: ReadConfig, first_row: int) -> pa.RecordBatch | None:
-    """The columns the jobs read, normalized (``row``, ``id``, ``text``, and the LID fields), or
-    None when a row might be a bad record: the caller then checks that batch row by row."""
+    """The columns the jobs read, normalized (``row``, ``id``, ``text``, and the filter's fields by
+    their names), or None when a row might be a bad record: the caller then checks that batch row
+    by row."""
     ids = batch.column(config.id_field)
     if pa.types.is_dictionary(ids.type):
         ids = ids.dictionary_decode()
@@ -638,35 +702,42 @@ def arrow_batch(batch: pa.RecordBatch, config: ReadConfig, first_row: int) -> pa
         return None
     columns = {"row": pa.array(np.arange(first_row, first_row + batch.num_rows, dtype=np.int64)), "id": ids,
                "text": text}
-    if config.with_lid:
-        for name, kind in LID_FIELDS:
-            column = batch.column(name)
-            if kind == "string":
-                column = _string_column(column)
-            elif kind == "number":
-                column = _score_column(column)
-                valid = pc.and_kleene(pc.greater_equal(column, 0.0), pc.less_equal(column, 1.0))
-                if not pc.all(pc.or_kleene(valid, pc.is_null(column, nan_is_null=False))).as_py():
-                    return None  # out of [0, 1] or NaN
-            else:
-                column = column.cast(pa.int64())
-            columns[name] = column
+    for name, kind, _ in config.filter_fields():
+        column = batch.column(name)
+        if kind == "string":
+            column = _string_column(column)
+        elif kind == "number":
+            column = _score_column(column)
+            valid = pc.and_kleene(pc.greater_equal(column, 0.0), pc.less_equal(column, 1.0))
+            if not pc.all(pc.or_kleene(valid, pc.is_null(column, nan_is_null=False))).as_py():
+                return None  # out of [0, 1] or NaN
+        else:
+            column = column.cast(pa.int64())
+        columns[name] = column
     return pa.RecordBatch.from_pydict(columns)
 
 
-def documents_batch(source: str, docs: Sequence[Document], with_lid: bool) -> DocBatch:
-    """A DocBatch of Documents read row by row (JSON input, and parquet batches that needed it)."""
+_ARROW_TYPES = {"string": pa.string(), "number": pa.float64(), "integer": pa.int64()}
+
+
+def rows_batch(source: str, rows: Sequence[_Row], filter_fields: Sequence[Field]) -> DocBatch:
+    """A DocBatch of records read row by row (JSON input, and parquet batches that needed it), with
+    the column types arrow_batch gives."""
     columns = {
-        "row": pa.array([d.row for d in docs], pa.int64()),
-        "id": pa.array([d.id for d in docs], pa.string()),
-        "text": pa.array([d.text for d in docs], pa.large_string()),
+        "row": pa.array([r.row for r in rows], pa.int64()),
+        "id": pa.array([r.id for r in rows], pa.string()),
+        "text": pa.array([r.text for r in rows], pa.large_string()),
     }
-    if with_lid:
-        columns["language"] = pa.array([d.language for d in docs], pa.string())
-        columns["page_average_lid"] = pa.array([d.page_average_lid for d in docs], pa.string())
-        columns[LID_SCORE] = pa.array([d.page_average_lid_score for d in docs], pa.float64())
-        columns["token_count"] = pa.array([d.token_count for d in docs], pa.int64())
+    for name, kind, _ in filter_fields:
+        columns[name] = pa.array([r.fields[name] for r in rows], _ARROW_TYPES[kind])
     return DocBatch(source, pa.RecordBatch.from_pydict(columns))
+
+
+def documents_batch(source: str, docs: Sequence[Document], with_lid: bool) -> DocBatch:
+    """A DocBatch of Documents, with the FinePDFs filter's fields when ``with_lid`` (for tests)."""
+    fields = ReadConfig("", with_lid=with_lid).filter_fields()
+    rows = [_Row(d.id, d.text, d.row, {f.name: getattr(d, f.name) for f in fields}) for d in docs]
+    return rows_batch(source, rows, fields)
 
 
 def _parquet_batch_rows(pf: pq.ParquetFile, row_group: int, text_field: str) -> int:
@@ -680,7 +751,7 @@ def _parquet_batch_rows(pf: pq.ParquetFile, row_group: int, text_field: str) -> 
 
 def read_parquet_batches(unit: InputUnit, config: ReadConfig) -> Iterator[DocBatch | BadRecord]:
     fs, fs_path = storage.filesystem(unit.path)
-    columns = [name for name, _ in config.fields()]
+    columns = [f.name for f in config.fields()]
     row = unit.first_row
     try:
         with fs.open(fs_path, "rb") as f:
@@ -700,44 +771,43 @@ def read_parquet_batches(unit: InputUnit, config: ReadConfig) -> Iterator[DocBat
 
 def _rows_one_by_one(batch: pa.RecordBatch, config: ReadConfig, path: str, row: int) -> Iterator:
     """A parquet batch checked row by row: the exact message and reason of each bad record."""
-    columns = [name for name, _ in config.fields()]
+    columns = [f.name for f in config.fields()]
     cols = {name: column_values(batch.column(name)) for name in columns}
-    docs = []
+    rows = []
     for i in range(batch.num_rows):
         try:
-            docs.append(_make_document({name: cols[name][i] for name in columns}, config, path, row + i,
-                                       f"{path} row {row + i}"))
+            rows.append(_make_row({name: cols[name][i] for name in columns}, config, row + i, f"{path} row {row + i}"))
         except BadInputError as e:
             yield _bad(e, config)
-    if docs:
-        yield documents_batch(path, docs, config.with_lid)
+    if rows:
+        yield rows_batch(path, rows, config.filter_fields())
 
 
-def _batched(items: Iterator[Document | BadRecord], source: str, with_lid: bool) -> Iterator[DocBatch | BadRecord]:
-    docs, size = [], 0
+def _batched(items: Iterator[_Row | BadRecord], source: str, config: ReadConfig) -> Iterator[DocBatch | BadRecord]:
+    rows, size = [], 0
     for item in items:
         if isinstance(item, BadRecord):
             yield item
             continue
-        docs.append(item)
+        rows.append(item)
         size += len(item.text)
-        if len(docs) >= BATCH_DOCS or size >= BATCH_TEXT_BYTES:
-            yield documents_batch(source, docs, with_lid)
-            docs, size = [], 0
-    if docs:
-        yield documents_batch(source, docs, with_lid)
+        if len(rows) >= BATCH_DOCS or size >= BATCH_TEXT_BYTES:
+            yield rows_batch(source, rows, config.filter_fields())
+            rows, size = [], 0
+    if rows:
+        yield rows_batch(source, rows, config.filter_fields())
 
 
 def _documents(items: Iterator[DocBatch | BadRecord], config: ReadConfig) -> Iterator[Document | BadRecord]:
     """Batches as one Document at a time (for tools and tests that look at documents one by one)."""
-    lid_names = [name for name, _ in LID_FIELDS] if config.with_lid else []
+    named = [f.name for f in config.filter_fields() if f.name in Document._fields]
     for item in items:
         if isinstance(item, BadRecord):
             yield item
             continue
-        columns = {name: item.column(name) for name in ("id", "text", "row", *lid_names)}
+        columns = {name: item.column(name) for name in ("id", "text", "row", *named)}
         for i in range(item.size):
-            lid = {name: columns[name][i] for name in lid_names}
+            lid = {name: columns[name][i] for name in named}
             yield Document(columns["id"][i], columns["text"][i], item.source, columns["row"][i], **lid)
 
 
@@ -745,7 +815,8 @@ def read_batches(unit: InputUnit, config: ReadConfig) -> Iterator[DocBatch | Bad
     """The unit's documents in DocBatches, and its bad records (only under on_bad_record="skip")."""
     if unit.kind == "parquet":
         return read_parquet_batches(unit, config)
-    return _batched(read_unit(unit, config), unit.path, config.with_lid)
+    rows = read_json_unit(unit, config) if unit.kind == "json" else read_jsonl_unit(unit, config)
+    return _batched(rows, unit.path, config)
 
 
 RECORDS = "records"
@@ -767,6 +838,10 @@ class ReadUnitFn(beam.DoFn):
         self._reported = 0
 
     def process(self, unit: InputUnit):
+        with storage.reaching(unit.path):
+            yield from self._read(unit)
+
+    def _read(self, unit: InputUnit):
         check_unchanged(unit)
         bad: dict[str, int] = {}
         records = 0

@@ -39,20 +39,28 @@ import pyarrow as pa
 
 from shards import layout, manifest, storage, tree
 from shards.manifest import DatasetStats
-from transforms.bucketed.filter import DROP_REASONS as FILTER_REASONS
 from transforms.bucketed.filter import LidFilterConfig, drop_masks
 from transforms.bucketed.removal import REMOVED
+from transforms.bucketed.settings import BucketedSettings
 from transforms.bucketed.tokenize import TokenizeDocuments, TokenizerConfig
 from transforms.core.batches import DocBatch, TokenBatch
 from transforms.core.drops import DUPLICATE_ID
 from transforms.core.encoders import other_backend
-from transforms.core.read import ReadConfig, ReadDocuments
+from transforms.core.read import ReadDocuments
 from transforms.core.records import DROPPED
 
 MAX_REPORTED = 1000
 # The bucketed job's drop reasons that are not bad records; every other reason in its stats is one
 # (null_field, bad_id, invalid_json, ...: what ReadDocuments skips under on_bad_record="skip").
-NOT_BAD_RECORD_REASONS = frozenset(FILTER_REASONS) | {REMOVED, DUPLICATE_ID}
+NOT_BAD_RECORD_REASONS = frozenset({REMOVED, DUPLICATE_ID})
+
+
+def job_settings(stats: DatasetStats, input_pattern: str = "") -> BucketedSettings:
+    """The settings of the run the stats record that say what was read and filtered: the
+    language, threshold and count, and the input field settings (defaults where none are recorded).
+    Bad records are skipped and counted, as the job did under --on-bad-record skip."""
+    return BucketedSettings(input_pattern, "", language=stats.language, lid_threshold=stats.lid_threshold,
+                            min_token_count=stats.min_token_count, on_bad_record="skip", **stats.field_settings)
 
 
 class FileUnit(NamedTuple):
@@ -293,7 +301,8 @@ def bad_record_problems(stats: DatasetStats, found: Mapping[str, int]) -> list[s
     A run with --on-bad-record skip dropped and counted each; one with fail would have stopped
     on the first, so its stats have none and neither may the input.
     """
-    reasons = set(found) | {r for r in stats.drops if r not in NOT_BAD_RECORD_REASONS}
+    not_bad = NOT_BAD_RECORD_REASONS | set(job_settings(stats).lid_filter().reasons())
+    reasons = set(found) | {r for r in stats.drops if r not in not_bad}
     problems = []
     for reason in sorted(reasons):
         want, got = stats.drops.get(reason, 0), found.get(reason, 0)
@@ -337,8 +346,7 @@ class VerifyOutput(beam.PTransform):
         self._stats, self._input, self._removed = stats, input_pattern, removed_ids
         self.retokenizer: str | None = None  # the library that re-encodes the input (with --input)
         if input_pattern:
-            # Bad records are skipped and counted, as the job did under --on-bad-record skip.
-            self._read = ReadDocuments(ReadConfig(input_pattern, on_bad_record="skip"))
+            self._read = ReadDocuments(job_settings(stats, input_pattern).read_config())
             # Re-encoded with the other backend than the one the stats say wrote the tree (where the
             # tokenizer has two), so that a divergence between them cannot hide.
             backend = other_backend(stats.tokenizer_backend)
@@ -367,7 +375,7 @@ class VerifyOutput(beam.PTransform):
             stats_check,
         ]
         if self._input:
-            lid = LidFilterConfig(stats.language, stats.lid_threshold, stats.min_token_count)
+            lid = job_settings(stats).lid_filter()
             config = self._config
             read = pbegin | "ReadInput" >> self._read
             source = read.docs
