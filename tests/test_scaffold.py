@@ -28,6 +28,7 @@ from transforms.scaffold.encode import (
     check_gpt2_vocabulary,
     countdown_tokens,
     encode_document,
+    encode_documents,
     format_annotated,
     parse_annotated,
     plan_sequences,
@@ -223,6 +224,36 @@ def test_the_word_cache_gives_the_same_ids_and_stays_bounded(gpt2_spec):
     for _ in range(3):
         assert cached.encode(words) == expected
         assert len(cached._cache) <= 3
+
+
+def test_a_batch_of_documents_is_encoded_in_one_call_with_the_same_ids(gpt2_spec):
+    class CountingEncoder:
+        """The GPT-2 encoder, counting its batch calls."""
+
+        def __init__(self, encoder):
+            self.encoder, self.calls = encoder, 0
+
+        def encode_batch(self, texts):
+            self.calls += 1
+            return self.encoder.encode_batch(texts)
+
+    encoder = load_encoder(gpt2_spec)
+    long_text = format_annotated([f"palavra{i}" for i in range(2500)])
+    docs = [doc("card", CARD_EXAMPLE), doc("empty", " \n"), doc("long", long_text),
+            doc("x", "<ff_1> não <ff_0> ação"), doc("bad", "<ff_3> um <ff_0> dois"), doc("card2", CARD_EXAMPLE)]
+    for config in (ScaffoldConfig(gpt2_spec, long_docs="skip"), ScaffoldConfig(gpt2_spec, long_docs="chunk")):
+        counting = CountingEncoder(encoder)
+        batched = encode_documents(docs, config, WordEncoder(counting, cache_size=0))
+        one_by_one = [encode_document(d, config, WordEncoder(encoder, cache_size=0)) for d in docs]
+        assert counting.calls == 1
+        assert [r.drop_reason for r in batched] == [r.drop_reason for r in one_by_one]
+        assert [r.counts for r in batched] == [r.counts for r in one_by_one]
+        for got, want in zip(batched, one_by_one, strict=True):
+            assert [(s.id, s.split, s.words, s.mismatch) for s in got.sequences] == \
+                [(s.id, s.split, s.words, s.mismatch) for s in want.sequences]
+            assert all(np.array_equal(g.tokens, w.tokens) for g, w in zip(got.sequences, want.sequences, strict=True))
+    assert [r.drop_reason for r in batched][:3] == [None, "no_words", None]  # chunk mode, the last config
+    assert len(batched[2].sequences) == 3  # 2,500 words chunked by 1,000
 
 
 def test_a_non_gpt2_tokenizer_is_refused_before_the_job_starts():

@@ -23,8 +23,15 @@ watched by monitor.py: documents read per CPU second of the process tree and per
 the peak RSS of every process, against the targets (every process < 600 MiB, >= 100,000 documents/s
 per core). A run still going after ``--scale-timeout`` seconds is killed and recorded as such.
 
-It writes BENCHMARKS.md at the top of the checkout and prints the same tables; ``--only scale``
-rewrites only the scale section of it.
+Then the tokenizer backends of issue 13 (``--only backends`` runs just it): tiktoken ``encode_ordinary``,
+quicktok ``encode_ordinary`` and quicktok ``encode_batch`` (one thread, the job's batches of 64, NFC in
+Python as the job does) over the kept documents, and the job end to end with ``--tokenizer-backend
+tiktoken`` and ``quicktok``, one worker, on the base and the 3x corpus, against the target (the job at
+least 0.70x quicktok ``encode_batch`` per CPU second on the 3x corpus). A run of the job on the bundled
+sample gives its fixed cost (interpreter, Beam, the pipeline, loading the tokenizer and its probe).
+
+It writes BENCHMARKS.md at the top of the checkout and prints the same tables; ``--only scale`` and
+``--only backends`` rewrite only their section of it.
 """
 
 from __future__ import annotations
@@ -83,6 +90,9 @@ SCALE_RSS_LIMIT = 600 << 20  # issue 12: every process under 600 MiB
 SCALE_DOCS_PER_CORE = 100_000  # issue 12: documents read per second per core, read to publish
 SCALE_TIMEOUT = 600.0
 SCALE_HEADING = "## Scale rehearsal: "
+BACKENDS_HEADING = "## Tokenizer backends"
+BACKEND_NAMED = ("dataset_stats.txt", "dataset_stats.json", "README.md")  # files that record the backend
+BACKENDS_TARGET = 0.70  # issue 13: the job >= 0.70x quicktok encode_batch per CPU second, 3x corpus, 1 worker
 
 
 @dataclasses.dataclass
@@ -201,10 +211,10 @@ def run_job(name: str, corpus_dir: Path, output: Path, extra: list[str], cores: 
     return row, usage
 
 
-def tree_digest(output: Path) -> str:
-    """sha256 over every published file, by relative path."""
+def tree_digest(output: Path, skip: tuple[str, ...] = ()) -> str:
+    """sha256 over every published file but those named in ``skip``, by relative path."""
     h = hashlib.sha256()
-    for path in sorted(p for p in output.rglob("*") if p.is_file()):
+    for path in sorted(p for p in output.rglob("*") if p.is_file() and p.name not in skip):
         h.update(str(path.relative_to(output)).encode() + b"\0")
         with open(path, "rb") as f:
             while chunk := f.read(1 << 22):
@@ -319,14 +329,14 @@ def _uncut(encoder, text: str) -> None:
         encoder.backend.encode_ordinary(text)
 
 
-def long_doc_rows(specs: dict[str, str], sample: list[str], docs: dict[str, str], repeats: int) -> list[dict]:
+def long_doc_rows(specs: dict[str, tuple[str, str]], sample: list[str], docs: dict[str, str], repeats: int) -> list[dict]:
     from transforms.core.encoders import load_encoder
 
     size = len(docs["dot leaders"])
     sample_bytes = sum(len(t.encode("utf-8")) for t in sample)
     rows = []
-    for label, spec in specs.items():
-        encoder = load_encoder(spec)
+    for label, (spec, backend) in specs.items():
+        encoder = load_encoder(spec, backend=backend)
         machine, steal, wall = monitor.machine_cpu(), monitor.machine_steal(), time.perf_counter()
         process = time.process_time()
         base = _cpu_us_per_byte(_encode_in_batches, encoder, sample, nbytes=sample_bytes, repeats=repeats)
@@ -588,16 +598,107 @@ def run_scale(cache: Path, documents: int, runner_keys: list[str], timeout: floa
     return scale_section(info, runs, date, how, timeout, machine)
 
 
-def splice_section(text: str, section: list[str]) -> str:
-    """``text`` with its scale section replaced by ``section`` (appended when it has none)."""
+def splice_section(text: str, section: list[str], heading: str = SCALE_HEADING) -> str:
+    """``text`` with its section under ``heading`` replaced by ``section`` (appended when it has none)."""
     lines = text.rstrip("\n").splitlines() if text.strip() else []
-    start = next((i for i, line in enumerate(lines) if line.startswith(SCALE_HEADING)), None)
+    start = next((i for i, line in enumerate(lines) if line.startswith(heading)), None)
     if start is None:
         lines += ([""] if lines else []) + section
     else:
         end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
         lines[start:end] = section
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+# --- tokenizer backends (issue 13) ---------------------------------------------------------------------
+
+
+def _nfc(text: str) -> str:
+    return text if text.isascii() else unicodedata.normalize("NFC", text)
+
+
+def backend_raw_rows(texts: list[str], text_bytes: int, repeats: int) -> list[Row]:
+    """The libraries' own calls over the kept documents, NFC in Python inside the timing (the job
+    normalizes too), one core: tiktoken and quicktok ``encode_ordinary``, quicktok ``encode_batch``."""
+    tiktoken_enc = TokenizerConfig(backend="tiktoken").load().backend
+    quicktok_enc = TokenizerConfig(backend="quicktok").load().backend
+
+    def ordinary(enc):
+        return lambda: sum(len(enc.encode_ordinary(_nfc(t))) for t in texts)
+
+    def batch() -> int:
+        return sum(len(quicktok_enc.encode_batch([_nfc(t) for t in texts[i:i + 64]], 1, False)[0])
+                   for i in range(0, len(texts), 64))
+
+    return [
+        in_process_row("tiktoken encode_ordinary (NFC), 1 core", ordinary(tiktoken_enc), text_bytes, repeats),
+        in_process_row("quicktok encode_ordinary (NFC), 1 core", ordinary(quicktok_enc), text_bytes, repeats),
+        in_process_row("quicktok encode_batch (NFC, 64 documents a call, 1 thread), 1 core", batch, text_bytes,
+                       repeats),
+    ]
+
+
+def run_backends(cache: Path, corpus_dir: Path, texts: list[str], text_bytes: int, repeats: int) -> list[str]:
+    """The backends section: the raw rows, the job with each backend (1 worker, base and 3x corpus),
+    the fixed cost of a run, the target; checks that the backends wrote the same bytes."""
+    work = cache / "runs"
+    print("tokenizer backends: the libraries' own calls ...", flush=True)
+    tiktoken_raw, quicktok_ordinary, quicktok_batch = backend_raw_rows(texts, text_bytes, repeats)
+    jobs: dict[tuple[str, str], Row] = {}
+    digests: dict[str, set[str]] = {"base": set(), "x3": set()}
+    for size in ("base", "x3"):
+        for backend in ("tiktoken", "quicktok"):
+            name = f"bucketed job, --tokenizer-backend {backend}, 1 worker" + (", 3x corpus" if size == "x3" else "")
+            print(f"{name} ...", flush=True)
+            output = work / f"backend-{backend}-{size}"
+            row, _ = min((run_job(name, corpus_dir / size, output, ["--tokenizer-backend", backend], 1)
+                          for _ in range(repeats)), key=lambda ru: ru[0].cpu)
+            row.text_bytes = text_bytes * (3 if size == "x3" else 1)
+            jobs[backend, size] = row
+            # The stats (and the description) name the backend that wrote the tree; every other byte is the same.
+            digests[size].add(tree_digest(output, skip=BACKEND_NAMED))
+            shutil.rmtree(output)
+    print("fixed cost: the job on the bundled sample ...", flush=True)
+    fixed, _ = min((run_job("bucketed job on the bundled sample (fixed cost)", REPO / "tests" / "data"
+                            / "finepdfs_sample.parquet", work / "backend-fixed", [], 1) for _ in range(repeats)),
+                   key=lambda ru: ru[0].cpu)
+    shutil.rmtree(work / "backend-fixed", ignore_errors=True)
+
+    job3 = jobs["quicktok", "x3"]
+    ratio = job3.per_core_cpu / quicktok_batch.per_core_cpu
+    steady = job3.tokens / max(job3.cpu - fixed.cpu, 1e-9) / quicktok_batch.per_core_cpu
+    encode_share = (job3.tokens / quicktok_batch.per_core_cpu) / job3.cpu
+    same = all(len(d) == 1 for d in digests.values())
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    rows = [tiktoken_raw, quicktok_ordinary, quicktok_batch, *jobs.values()]
+    return [
+        f"{BACKENDS_HEADING}",
+        "",
+        f"Measured {date}: the targets of issue 13, on the corpus above (the 3x corpus: the same rows three"
+        " times). The libraries' rows encode exactly the documents the job keeps, in this process, with NFC in"
+        " Python inside the timing as the job does; the job rows are `pretokenize bucketed --tokenizer-backend"
+        f" B`, one worker in-process, the best of {repeats} runs. \"vs raw\" is against tiktoken"
+        " `encode_ordinary`.",
+        "",
+        *rows_table(rows, tiktoken_raw),
+        "",
+        f"Fixed cost of a run (the interpreter, Beam, building the pipeline, loading the tokenizer and its probe):"
+        f" {fixed.cpu:.1f} CPU s, measured as a run of the job on the bundled sample ({fixed.tokens:,} tokens).",
+        "",
+        f"Checks: the job wrote the same bytes with either backend, but for the files that name it ({', '.join(BACKEND_NAMED)}): {'yes' if same else 'NO'}; text tokens of"
+        f" every row {'equal' if len({r.tokens for r in rows[:3]} | {jobs[b, 'base'].tokens for b in ('tiktoken', 'quicktok')}) == 1 else 'DIFFERENT'}"
+        " on the base corpus.",
+        "",
+        "| target | measured | |",
+        "|---|---|---|",
+        f"| job >= {BACKENDS_TARGET:.2f}x quicktok `encode_batch` per CPU second, 3x corpus, 1 worker"
+        f" | {ratio:.2f}x ({job3.per_core_cpu / 1e6:.2f}M vs {quicktok_batch.per_core_cpu / 1e6:.2f}M tokens per"
+        f" CPU second); without the fixed cost {steady:.2f}x; the tokenizer's own call is {encode_share:.0%} of"
+        f" the job's CPU | {met(ratio >= BACKENDS_TARGET)} |",
+        f"| job with quicktok faster than with tiktoken, 3x corpus | "
+        f"{job3.per_core_cpu / jobs['tiktoken', 'x3'].per_core_cpu:.2f}x per CPU second"
+        f" | {met(job3.per_core_cpu > jobs['tiktoken', 'x3'].per_core_cpu)} |",
+    ]
 
 
 # --- the report --------------------------------------------------------------------------------------------
@@ -677,6 +778,20 @@ def scale_only(args: argparse.Namespace, runner_keys: list[str], started: float)
     return 0
 
 
+def backends_only(args: argparse.Namespace, started: float) -> int:
+    """``--only backends``: the tokenizer backends section alone, rewritten in place in ``args.out``."""
+    corpus_dir, _ = corpus_mod.ensure(args.cache, args.target_mb)
+    texts = kept_texts(corpus_dir / "base")
+    text_bytes = sum(len(t.encode("utf-8")) for t in texts)
+    section = run_backends(args.cache, corpus_dir, texts, text_bytes, args.repeats)
+    section[2] = section[2].replace("Measured ", "Measured by `tests/bench/run_bench.py --only backends` ", 1)
+    old = args.out.read_text() if args.out.is_file() else ""
+    args.out.write_text(splice_section(old if old.strip() else "# Benchmarks\n", section, BACKENDS_HEADING))
+    print("\n" + "\n".join(section))
+    print(f"wrote the backends section of {args.out}; it took {(time.perf_counter() - started) / 60:.1f} minutes")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "beam-pretokenize" / "bench",
@@ -686,7 +801,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=2,
                    help="runs of the per-core rows (raw, encoder, 1-worker job, long documents); the best counts")
     p.add_argument("--out", type=Path, default=REPO / "BENCHMARKS.md")
-    p.add_argument("--only", choices=["scale"],
+    p.add_argument("--only", choices=["scale", "backends"],
                    help="run only this part and rewrite only its section of --out")
     p.add_argument("--scale-docs", type=int, default=scale_corpus.DEFAULT_DOCUMENTS,
                    help="documents in the scale rehearsal's corpus")
@@ -707,6 +822,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.only == "scale":
         return scale_only(args, runner_keys, started)
+    if args.only == "backends":
+        return backends_only(args, started)
 
     print(f"corpus: building or reusing {args.target_mb:g} MB under {args.cache}", flush=True)
     corpus_dir, info = corpus_mod.ensure(args.cache, args.target_mb)
@@ -749,12 +866,16 @@ def main(argv: list[str] | None = None) -> int:
     dt.text_bytes = text_bytes
 
     print(f"{args.long_doc_mb:g} MB documents without whitespace ...", flush=True)
-    specs = {"jet-nemotron": "jet-nemotron"}
-    specs["tiktoken:gpt2.tiktoken"] = f"tiktoken:{GPT2_RANKS}"
-    specs["hf: (Qwen2.5 tokenizer.json)"] = f"hf:{hf_dir}"
+    # Each backend with what it needs: tiktoken with the cuts of transforms.core.encoders, quicktok
+    # (linear on long runs, issue 13) with none.
+    specs = {"jet-nemotron, quicktok (no cuts)": ("jet-nemotron", "quicktok"),
+             "jet-nemotron, tiktoken (cuts)": ("jet-nemotron", "tiktoken"),
+             "tiktoken:gpt2.tiktoken": (f"tiktoken:{GPT2_RANKS}", "tiktoken"),
+             "hf: (Qwen2.5 tokenizer.json)": (f"hf:{hf_dir}", "tiktoken")}
     long_size = int(args.long_doc_mb * MB)
     long_rows = long_doc_rows(specs, ordinary_sample(texts), long_documents(base, texts, long_size), args.repeats)
 
+    backend_lines = run_backends(args.cache, corpus_dir, texts, text_bytes, args.repeats)
     scale_date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     scale_lines = run_scale(args.cache, args.scale_docs, runner_keys, args.scale_timeout, scale_date, "`make bench`")
     shutil.rmtree(work, ignore_errors=True)
@@ -848,6 +969,8 @@ def main(argv: list[str] | None = None) -> int:
         " `Encoder.encode_arrays`. The last column is the library's own call on the letters document, uncut.",
         "",
         *long_table(long_rows),
+        "",
+        *backend_lines,
         "",
         *scale_lines,
     ]

@@ -264,8 +264,17 @@ def words_of(doc: Document, annotate_plain: bool, limit: int | None = None) -> P
     return parse_annotated(doc.text, limit)
 
 
-def encode_document(doc: Document, config: ScaffoldConfig, words_encoder: WordEncoder) -> Encoded:
-    """One source document to its sequences (or a drop reason). Plain function: no Beam.
+class Planned(NamedTuple):
+    """A kept document's words and how they are cut into sequences, before any word is encoded."""
+
+    doc: Document
+    words: list[str]
+    plan: list[list[str]]
+    mismatch: bool
+
+
+def plan_document(doc: Document, config: ScaffoldConfig) -> Planned | str:
+    """The document's words and sequences, or the reason it is dropped. Plain function: no Beam.
 
     The reasons, checked in this order: ``no_words``; ``too_many_words`` (under ``skip``: the
     words are only read up to the 1,001st, so a 50 MB document costs no more than a short one);
@@ -275,23 +284,52 @@ def encode_document(doc: Document, config: ScaffoldConfig, words_encoder: WordEn
     parsed = words_of(doc, config.annotate, llmc.MAX_WORDS + 1 if skip else None)
     words = parsed.words
     if not words:
-        return Encoded([], "no_words", None)
+        return "no_words"
     if skip and len(words) > llmc.MAX_WORDS:
-        return Encoded([], "too_many_words", None)
+        return "too_many_words"
     if config.max_word_chars and max(len(w) for w in words) > config.max_word_chars:
-        return Encoded([], "word_too_long", None)
-    plan = plan_sequences(words, config.long_docs)
+        return "word_too_long"
+    return Planned(doc, words, plan_sequences(words, config.long_docs), parsed.mismatch)
+
+
+def build_sequences(planned: Planned, ids: Sequence[Sequence[int]], config: ScaffoldConfig) -> Encoded:
+    """A planned document's sequences from the ids of its words (``ids[i]`` is word i's)."""
+    doc = planned.doc
     split = llmc.split_of(doc.id, config.val_fraction)
-    ids = words_encoder.encode(words)
     sequences, start = [], 0
-    for k, chunk in enumerate(plan):
+    for k, chunk in enumerate(planned.plan):
         tokens = countdown_tokens(ids[start:start + len(chunk)])
         start += len(chunk)
-        seq_id = doc.id if len(plan) == 1 else f"{doc.id}#{k}"
+        seq_id = doc.id if len(planned.plan) == 1 else f"{doc.id}#{k}"
         sequences.append(ScaffoldTokens(seq_id, tokens, doc.source, doc.row, split, doc.id, len(chunk),
-                                        int(parsed.mismatch)))
-    counts = DocumentCounts(1, len(sequences), len(words), sum(len(s.tokens) for s in sequences), int(parsed.mismatch))
+                                        int(planned.mismatch)))
+    counts = DocumentCounts(1, len(sequences), len(planned.words), sum(len(s.tokens) for s in sequences),
+                            int(planned.mismatch))
     return Encoded(sequences, None, counts)
+
+
+def encode_document(doc: Document, config: ScaffoldConfig, words_encoder: WordEncoder) -> Encoded:
+    """One source document to its sequences (or a drop reason, see plan_document)."""
+    planned = plan_document(doc, config)
+    if isinstance(planned, str):
+        return Encoded([], planned, None)
+    return build_sequences(planned, words_encoder.encode(planned.words), config)
+
+
+def encode_documents(docs: Sequence[Document], config: ScaffoldConfig, words_encoder: WordEncoder) -> list[Encoded]:
+    """Documents to their sequences, as encode_document gives them one by one, with the words of all
+    the kept documents encoded in one batch call."""
+    planned = [plan_document(doc, config) for doc in docs]
+    kept = [p for p in planned if not isinstance(p, str)]
+    ids = words_encoder.encode([w for p in kept for w in p.words])
+    out, start = [], 0
+    for p in planned:
+        if isinstance(p, str):
+            out.append(Encoded([], p, None))
+            continue
+        out.append(build_sequences(p, ids[start:start + len(p.words)], config))
+        start += len(p.words)
+    return out
 
 
 SPLIT_CODES = {name: code for code, name in enumerate(llmc.SPLITS)}
@@ -333,8 +371,9 @@ class EncodeScaffoldFn(beam.DoFn):
         dropped: dict[str, int] = {}
         counts: dict[str, list[DocumentCounts]] = {}
         rows = batch.table.column("row").to_pylist()
-        for doc_id, text, row in zip(batch.column("id"), batch.column("text"), rows, strict=True):
-            result = encode_document(Document(doc_id, text, batch.source, row), self._config, self._words)
+        docs = [Document(doc_id, text, batch.source, row)
+                for doc_id, text, row in zip(batch.column("id"), batch.column("text"), rows, strict=True)]
+        for result in encode_documents(docs, self._config, self._words):
             if result.drop_reason is not None:
                 dropped[result.drop_reason] = dropped.get(result.drop_reason, 0) + 1
                 continue
