@@ -14,7 +14,9 @@ from conftest import GPT2_RANKS, tree_hashes
 
 from pipelines import cli
 from shards import layout, manifest, tree
+from shards.card import CARD_NAME
 from shards.manifest import DatasetStats
+from shards.provenance import STATS_JSON_NAME
 
 RUNNER = ["--runner=FnApiRunner"]
 FINEWEB = ["--language", "en", "--language-fields", "language", "--lid-score-field", "language_score",
@@ -83,8 +85,9 @@ def stored(out) -> dict[str, str]:
 
 
 def shard_hashes(out) -> dict[str, str]:
-    """The shards' and manifest's bytes (the stats, which name the flags and counts, aside)."""
-    return tree_hashes(out, skip=(layout.STATS_NAME, tree.RECORD_NAME))
+    """The shards' and manifest's bytes (the stats and the tree's description, which name the flags,
+    the input and the counts, aside)."""
+    return tree_hashes(out, skip=(layout.STATS_NAME, tree.RECORD_NAME, STATS_JSON_NAME, CARD_NAME))
 
 
 @pytest.fixture(scope="module")
