@@ -329,7 +329,8 @@ def _uncut(encoder, text: str) -> None:
         encoder.backend.encode_ordinary(text)
 
 
-def long_doc_rows(specs: dict[str, tuple[str, str]], sample: list[str], docs: dict[str, str], repeats: int) -> list[dict]:
+def long_doc_rows(specs: dict[str, tuple[str, str]], sample: list[str], docs: dict[str, str],
+                  repeats: int) -> list[dict]:
     from transforms.core.encoders import load_encoder
 
     size = len(docs["dot leaders"])
@@ -669,6 +670,8 @@ def run_backends(cache: Path, corpus_dir: Path, texts: list[str], text_bytes: in
     steady = job3.tokens / max(job3.cpu - fixed.cpu, 1e-9) / quicktok_batch.per_core_cpu
     encode_share = (job3.tokens / quicktok_batch.per_core_cpu) / job3.cpu
     same = all(len(d) == 1 for d in digests.values())
+    token_counts = {r.tokens for r in (tiktoken_raw, quicktok_ordinary, quicktok_batch)}
+    token_counts |= {jobs[b, "base"].tokens for b in ("tiktoken", "quicktok")}
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     rows = [tiktoken_raw, quicktok_ordinary, quicktok_batch, *jobs.values()]
     return [
@@ -685,8 +688,9 @@ def run_backends(cache: Path, corpus_dir: Path, texts: list[str], text_bytes: in
         f"Fixed cost of a run (the interpreter, Beam, building the pipeline, loading the tokenizer and its probe):"
         f" {fixed.cpu:.1f} CPU s, measured as a run of the job on the bundled sample ({fixed.tokens:,} tokens).",
         "",
-        f"Checks: the job wrote the same bytes with either backend, but for the files that name it ({', '.join(BACKEND_NAMED)}): {'yes' if same else 'NO'}; text tokens of"
-        f" every row {'equal' if len({r.tokens for r in rows[:3]} | {jobs[b, 'base'].tokens for b in ('tiktoken', 'quicktok')}) == 1 else 'DIFFERENT'}"
+        "Checks: the job wrote the same bytes with either backend, but for the files that name it"
+        f" ({', '.join(BACKEND_NAMED)}): {'yes' if same else 'NO'}; text tokens of every row"
+        f" {'equal' if len(token_counts) == 1 else 'DIFFERENT'}"
         " on the base corpus.",
         "",
         "| target | measured | |",
