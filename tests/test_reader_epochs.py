@@ -642,7 +642,7 @@ assert next(iter(resumed))["step"] == 3
 ```bash
 .venv/bin/pretokenize export megatron --output out/sample          # out/sample/megatron/: .idx + .bin link per shard
 .venv/bin/pretokenize export megatron --output out/sample --check  # exit 1 if a re-run or remove made it stale
-.venv/bin/pretokenize stats --output out/sample                    # length_stats.txt, length_histogram.png (tokens per bucket)
+.venv/bin/pretokenize stats --output out/sample                    # length_stats.txt, tokens per bucket in a PNG
 .venv/bin/pretokenize stats --output out/sample --json --png none  # the same figures as one JSON object on stdout
 ```
 
