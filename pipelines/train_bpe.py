@@ -130,9 +130,10 @@ def tool_version() -> str:
         return "unknown"
 
 
-def learn_and_publish(options: TrainBpeSettings, run_id: str, argv: list[str]) -> tuple[files.TrainingStats, float]:
+def learn_and_publish(options: TrainBpeSettings, run_id: str,
+                      argv: list[str]) -> tuple[files.TrainingStats, tuple[float, float]]:
     """Steps 3 and 4: learn the merges from the run's count shards, then publish the files.
-    Returns the stats and the seconds the merges took."""
+    Returns the stats and the wall and CPU seconds the merges took."""
     output = storage.normalize(options.output)
     counting = options.count_config(run_url(output, run_id))
     fs, _ = storage.filesystem(output)
@@ -150,7 +151,7 @@ def learn_and_publish(options: TrainBpeSettings, run_id: str, argv: list[str]) -
     except ValueError as e:
         raise common.UsageError(str(e)) from None
     log.info("learning %d merges over %d words (%d base symbols)", n_merges, len(words), base)
-    start = time.monotonic()
+    start, start_cpu = time.monotonic(), time.process_time()
 
     def progress(k, pair, count):
         if (k + 1) % 5000 == 0:
@@ -158,7 +159,7 @@ def learn_and_publish(options: TrainBpeSettings, run_id: str, argv: list[str]) -
 
     learned = learn_merges([pretokenize.word_symbols(w, ids) for w, _ in words], [n for _, n in words], base,
                            n_merges, on_merge=progress)
-    merge_seconds = time.monotonic() - start
+    merge_seconds = (time.monotonic() - start, time.process_time() - start_cpu)
     if len(learned.merges) < n_merges:
         log.warning("only %d merges: no word has two symbols left", len(learned.merges))
     tokens = files.token_bytes(chars, learned.merges)
@@ -211,7 +212,8 @@ def publish(output: str, written: dict[str, bytes], stats_text: bytes) -> None:
     tree.write_file(output, files.STATS_NAME, stats_text)
 
 
-def summary_table(stats: files.TrainingStats, output: str, count_seconds: float, merge_seconds: float) -> str:
+def summary_table(stats: files.TrainingStats, output: str, count_seconds: float,
+                  merge_seconds: tuple[float, float]) -> str:
     per_token = stats.characters_kept / stats.tokens_after if stats.tokens_after else 0.0
     lines = common.drop_lines(stats.documents_read, stats.documents_kept, stats.drops)
     lines += [
@@ -221,7 +223,7 @@ def summary_table(stats: files.TrainingStats, output: str, count_seconds: float,
         f"(EOS {stats.eos_token} = {stats.eos_id})",
         f"tokens {stats.tokens_before:,} -> {stats.tokens_after:,}: {per_token:.3f} characters a token",
         f"first merges: {' '.join(json.dumps(s, ensure_ascii=False) for s in stats.first_merges[:10])}",
-        f"counting {count_seconds:.1f} s, merges {merge_seconds:.1f} s",
+        f"counting {count_seconds:.1f} s, merges {merge_seconds[0]:.1f} s ({merge_seconds[1]:.1f} CPU s)",
         f"output: {output}",
     ]
     return "\n".join(lines)

@@ -94,76 +94,83 @@ def learn_merges(words: Sequence[Sequence[int]], counts: Sequence[int], base_siz
 def _apply(a: int, b: int, x: int, words: list[list[int]], counts: list[int], pair_counts: dict[int, int],
            where: dict[int, list[int]], heap: list) -> int:
     """Replace the pair (a, b) by ``x`` in every word listed for it; update the counts and lists,
-    push the new pairs. Returns how many symbols the corpus lost (counts included)."""
-    delta: dict[int, int] = {}  # change of each pair's count
+    push the new pairs. Returns how many symbols the corpus lost (counts included).
+
+    (One function, its helpers written inline: it is the learner's inner loop.)"""
     removed = 0
-    for i in where.pop(a << SHIFT | b, ()):
+    ab = a << SHIFT | b
+    get = pair_counts.get
+    created: set[int] = set()  # pairs with x: new, pushed once their counts are complete
+    for i in where.pop(ab, ()):
         w = words[i]
-        n = len(w)
-        # Find the occurrences left to right: (a, b) at j, then the search goes on at j + 2.
-        j = _find(w, a, b, 0, n)
+        last = len(w) - 1
+        # The first occurrence: (a, b) at j (occurrences are taken left to right, each search going on
+        # at j + 2).
+        j, start = -1, 0
+        while True:
+            try:
+                j = w.index(a, start, last)
+            except ValueError:
+                j = -1
+                break
+            if w[j + 1] == b:
+                break
+            start = j + 1
         if j < 0:
-            continue
+            continue  # a stale entry: the word no longer holds the pair
         c = counts[i]
         out: list[int] = []
         start = 0
+        occurrences = 0
         while j >= 0:
-            out.extend(w[start:j])
+            out += w[start:j]
             # The pair on the left: (w[j-1], a) becomes (out[-1], x); out[-1] is x when the previous
             # occurrence ended right here, and then (w[j-1], a) is (b, a).
-            if j > 0:
+            if j:
                 k = w[j - 1] << SHIFT | a
-                delta[k] = delta.get(k, 0) - c
+                pair_counts[k] = get(k, 0) - c
                 k = out[-1] << SHIFT | x
-                delta[k] = delta.get(k, 0) + c
-                _note(where, k, i)
+                pair_counts[k] = get(k, 0) + c
+                if k not in created:
+                    created.add(k)
+                    where[k] = [i]
+                elif where[k][-1] != i:
+                    where[k].append(i)
             out.append(x)
-            nxt = _find(w, a, b, j + 2, n)
+            occurrences += 1
+            # The next occurrence.
+            nxt, at = -1, j + 2
+            while at < last:
+                try:
+                    nxt = w.index(a, at, last)
+                except ValueError:
+                    nxt = -1
+                    break
+                if w[nxt + 1] == b:
+                    break
+                at = nxt + 1
+                nxt = -1
             # The pair on the right: (b, w[j+2]) becomes (x, w[j+2]), unless w[j+2] starts the next
-            # occurrence (then that occurrence's left side accounts for it).
-            if j + 2 < n and nxt != j + 2:
-                k = b << SHIFT | w[j + 2]
-                delta[k] = delta.get(k, 0) - c
-                k = x << SHIFT | w[j + 2]
-                delta[k] = delta.get(k, 0) + c
-                _note(where, k, i)
-            removed += c
+            # occurrence (that occurrence's left side accounts for it).
+            if j + 2 <= last and nxt != j + 2:
+                r = w[j + 2]
+                k = b << SHIFT | r
+                pair_counts[k] = get(k, 0) - c
+                k = x << SHIFT | r
+                pair_counts[k] = get(k, 0) + c
+                if k not in created:
+                    created.add(k)
+                    where[k] = [i]
+                elif where[k][-1] != i:
+                    where[k].append(i)
             start = j + 2
             j = nxt
-        out.extend(w[start:])
+        out += w[start:]
         words[i] = out
         # The pair itself, once per occurrence; with a == b, "a a a" held it twice and loses both.
-        lost = (n - len(out)) * c
-        k = a << SHIFT | b
-        delta[k] = delta.get(k, 0) - lost
-    for k, d in delta.items():
-        if d == 0:
-            continue
-        c = pair_counts.get(k, 0) + d
-        if c:
-            pair_counts[k] = c
-        else:
-            pair_counts.pop(k, None)
-        if d > 0:
-            heapq.heappush(heap, (-c, k))
+        pair_counts[ab] = get(ab, 0) - (len(w) - len(out)) * c
+        removed += occurrences * c
+    pair_counts.pop(ab, None)
+    for k in created:
+        heapq.heappush(heap, (-pair_counts[k], k))
     return removed
-
-
-def _note(where: dict[int, list[int]], key: int, i: int) -> None:
-    lst = where.get(key)
-    if lst is None:
-        where[key] = [i]
-    elif lst[-1] != i:
-        lst.append(i)
-
-
-def _find(w: list[int], a: int, b: int, start: int, n: int) -> int:
-    """The first j >= start with w[j] == a and w[j+1] == b, or -1."""
-    while True:
-        try:
-            j = w.index(a, start, n - 1)
-        except ValueError:
-            return -1
-        if w[j + 1] == b:
-            return j
-        start = j + 1
