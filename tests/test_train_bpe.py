@@ -98,6 +98,9 @@ def test_tiktoken_and_hf_files_give_the_same_ids(trained):
     texts += [t for name, t in PROBE.items() if name != "lone_surrogate"]
     want = [enc.encode_ordinary(t) for t in texts]
     got = [e.ids for e in hf.encode_batch(texts, add_special_tokens=False)]
+    # Encoding the training text gives the learner's own count of tokens after the merges.
+    after = int((out / files.STATS_NAME).read_text().split("tokens after merges: ")[1].split()[0])
+    assert sum(len(ids) for ids in want[:len(SAMPLE_TEXTS)]) == after
     assert sum(len(ids) for ids in want) > 100_000
     for text, w, g in zip(texts, want, got, strict=True):
         assert w == g, text[:80]
