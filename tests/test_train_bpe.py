@@ -16,7 +16,7 @@ import tiktoken
 from apache_beam.testing.util import assert_that, equal_to
 from tokenizers import Tokenizer
 
-from pipelines import cli
+from pipelines import cli, common
 from shards import tree
 from tests.conftest import REPO, SAMPLE_PARQUET, fnapi_pipeline
 from transforms.bpe import files
@@ -198,3 +198,33 @@ def test_a_second_run_replaces_the_tokenizer(tmp_path):
     assert "merges: 30\n" in (out / files.STATS_NAME).read_text()
     assert len(ranks_of(out)) == 286
     assert not (out / ".pretokenize-tmp").exists() or not any((out / ".pretokenize-tmp").iterdir())
+
+
+def test_scaffold_job_takes_a_tokenizer_with_gpt2_id_layout(tmp_path):
+    """--vocab-size 50257 gives GPT-2's layout (50,256 ranks, EOS 50256), which the countdown ids need.
+    The corpus: every 4-letter word over 16 letters, so that 50,000 merges exist to be learnt."""
+    import itertools
+    import json as json_
+
+    from shards import llmc
+
+    letters = "abcdefghijklmnop"
+    words = ["".join(w) for w in itertools.product(letters, repeat=4)]
+    corpus = tmp_path / "words.jsonl"
+    corpus.write_text("".join(json_.dumps({"id": f"d{i}", "text": " ".join(words[i::4])}) + "\n" for i in range(4)))
+    tok = tmp_path / "tok"
+    assert cli.main(["train-bpe", "--input", str(corpus), "--output", str(tok), "--language", "none",
+                     "--pattern", "gpt2", "--vocab-size", "50257", FNAPI]) == 0
+    assert "vocabulary size: 50257" in (tok / files.STATS_NAME).read_text()
+    out = tmp_path / "scaffold"
+    plain = REPO / "tests" / "data" / "scaffold" / "por_plain.jsonl"
+    assert cli.main(["scaffold", "--input", str(plain), "--output", str(out), "--annotate", "--tokenizer",
+                     f"trained:{tok}", "--val-fraction", "0", FNAPI]) == 0
+    shards = sorted((out / "train").glob("shard_*.bin"))
+    tokens = np.concatenate([np.fromfile(p, dtype="<u2", offset=llmc.HEADER_BYTES) for p in shards])
+    encoder = load_encoder(f"trained:{tok}")
+    text_ids = tokens[tokens < 50256]
+    assert "Declaração" in encoder.backend.decode(text_ids.tolist())
+    stats = common.read_stats(str(out))
+    assert stats.tokenizer == f"trained:{tok}" and stats.raw_documents == sum(1 for _ in plain.open())
+    assert (tokens == 50256).sum() == stats.kept_documents == stats.raw_documents - 1  # one over 1,000 words
