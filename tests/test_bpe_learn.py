@@ -100,7 +100,7 @@ def test_rule_on_small_tables(words, counts, n, want):
     base = 1 + max(max(w) for w in words)
     got = learn_merges(words, counts, base, n)
     assert got.merges == want
-    assert got.merges == reference_merges(list(zip(words, counts)), base, n)[0]
+    assert got.merges == reference_merges(list(zip(words, counts, strict=True)), base, n)[0]
 
 
 @pytest.mark.parametrize(
