@@ -212,8 +212,9 @@ def publish(output: str, written: dict[str, bytes], stats_text: bytes) -> None:
     tree.write_file(output, files.STATS_NAME, stats_text)
 
 
-def summary_table(stats: files.TrainingStats, output: str, count_seconds: float,
+def summary_table(stats: files.TrainingStats, output: str, count_seconds: tuple[float, float],
                   merge_seconds: tuple[float, float]) -> str:
+    """``count_seconds``: the launch's and the pipeline's; ``merge_seconds``: wall and CPU."""
     per_token = stats.characters_kept / stats.tokens_after if stats.tokens_after else 0.0
     lines = common.drop_lines(stats.documents_read, stats.documents_kept, stats.drops)
     lines += [
@@ -223,7 +224,8 @@ def summary_table(stats: files.TrainingStats, output: str, count_seconds: float,
         f"(EOS {stats.eos_token} = {stats.eos_id})",
         f"tokens {stats.tokens_before:,} -> {stats.tokens_after:,}: {per_token:.3f} characters a token",
         f"first merges: {' '.join(json.dumps(s, ensure_ascii=False) for s in stats.first_merges[:10])}",
-        f"counting {count_seconds:.1f} s, merges {merge_seconds[0]:.1f} s ({merge_seconds[1]:.1f} CPU s)",
+        f"launch {count_seconds[0]:.1f} s, counting {count_seconds[1]:.1f} s, merges {merge_seconds[0]:.1f} s "
+        f"({merge_seconds[1]:.1f} CPU s)",
         f"output: {output}",
     ]
     return "\n".join(lines)
@@ -239,6 +241,7 @@ def run(argv: list[str] | None = None) -> files.TrainingStats:
         pipeline = beam.Pipeline(options=pipeline_options)
         build(pipeline, options, run_id)
     output = storage.normalize(options.output)
+    launch_seconds = time.monotonic() - start
     result = None
     try:
         try:
@@ -249,7 +252,7 @@ def run(argv: list[str] | None = None) -> files.TrainingStats:
                 with contextlib.suppress(Exception):
                     result.cancel()
             raise
-        count_seconds = time.monotonic() - start
+        count_seconds = time.monotonic() - start - launch_seconds
         stats, merge_seconds = learn_and_publish(options, run_id, argv)
     except BaseException as e:
         published = common.abandon_run(output, run_id)
@@ -262,6 +265,6 @@ def run(argv: list[str] | None = None) -> files.TrainingStats:
             raise common.RunStopped(f"{full} ({output}); {state}; the run's temporary files were deleted") from None
         raise
     common.abandon_run(output, run_id)
-    print(summary_table(stats, output, count_seconds, merge_seconds), flush=True)
+    print(summary_table(stats, output, (launch_seconds, count_seconds), merge_seconds), flush=True)
     return stats
 
