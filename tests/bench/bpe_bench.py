@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
 import time
@@ -79,13 +80,18 @@ def kept_texts(corpus_dir: str) -> list[str]:
     return texts
 
 
-def run(cmd: list[str], env: dict | None = None) -> tuple[str, float]:
+def run(cmd: list[str], env: dict | None = None) -> tuple[str, float, float, float]:
+    """The command's stdout, wall seconds, CPU seconds of its whole process tree (the rusage of the
+    reaped children) and the machine's load average over the last minute when it ended."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.monotonic()
     done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
     seconds = time.monotonic() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    return done.stdout, seconds
+    return done.stdout, seconds, cpu, os.getloadavg()[0]
 
 
 def train_bpe(corpus: Path, out: Path, size_flags: list[str], workers: int) -> dict:
@@ -94,10 +100,10 @@ def train_bpe(corpus: Path, out: Path, size_flags: list[str], workers: int) -> d
     if workers > 1:
         cmd += ["--direct_running_mode=multi_processing", f"--direct_num_workers={workers}"]
     env = dict(os.environ, PYTHONPATH=str(REPO), TOKENIZERS_PARALLELISM="false")
-    stdout, wall = run(cmd, env)
+    stdout, wall, cpu, load = run(cmd, env)
     m = re.search(r"launch ([\d.]+) s, counting ([\d.]+) s, merges ([\d.]+) s \(([\d.]+) CPU s\)", stdout)
     return {"launch": float(m.group(1)), "count": float(m.group(2)), "merges": float(m.group(3)),
-            "merges_cpu": float(m.group(4)), "wall": wall, "stdout": stdout}
+            "merges_cpu": float(m.group(4)), "wall": wall, "cpu": cpu, "load": load, "stdout": stdout}
 
 
 def main() -> None:
@@ -119,14 +125,15 @@ def main() -> None:
     for _ in range(args.repeats):
         for workers in (1, 2):
             counts[workers].append(train_bpe(base, work / f"count-{workers}w", ["--merges", "0"], workers))
-            print(f"count, {workers} worker(s): launch {counts[workers][-1]['launch']:.1f} s, pipeline "
-                  f"{counts[workers][-1]['count']:.1f} s", flush=True)
+            r = counts[workers][-1]
+            print(f"count, {workers} worker(s): launch {r['launch']:.1f} s, pipeline {r['count']:.1f} s; the whole "
+                  f"run {r['wall']:.1f} s wall, {r['cpu']:.1f} CPU s; load average {r['load']:.2f}", flush=True)
     best = {w: min(runs, key=lambda r: r["count"]) for w, runs in counts.items()}
     one = train_bpe(base, ours_dir, ["--vocab-size", str(args.vocab_size)], 1)
     print(one["stdout"], flush=True)
     hf_path = work / f"hf-{args.vocab_size}.json"
     env = dict(os.environ, RAYON_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(REPO))
-    stdout, _ = run([sys.executable, "-c", HF_TRAIN, str(REPO / "tests" / "bench"), str(base), str(args.vocab_size),
+    stdout, *_ = run([sys.executable, "-c", HF_TRAIN, str(REPO / "tests" / "bench"), str(base), str(args.vocab_size),
                      str(hf_path)], env)
     hf = json.loads(stdout.strip().splitlines()[-1])
     print(f"BpeTrainer: {hf['seconds']:.1f} s, vocab {hf['vocab']}", flush=True)
@@ -154,6 +161,9 @@ def main() -> None:
     print(f"| train-bpe counting (pipeline), 2 worker processes | {c2['count']:.1f} s (launch {c2['launch']:.1f} s): "
           f"{c1['count'] / c2['count']:.2f}x one; with the launch "
           f"{(c1['count'] + c1['launch']) / (c2['count'] + c2['launch']):.2f}x; target 1.7x |")
+    print(f"| the same runs whole (merges 0), CPU seconds of the process tree | 1 worker {c1['cpu']:.1f}, 2 workers "
+          f"{c2['cpu']:.1f} (in {c1['wall']:.1f} and {c2['wall']:.1f} s wall: {c1['cpu'] / c1['wall']:.2f} and "
+          f"{c2['cpu'] / c2['wall']:.2f} cores busy; load average {c1['load']:.2f} and {c2['load']:.2f}) |")
     print(f"| train-bpe merge phase, vocab {args.vocab_size:,} | {one['merges']:.1f} s wall, "
           f"{one['merges_cpu']:.1f} CPU s |")
     print(f"| BpeTrainer whole training, RAYON_NUM_THREADS=1 | {hf['seconds']:.1f} s wall, {hf['cpu']:.1f} CPU s "
