@@ -14,7 +14,8 @@ requested number of merges, or earlier when no word has two symbols left.
 How it is computed, so that a step costs what it changes rather than the size of the corpus:
 
 1. Every pair's count is computed once, with the list of words it occurs in.
-2. A heap holds ``(-count, a, b)`` entries. A count only ever falls, except for the pairs a merge
+2. A heap holds ``(-count, pair)`` entries, the pair as one int (``a << 32 | b``, so the order of
+   the ints is the order of the pairs). A count only ever falls, except for the pairs a merge
    creates, which are new and are pushed when they are counted. So an entry is never below its
    pair's count: the entry popped is taken only if it still equals the count; otherwise it is
    pushed again with the current count (or dropped at zero). The first entry that holds is the
