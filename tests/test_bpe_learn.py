@@ -5,6 +5,9 @@ The bundled text is the first volume of Jane Austen's Persuasion (tests/data/REA
 
 from __future__ import annotations
 
+import base64
+import functools
+import json
 from pathlib import Path
 
 import pytest
@@ -56,10 +59,15 @@ def table(text: str, pattern: str, alphabet: str) -> tuple[list[tuple[list[int],
     return [(pt.word_symbols(w, ids), n) for w, n in items], (256 if chars is None else len(chars)), chars
 
 
+@functools.cache
+def reference_500(alphabet: str, pattern: str):
+    word_counts, base, chars = table(TEXT, pattern, alphabet)
+    return word_counts, base, chars, *reference_merges(word_counts, base, 500)
+
+
 @pytest.mark.parametrize("alphabet,pattern", [("chars", "chars"), ("bytes", "chars"), ("bytes", "qwen2")])
 def test_500_merges_equal_the_chapter_loop(alphabet, pattern):
-    word_counts, base, _ = table(TEXT, pattern, alphabet)
-    want, want_symbols = reference_merges(word_counts, base, 500)
+    word_counts, base, _, want, want_symbols = reference_500(alphabet, pattern)
     got = learn_merges([w for w, _ in word_counts], [n for _, n in word_counts], base, 500)
     assert len(want) == 500
     assert got.merges == want
@@ -120,3 +128,24 @@ def test_chars_alphabet_is_the_corpus_characters_in_code_point_order():
     assert pt.alphabet_of(["ba", " c", "é"], "chars") == [" ", "a", "b", "c", "é"]
     assert pt.word_symbols("é", None) == [0xC3, 0xA9]
     assert pt.word_symbols("\ud800", None) == list("\ufffd".encode())
+
+
+@pytest.mark.parametrize("alphabet,pattern", [("chars", "chars"), ("bytes", "qwen2")])
+def test_the_job_writes_the_chapter_loop_merges(tmp_path, alphabet, pattern):
+    """Through the CLI (read, count on Beam, learn, write): rank base + k of tokenizer.tiktoken is the
+    reference loop's merge k, for 500 merges."""
+    from pipelines import cli
+
+    _, base, chars, want, _ = reference_500(alphabet, pattern)
+    corpus = tmp_path / "persuasion.jsonl"
+    corpus.write_text(json.dumps({"id": "persuasion-1", "text": TEXT}) + "\n")
+    out = tmp_path / "tok"
+    assert cli.main(["train-bpe", "--input", str(corpus), "--output", str(out), "--language", "none",
+                     "--alphabet", alphabet, "--pattern", pattern, "--merges", "500", "--runner=FnApiRunner"]) == 0
+    lines = (out / "tokenizer.tiktoken").read_text().splitlines()
+    tokens = [base64.b64decode(line.split()[0]) for line in lines]
+    strings = [bytes([b]) for b in range(256)] if chars is None else [c.encode() for c in chars]
+    for a, b in want:
+        strings.append(strings[a] + strings[b])
+    assert len(tokens) == base + 500
+    assert tokens == strings
