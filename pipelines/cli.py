@@ -26,13 +26,14 @@ JOBS = {
     "verify": ("pipelines.verify", "check an output tree against its format (and its source with --input)"),
     "export": ("pipelines.export", "zero-copy indexes for other trainers: export megatron (.idx and .bin link)"),
     "stats": ("pipelines.stats", "document lengths per bucket: a table and a histogram PNG, for mixing weights"),
+    "train-bpe": ("pipelines.train_bpe", "learn a BPE tokenizer from documents (words counted on Beam)"),
 }
 
 # A runner may keep only the text of a worker's exception: "bad input: FILE: PROBLEM [while running
 # 'Step']", perhaps inside the repr of another error. The message ends at the runner's suffix, a
 # line break, or the end of the text.
 # Jobs that publish an output tree: a failure leaves the previous output as it was.
-PUBLISHING = {"bucketed", "scaffold", "remove"}
+PUBLISHING = {"bucketed", "scaffold", "remove", "train-bpe"}
 # Plain tools without a pipeline: any ValueError or OSError they raise is about how they were asked.
 PLAIN_TOOLS = {"decode", "export", "stats"}
 

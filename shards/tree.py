@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 RECORD_NAME = ".pretokenize-tree.json"
 TOOL = "beam-pretokenize"
-KINDS = ("bucketed", "scaffold")
+KINDS = ("bucketed", "scaffold", "tokenizer")  # tokenizer: train-bpe's output
 
 
 class NotOurTreeError(ValueError):

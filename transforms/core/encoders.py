@@ -7,6 +7,8 @@
                           package (transforms/core/data/gpt2.tiktoken, MIT): offline, nothing is downloaded
     tiktoken:PATH         GPT-2's pattern and EOS over the ranks in PATH (EOS = the number of ranks)
     hf:NAME_OR_PATH       a Hugging Face fast tokenizer (transformers AutoTokenizer)
+    trained:DIR           a tokenizer ``pretokenize train-bpe`` wrote into DIR: its tokenizer.tiktoken with the
+                          pattern and EOS its tokenizer_info.json names (EOS = the number of ranks)
 
 Every backend encodes text without special tokens by default (``special_tokens="text"``): a literal
 ``<|endoftext|>`` inside a document is encoded as ordinary text, never as the EOS id, so that a reader
@@ -417,9 +419,12 @@ class AddedTokens:
 
 def added_tokens(spec: str, eos_id: int) -> dict[str, int]:
     """The added tokens of a tiktoken-built spec: Qwen2.5's 22 for jet-nemotron, <|endoftext|> (EOS) for
-    GPT-2's pattern (gpt2, tiktoken:PATH)."""
-    if spec.partition(":")[0] in ("jet-nemotron", "qwen2.5"):
+    GPT-2's pattern (gpt2, tiktoken:PATH), the EOS it was trained with for trained:DIR."""
+    kind, _, arg = spec.partition(":")
+    if kind in ("jet-nemotron", "qwen2.5"):
         return {token: QWEN2_SPECIAL_START + i for i, token in enumerate(QWEN25_ADDED_TOKENS)}
+    if kind == "trained":
+        return {_trained_info(spec, arg)["eos_token"]: eos_id}
     return {ENDOFTEXT: eos_id}
 
 
@@ -864,8 +869,8 @@ def load_encoder(spec: str, eos_token: str | None = None, backend: str = "tiktok
 def _load_text_encoder(spec: str, eos_token: str | None, backend: str, threads: int,
                        special_tokens: str = "text") -> Encoder:
     kind, _, arg = spec.partition(":")
-    if eos_token is not None and kind != "hf":
-        raise ValueError("--eos-token applies to hf: tokenizers only; the others have a fixed EOS")
+    if eos_token is not None and kind not in ("hf", "trained"):
+        raise ValueError("--eos-token applies to hf: and trained: tokenizers only; the others have a fixed EOS")
     if threads < 1:
         raise ValueError(f"tokenizer threads must be at least 1, got {threads}")
     if resolve_backend(spec, backend) == "quicktok":
@@ -881,6 +886,64 @@ def _load_text_encoder(spec: str, eos_token: str | None, backend: str, threads: 
         return _loaded(spec, arg, lambda: _gpt2_from_file(spec, arg))
     if kind == "hf" and arg:
         return _hf(spec, arg, eos_token, special_tokens)
+    if kind == "trained" and arg:
+        return _trained(spec, arg, eos_token)
     raise ValueError(
-        f"unknown tokenizer {spec!r}; use jet-nemotron, jet-nemotron:RANKS, gpt2, tiktoken:RANKS or hf:NAME_OR_PATH"
+        f"unknown tokenizer {spec!r}; use jet-nemotron, jet-nemotron:RANKS, gpt2, tiktoken:RANKS, hf:NAME_OR_PATH "
+        "or trained:DIR"
     )
+
+
+# --- trained:DIR -------------------------------------------------------------------------------------------
+#
+# A directory pretokenize train-bpe wrote (transforms/bpe/files.py): tokenizer.tiktoken holds the ranks, and
+# tokenizer_info.json the pre-tokenization regex, the alphabet and the EOS (numbered right after the ranks).
+# Only byte-alphabet tokenizers encode every text; a chars one is refused here.
+
+# The chars pattern (" ?\S+|\s") joins any run of non-whitespace into one pre-token: no cut is safe, and
+# no ASCII class is known to stay one pre-token to its end, so such texts are encoded whole.
+_NO_CUTS = CutRules("none", re.compile(r"(?!)"), ())
+
+
+def _trained_info(spec: str, directory: str) -> dict:
+    """The tokenizer_info.json of a trained:DIR spec, its fields checked."""
+    import fsspec
+
+    info_path = directory.rstrip("/") + "/tokenizer_info.json"
+    try:
+        with fsspec.open(info_path, "rb") as f:
+            info = json.loads(f.read())
+        for key in ("regex", "alphabet", "eos_token"):
+            if not isinstance(info[key], str):
+                raise TypeError(f"{key} is not a string")
+        info["eos_id"], info["ranks"] = int(info["eos_id"]), int(info["ranks"])
+    except FileNotFoundError:
+        raise FileNotFoundError(f"--tokenizer {spec}: {info_path} not found; train-bpe writes it") from None
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"--tokenizer {spec}: {info_path} is not train-bpe's tokenizer_info.json ({e})") from None
+    info["path"] = info_path
+    return info
+
+
+def _trained(spec: str, directory: str, eos_token: str | None) -> Encoder:
+    info = _trained_info(spec, directory)
+    info_path = info["path"]
+    regex, alphabet, eos, eos_id, n_ranks = (info["regex"], info["alphabet"], info["eos_token"], info["eos_id"],
+                                             info["ranks"])
+    if alphabet != "bytes":
+        raise ValueError(f"--tokenizer {spec}: it was trained with --alphabet {alphabet}, whose tokens cannot "
+                         "encode every text; train with --alphabet bytes to use it in a job")
+    if eos_token is not None and eos_token != eos:
+        raise ValueError(f"--tokenizer {spec} has the EOS {eos!r} (id {eos_id}), not {eos_token!r}: "
+                         "train with --eos-token to choose another")
+    cuts = {QWEN2_PATTERN: QWEN2_CUTS, GPT2_PATTERN: GPT2_CUTS}.get(regex, _NO_CUTS)
+    path = directory.rstrip("/") + "/tokenizer.tiktoken"
+
+    def build() -> Encoder:
+        ranks = _load_ranks(path)
+        if len(ranks) != n_ranks or eos_id != n_ranks:
+            raise ValueError(f"--tokenizer {spec}: {path} holds {len(ranks)} ranks, {info_path} says {n_ranks} "
+                             f"with the EOS at {eos_id}: the directory is damaged, train it again")
+        return _tiktoken_encoder(spec, "trained", regex, cuts, ranks, eos_id, eos_id + 1, nfc=False)
+
+    return _loaded(f"{spec}|{eos}", path, build)

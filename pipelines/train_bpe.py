@@ -1,0 +1,270 @@
+"""The train-bpe job: learn a BPE tokenizer from a corpus; the words are counted on Beam.
+
+    pretokenize train-bpe --input 'data/*.parquet' --output tok/ --vocab-size 32000 [--runner FnApiRunner ...]
+
+What happens, in order:
+
+1. Launch: the flags are checked, the input is planned (every file exists and has its columns), the
+   output is claimed as a ``tokenizer`` tree (shards.tree) and a run directory made in its
+   temporary directory.
+2. The pipeline reads and filters documents as the bucketed job does (the same reader, field flags
+   and language filter; ``--language none`` turns the filter off), cuts the texts into words and
+   counts them (transforms.bpe.count: a combiner per count shard), and writes the pruned count
+   shards and the run's counts (documents, drops, characters, pre-tokens) into the run directory.
+3. The launcher reads the counted words and learns the merges (transforms.bpe.learn).
+4. It publishes: the record lists the files first; the old ``training_stats.txt`` goes, then
+   tokenizer.tiktoken, tokenizer.json, merges.txt and tokenizer_info.json are written (each
+   atomically), then ``training_stats.txt``, the commit point. The run directory is removed.
+
+A run that fails or is interrupted before step 4 leaves the previous tokenizer as it was.
+Flags this job does not know go to Beam's PipelineOptions (--runner, --direct_num_workers, ...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.metadata
+import json
+import logging
+import time
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from pipelines import common
+from shards import layout, storage, tree
+from transforms.bpe import files, pretokenize
+from transforms.bpe.count import STATS, CountWords, read_count_shards
+from transforms.bpe.learn import learn_merges
+from transforms.bpe.settings import NO_LANGUAGE, TrainBpeSettings
+from transforms.bucketed.filter import DROPPED, FilterLanguage
+from transforms.core.drops import CountDrops
+from transforms.core.read import RECORDS, CountRecords, ReadDocuments
+
+log = logging.getLogger(__name__)
+
+KIND = "tokenizer"
+RUN_STATS_NAME = "run_stats.json"
+
+
+def make_parser() -> argparse.ArgumentParser:
+    d, flag = TrainBpeSettings("", "", merges=0), common.add_flag
+    p = common.job_parser("train-bpe", "Learn a byte-pair-encoding tokenizer from parquet/JSONL documents: words "
+                          "counted on Beam, merges learnt on the launcher; writes tokenizer.tiktoken, tokenizer.json, "
+                          "merges.txt, tokenizer_info.json and training_stats.txt into --output.",
+                          ".parquet/.jsonl files")
+    size = p.add_mutually_exclusive_group(required=True)
+    size.add_argument("--vocab-size", dest="vocab_size", type=int,
+                      help="every id, the EOS included: base symbols + merges + 1")
+    size.add_argument("--merges", dest="merges", type=int, help="the number of merges to learn")
+    flag(p, "pattern", default=d.pattern, choices=list(pretokenize.PATTERNS),
+         help="pre-tokenization: Qwen2's regex, GPT-2's, or chars (a space goes with the word after it)")
+    flag(p, "alphabet", default=d.alphabet, choices=list(pretokenize.ALPHABETS),
+         help="base symbols: the 256 byte values, or the corpus's characters in code-point order")
+    flag(p, "min-count", type=int, default=d.min_count, help="leave out words seen fewer times than this")
+    flag(p, "max-words", type=int, default=d.max_words,
+         help="keep only this many of the most frequent words (ties: by UTF-8 bytes); 0: all")
+    flag(p, "count-shards", type=int, default=d.count_shards,
+         help="pieces the word table is counted in (each summed on one worker); never changes the result")
+    flag(p, "eos-token", default=d.eos_token, help="the EOS, added as a special token right after the ranks")
+    flag(p, "language", default=d.language,
+         help=f"keep documents whose language and page LID equal this; {NO_LANGUAGE}: no language filter")
+    flag(p, "lid-threshold", type=float, default=d.lid_threshold, help="minimum page_average_lid_score")
+    flag(p, "min-token-count", type=int, default=d.min_token_count, help="minimum source token_count")
+    flag(p, "id-field", default=d.id_field, help="field of the document id")
+    flag(p, "text-field", default=d.text_field, help="field of the text")
+    common.add_common_flags(p)
+    return p
+
+
+def parse_args(argv: list[str]) -> tuple[TrainBpeSettings, PipelineOptions]:
+    return common.parse_settings(make_parser(), argv, TrainBpeSettings)
+
+
+def run_url(output: str, run_id: str) -> str:
+    return storage.join(output, layout.TEMP_DIR_NAME, run_id)
+
+
+def build(pipeline: beam.Pipeline, options: TrainBpeSettings, run_id: str):
+    """Adds the counting to ``pipeline``: the count shards and run_stats.json go to the run directory."""
+    output = storage.normalize(options.output)
+    counting = options.count_config(run_url(output, run_id))
+    lid = options.lid_filter() if options.filters_language else None
+    read = ReadDocuments(options.read_config())
+    common.prepare_output(output, KIND, inputs=[u.path for u in read.units])
+
+    read_result = pipeline | "ReadDocuments" >> read
+    batches = read_result.docs
+    drops = [read_result[DROPPED]]
+    if lid is not None:
+        filtered = batches | "FilterLanguage" >> FilterLanguage(lid)
+        batches = filtered.kept
+        drops.append(filtered[DROPPED])
+    counted = batches | "CountWords" >> CountWords(counting)
+    raw = read_result[RECORDS] | "CountDocuments" >> CountRecords()
+    numbers = (
+        raw | "NameRecords" >> beam.Map(lambda n: ("documents_read", n)),
+        tuple(drops) | "CountDrops" >> CountDrops() | "NameDrops" >> beam.Map(lambda d: (f"dropped:{d[0]}", d[1])),
+        counted[STATS],
+        counted["distinct"],
+    )
+    stats_url = storage.join(counting.run_url, RUN_STATS_NAME)
+    return (
+        numbers
+        | "CollectNumbers" >> beam.Flatten()
+        | "SumNumbers" >> beam.CombinePerKey(sum)
+        | "GatherNumbers" >> beam.combiners.ToDict()
+        | "WriteRunStats" >> beam.Map(_write_run_stats, stats_url)
+    )
+
+
+def _write_run_stats(numbers: dict, url: str) -> None:
+    storage.write_atomic(url, json.dumps(dict(sorted(numbers.items()))).encode())
+
+
+def tool_version() -> str:
+    try:
+        return importlib.metadata.version("beam-pretokenize")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def learn_and_publish(options: TrainBpeSettings, run_id: str,
+                      argv: list[str]) -> tuple[files.TrainingStats, tuple[float, float]]:
+    """Steps 3 and 4: learn the merges from the run's count shards, then publish the files.
+    Returns the stats and the wall and CPU seconds the merges took."""
+    output = storage.normalize(options.output)
+    counting = options.count_config(run_url(output, run_id))
+    fs, _ = storage.filesystem(output)
+    numbers = json.loads(fs.cat_file(storage.filesystem(storage.join(counting.run_url, RUN_STATS_NAME))[1]))
+    drops = {k.split(":", 1)[1]: v for k, v in numbers.items() if k.startswith("dropped:")}
+    read, kept = numbers.get("documents_read", 0), numbers.get("documents", 0)
+    if read != kept + sum(drops.values()):
+        raise RuntimeError(f"documents read ({read}) != counted ({kept}) + dropped ({sum(drops.values())})")
+    words = read_count_shards(counting)
+    chars = pretokenize.alphabet_of((w for w, _ in words), options.alphabet)
+    ids = None if chars is None else {c: i for i, c in enumerate(chars)}
+    base = 256 if chars is None else len(chars)
+    try:
+        n_merges = options.merges_for(base)
+    except ValueError as e:
+        raise common.UsageError(str(e)) from None
+    log.info("learning %d merges over %d words (%d base symbols)", n_merges, len(words), base)
+    start, start_cpu = time.monotonic(), time.process_time()
+
+    def progress(k, pair, count):
+        if (k + 1) % 5000 == 0:
+            log.info("merge %d of %d (count %d), %.0f s", k + 1, n_merges, count, time.monotonic() - start)
+
+    learned = learn_merges([pretokenize.word_symbols(w, ids) for w, _ in words], [n for _, n in words], base,
+                           n_merges, on_merge=progress)
+    merge_seconds = (time.monotonic() - start, time.process_time() - start_cpu)
+    if len(learned.merges) < n_merges:
+        log.warning("only %d merges: no word has two symbols left", len(learned.merges))
+    tokens = files.token_bytes(chars, learned.merges)
+    eos_id = len(tokens)
+    header = f"beam-pretokenize {tool_version()} train-bpe {' '.join(argv)}"
+    stats = files.TrainingStats(
+        header=header,
+        documents_read=read,
+        documents_kept=kept,
+        drops=drops,
+        characters=numbers.get("characters", 0),
+        pre_tokens=numbers.get("pre_tokens", 0),
+        distinct_words=numbers.get("distinct_words", 0),
+        words_kept=len(words),
+        characters_kept=sum(len(w) * n for w, n in words),
+        pattern=options.pattern,
+        alphabet=options.alphabet,
+        base_size=base,
+        merges=len(learned.merges),
+        eos_token=options.eos_token,
+        eos_id=eos_id,
+        tokens_before=learned.symbols_before,
+        tokens_after=learned.symbols_after,
+        first_merges=tuple(files.shown(t) for t in tokens[base:base + files.SHOWN_MERGES]),
+    )
+    regex = pretokenize.PATTERNS[options.pattern]
+    written = {
+        files.TIKTOKEN_NAME: files.tiktoken_text(tokens),
+        files.HF_NAME: files.hf_json(tokens, learned.merges, options.pattern, regex, options.eos_token),
+        files.MERGES_NAME: files.merges_text(tokens, learned.merges, header),
+    }
+    info = files.TokenizerInfo(
+        pattern=options.pattern, regex=regex, alphabet=options.alphabet, ranks=len(tokens),
+        eos_token=options.eos_token, eos_id=eos_id, merges=len(learned.merges), version=tool_version(),
+        flags=tuple(argv), sha256={name: files.sha256(data) for name, data in written.items()},
+    )
+    written[files.INFO_NAME] = info.to_json().encode()
+    storage.write_atomic(storage.join(counting.run_url, "publishing"), b"")  # common.abandon_run reads it
+    publish(output, written, stats.to_text().encode())
+    return stats, merge_seconds
+
+
+def publish(output: str, written: dict[str, bytes], stats_text: bytes) -> None:
+    """Step 4: the record first, the commit point out, the files, the commit point in."""
+    record = tree.owned(output, KIND)
+    tree.record_files(output, record, add=files.FILES)
+    tree.delete_listed(output, [files.STATS_NAME])
+    for name, data in written.items():
+        tree.write_file(output, name, data)
+    tree.write_file(output, files.STATS_NAME, stats_text)
+
+
+def summary_table(stats: files.TrainingStats, output: str, count_seconds: tuple[float, float],
+                  merge_seconds: tuple[float, float]) -> str:
+    """``count_seconds``: the launch's and the pipeline's; ``merge_seconds``: wall and CPU."""
+    per_token = stats.characters_kept / stats.tokens_after if stats.tokens_after else 0.0
+    lines = common.drop_lines(stats.documents_read, stats.documents_kept, stats.drops)
+    lines += [
+        f"characters {stats.characters:,}, pre-tokens {stats.pre_tokens:,}, distinct words {stats.distinct_words:,}"
+        f" ({stats.words_kept:,} kept)",
+        f"merges {stats.merges:,} over {stats.base_size} base symbols; vocabulary {stats.eos_id + 1:,} "
+        f"(EOS {stats.eos_token} = {stats.eos_id})",
+        f"tokens {stats.tokens_before:,} -> {stats.tokens_after:,}: {per_token:.3f} characters a token",
+        f"first merges: {' '.join(json.dumps(s, ensure_ascii=False) for s in stats.first_merges[:10])}",
+        f"launch {count_seconds[0]:.1f} s, counting {count_seconds[1]:.1f} s, merges {merge_seconds[0]:.1f} s "
+        f"({merge_seconds[1]:.1f} CPU s)",
+        f"output: {output}",
+    ]
+    return "\n".join(lines)
+
+
+def run(argv: list[str] | None = None) -> files.TrainingStats:
+    """Parse, count on Beam, learn and publish on the launcher, print the summary."""
+    argv = list(argv or [])
+    start = time.monotonic()
+    run_id = common.new_run_id()
+    with common.launching():
+        options, pipeline_options = parse_args(argv)
+        pipeline = beam.Pipeline(options=pipeline_options)
+        build(pipeline, options, run_id)
+    output = storage.normalize(options.output)
+    launch_seconds = time.monotonic() - start
+    result = None
+    try:
+        try:
+            result = pipeline.run()
+            result.wait_until_finish()
+        except BaseException as e:
+            if result is not None and isinstance(e, KeyboardInterrupt):
+                with contextlib.suppress(Exception):
+                    result.cancel()
+            raise
+        count_seconds = time.monotonic() - start - launch_seconds
+        stats, merge_seconds = learn_and_publish(options, run_id, argv)
+    except BaseException as e:
+        published = common.abandon_run(output, run_id)
+        state = ("the tokenizer is unfinished (publishing had begun, so it has no training_stats.txt): run the "
+                 "same command again" if published else "the previous tokenizer is intact")
+        if isinstance(e, KeyboardInterrupt):
+            raise common.RunStopped(f"interrupted; {state}; the run's temporary files were deleted") from None
+        full = common.no_space_message(e)
+        if full is not None:
+            raise common.RunStopped(f"{full} ({output}); {state}; the run's temporary files were deleted") from None
+        raise
+    common.abandon_run(output, run_id)
+    print(summary_table(stats, output, (launch_seconds, count_seconds), merge_seconds), flush=True)
+    return stats
+

@@ -1,0 +1,77 @@
+"""TrainBpeSettings: the train-bpe job's settings, one typed object.
+
+The CLI fills it from its flags; the reader's, the language filter's and the counter's typed
+arguments are built from it, and tokenizer_info.json records its flags.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from shards import storage
+from transforms.bpe import pretokenize
+from transforms.bpe.count import CountConfig
+from transforms.bucketed.filter import LidFilterConfig
+from transforms.core.encoders import ENDOFTEXT
+from transforms.core.read import ReadConfig
+
+# --language none: no language filter (and no language-ID columns are read).
+NO_LANGUAGE = "none"
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainBpeSettings:
+    input: str
+    output: str
+    vocab_size: int | None = None  # every id, the EOS included
+    merges: int | None = None
+    pattern: str = "qwen2"
+    alphabet: str = "bytes"
+    min_count: int = 1
+    max_words: int = 0
+    count_shards: int = 16
+    eos_token: str = ENDOFTEXT
+    language: str = "eng_Latn"
+    lid_threshold: float = 0.90
+    min_token_count: int = 1
+    id_field: str = "id"
+    text_field: str = "text"
+    on_bad_record: str = "fail"
+
+    def __post_init__(self):
+        if (self.vocab_size is None) == (self.merges is None):
+            raise ValueError("give exactly one of --vocab-size and --merges")
+        if self.merges is not None and self.merges < 0:
+            raise ValueError(f"--merges must be 0 or more, got {self.merges}")
+        base = 256 if self.alphabet == "bytes" else 1
+        if self.vocab_size is not None and self.vocab_size < base + 1:
+            raise ValueError(f"--vocab-size must be at least {base + 1} (the base symbols and the EOS), "
+                             f"got {self.vocab_size}")
+        if self.alphabet not in pretokenize.ALPHABETS:
+            raise ValueError(f"unknown --alphabet {self.alphabet!r}; use one of {', '.join(pretokenize.ALPHABETS)}")
+        if not self.eos_token:
+            raise ValueError("--eos-token must not be empty")
+
+    def merges_for(self, base_size: int) -> int:
+        """How many merges to learn over ``base_size`` base symbols."""
+        if self.merges is not None:
+            return self.merges
+        n = self.vocab_size - 1 - base_size
+        if n < 0:
+            raise ValueError(f"--vocab-size {self.vocab_size} is below the {base_size} base symbols and the EOS")
+        return n
+
+    @property
+    def filters_language(self) -> bool:
+        return self.language != NO_LANGUAGE
+
+    def read_config(self) -> ReadConfig:
+        return ReadConfig(storage.normalize(self.input), id_field=self.id_field, text_field=self.text_field,
+                          with_lid=self.filters_language, on_bad_record=self.on_bad_record)
+
+    def lid_filter(self) -> LidFilterConfig:
+        return LidFilterConfig(self.language, self.lid_threshold, self.min_token_count)
+
+    def count_config(self, run_url: str) -> CountConfig:
+        return CountConfig(self.pattern, run_url, shards=self.count_shards, min_count=self.min_count,
+                           max_words=self.max_words)
