@@ -22,7 +22,7 @@ from shards.removal import REMOVALS_NAME
 from transforms.bucketed.filter import DROPPED, FilterLanguage
 from transforms.bucketed.format import BucketedFormat
 from transforms.bucketed.removal import MATCHED, DropRemoved
-from transforms.bucketed.settings import OFF, BucketedSettings
+from transforms.bucketed.settings import BucketedSettings
 from transforms.bucketed.tokenize import TokenizeDocuments
 from transforms.bucketed.write import WriteShards
 from transforms.core.encoders import BACKENDS, SPECIAL_TOKEN_MODES
@@ -38,21 +38,7 @@ def make_parser() -> argparse.ArgumentParser:
     d, flag = BucketedSettings("", ""), common.add_flag
     p = common.job_parser("bucketed", "Tokenize parquet/JSONL documents into length-bucketed uint32 shards "
                           "(FinePDFs-Edu layout).", ".parquet/.jsonl files")
-    flag(p, "language", default=d.language,
-         help=f"keep documents whose every --language-fields field equals this; {OFF}: no language filter")
-    flag(p, "lid-threshold", type=float, default=d.lid_threshold, help="minimum LID score (--lid-score-field)")
-    flag(p, "min-token-count", type=int, default=d.min_token_count,
-         help="minimum source token count (--token-count-field)")
-    # The input's field names: the defaults are the FinePDFs schema's. FineWeb is --language en
-    # --language-fields language --lid-score-field language_score --lid-threshold 0.65.
-    flag(p, "text-field", default=d.text_field, help="field of the document text")
-    flag(p, "id-field", default=d.id_field, help="field of the document id")
-    flag(p, "language-fields", default=d.language_fields,
-         help="comma-separated fields that must each equal --language")
-    flag(p, "lid-score-field", default=d.lid_score_field,
-         help=f"field of the LID score compared with --lid-threshold; {OFF}: no score check")
-    flag(p, "token-count-field", default=d.token_count_field,
-         help=f"field of the source token count compared with --min-token-count; {OFF}: no count check")
+    common.add_document_filter_flags(p, d)
     flag(p, "tokenizer", default=d.tokenizer, help="jet-nemotron | gpt2 | tiktoken:PATH | hf:NAME_OR_PATH")
     flag(p, "tokenizer-backend", default=d.tokenizer_backend, choices=list(BACKENDS),
          help="auto: quicktok where it encodes the tokenizer exactly (jet-nemotron), else tiktoken")

@@ -144,6 +144,29 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
              "stop naming it, or drop and count it")
 
 
+def add_document_filter_flags(parser: argparse.ArgumentParser, defaults) -> None:
+    """The language filter's flags and the input's field names, of every job that reads and filters
+    documents as the bucketed job does (``defaults``: its settings, an InputFields). The defaults are
+    the FinePDFs schema's; FineWeb is --language en --language-fields language --lid-score-field
+    language_score --lid-threshold 0.65."""
+    from transforms.bucketed.settings import OFF as off
+
+    d, flag = defaults, add_flag
+    flag(parser, "language", default=d.language,
+         help=f"keep documents whose every --language-fields field equals this; {off}: no language filter")
+    flag(parser, "lid-threshold", type=float, default=d.lid_threshold, help="minimum LID score (--lid-score-field)")
+    flag(parser, "min-token-count", type=int, default=d.min_token_count,
+         help="minimum source token count (--token-count-field)")
+    flag(parser, "text-field", default=d.text_field, help="field of the document text")
+    flag(parser, "id-field", default=d.id_field, help="field of the document id")
+    flag(parser, "language-fields", default=d.language_fields,
+         help="comma-separated fields that must each equal --language")
+    flag(parser, "lid-score-field", default=d.lid_score_field,
+         help=f"field of the LID score compared with --lid-threshold; {off}: no score check")
+    flag(parser, "token-count-field", default=d.token_count_field,
+         help=f"field of the source token count compared with --min-token-count; {off}: no count check")
+
+
 def new_run_id() -> str:
     """Names the run's temporary directory; never part of the output's bytes."""
     return f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"

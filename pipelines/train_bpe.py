@@ -37,7 +37,7 @@ from shards import layout, storage, tree
 from transforms.bpe import files, pretokenize
 from transforms.bpe.count import STATS, CountWords, read_count_shards
 from transforms.bpe.learn import learn_merges
-from transforms.bpe.settings import NO_LANGUAGE, TrainBpeSettings
+from transforms.bpe.settings import TrainBpeSettings
 from transforms.bucketed.filter import DROPPED, FilterLanguage
 from transforms.core.drops import CountDrops
 from transforms.core.read import RECORDS, CountRecords, ReadDocuments
@@ -68,12 +68,7 @@ def make_parser() -> argparse.ArgumentParser:
     flag(p, "count-shards", type=int, default=d.count_shards,
          help="pieces the word table is counted in (each summed on one worker); never changes the result")
     flag(p, "eos-token", default=d.eos_token, help="the EOS, added as a special token right after the ranks")
-    flag(p, "language", default=d.language,
-         help=f"keep documents whose language and page LID equal this; {NO_LANGUAGE}: no language filter")
-    flag(p, "lid-threshold", type=float, default=d.lid_threshold, help="minimum page_average_lid_score")
-    flag(p, "min-token-count", type=int, default=d.min_token_count, help="minimum source token_count")
-    flag(p, "id-field", default=d.id_field, help="field of the document id")
-    flag(p, "text-field", default=d.text_field, help="field of the text")
+    common.add_document_filter_flags(p, d)
     common.add_common_flags(p)
     return p
 
@@ -90,17 +85,16 @@ def build(pipeline: beam.Pipeline, options: TrainBpeSettings, run_id: str):
     """Adds the counting to ``pipeline``: the count shards and run_stats.json go to the run directory."""
     output = storage.normalize(options.output)
     counting = options.count_config(run_url(output, run_id))
-    lid = options.lid_filter() if options.filters_language else None
+    lid = options.lid_filter()
     read = ReadDocuments(options.read_config())
     common.prepare_output(output, KIND, inputs=[u.path for u in read.units])
 
     read_result = pipeline | "ReadDocuments" >> read
     batches = read_result.docs
     drops = [read_result[DROPPED]]
-    if lid is not None:
-        filtered = batches | "FilterLanguage" >> FilterLanguage(lid)
-        batches = filtered.kept
-        drops.append(filtered[DROPPED])
+    filtered = batches | "FilterLanguage" >> FilterLanguage(lid)
+    batches = filtered.kept
+    drops.append(filtered[DROPPED])
     counted = batches | "CountWords" >> CountWords(counting)
     raw = read_result[RECORDS] | "CountDocuments" >> CountRecords()
     numbers = (

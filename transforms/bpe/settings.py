@@ -8,19 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 
-from shards import storage
 from transforms.bpe import pretokenize
 from transforms.bpe.count import CountConfig
-from transforms.bucketed.filter import LidFilterConfig
+from transforms.bucketed.settings import FIELD_DEFAULTS, InputFields
 from transforms.core.encoders import ENDOFTEXT
-from transforms.core.read import ReadConfig
-
-# --language none: no language filter (and no language-ID columns are read).
-NO_LANGUAGE = "none"
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainBpeSettings:
+class TrainBpeSettings(InputFields):
     input: str
     output: str
     vocab_size: int | None = None  # every id, the EOS included
@@ -34,9 +29,12 @@ class TrainBpeSettings:
     language: str = "eng_Latn"
     lid_threshold: float = 0.90
     min_token_count: int = 1
-    id_field: str = "id"
-    text_field: str = "text"
     on_bad_record: str = "fail"
+    id_field: str = FIELD_DEFAULTS["id_field"]
+    text_field: str = FIELD_DEFAULTS["text_field"]
+    language_fields: str = FIELD_DEFAULTS["language_fields"]
+    lid_score_field: str = FIELD_DEFAULTS["lid_score_field"]
+    token_count_field: str = FIELD_DEFAULTS["token_count_field"]
 
     def __post_init__(self):
         if (self.vocab_size is None) == (self.merges is None):
@@ -51,6 +49,7 @@ class TrainBpeSettings:
             raise ValueError(f"unknown --alphabet {self.alphabet!r}; use one of {', '.join(pretokenize.ALPHABETS)}")
         if not self.eos_token:
             raise ValueError("--eos-token must not be empty")
+        self.check_fields()
 
     def merges_for(self, base_size: int) -> int:
         """How many merges to learn over ``base_size`` base symbols."""
@@ -60,17 +59,6 @@ class TrainBpeSettings:
         if n < 0:
             raise ValueError(f"--vocab-size {self.vocab_size} is below the {base_size} base symbols and the EOS")
         return n
-
-    @property
-    def filters_language(self) -> bool:
-        return self.language != NO_LANGUAGE
-
-    def read_config(self) -> ReadConfig:
-        return ReadConfig(storage.normalize(self.input), id_field=self.id_field, text_field=self.text_field,
-                          with_lid=self.filters_language, on_bad_record=self.on_bad_record)
-
-    def lid_filter(self) -> LidFilterConfig:
-        return LidFilterConfig(self.language, self.lid_threshold, self.min_token_count)
 
     def count_config(self, run_url: str) -> CountConfig:
         return CountConfig(self.pattern, run_url, shards=self.count_shards, min_count=self.min_count,

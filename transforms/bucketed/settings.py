@@ -30,33 +30,14 @@ FIELD_DEFAULTS = {
 }
 
 
-@dataclasses.dataclass(frozen=True)
-class BucketedSettings:
-    input: str
-    output: str
-    language: str = "eng_Latn"
-    lid_threshold: float = 0.90
-    min_token_count: int = 1
-    tokenizer: str = "jet-nemotron"
-    eos_token: str | None = None
-    tokenizer_backend: str = "auto"
-    tokenizer_threads: int = 1
-    dtype: str = layout.DEFAULT_DTYPE
-    partitions: int = layout.DEFAULT_PARTITIONS
-    max_shard_bytes: int = layout.DEFAULT_MAX_SHARD_BYTES
-    seed: int = layout.DEFAULT_SEED
-    batch_docs: int = 64
-    removal_list: str | None = None
-    on_bad_record: str = "fail"
-    special_tokens: str = "text"
-    id_field: str = FIELD_DEFAULTS["id_field"]
-    text_field: str = FIELD_DEFAULTS["text_field"]
-    language_fields: str = FIELD_DEFAULTS["language_fields"]
-    lid_score_field: str = FIELD_DEFAULTS["lid_score_field"]
-    token_count_field: str = FIELD_DEFAULTS["token_count_field"]
+class InputFields:
+    """What a job that reads and filters documents as the bucketed job does gets from its field
+    settings (see the module docstring): the reader's and the language filter's typed arguments.
+    The dataclass that inherits it has ``input``, ``on_bad_record``, ``language``, ``lid_threshold``,
+    ``min_token_count`` and the FIELD_DEFAULTS fields, and calls check_fields() in __post_init__."""
 
-    def __post_init__(self):
-        # A bad combination fails here, when the flags are parsed, naming the flag.
+    def check_fields(self) -> None:
+        """A bad combination fails here, when the flags are parsed, naming the flag."""
         if self.language != OFF and not self._language_fields():
             raise ValueError(f"--language-fields names no field to check --language {self.language} in "
                              f"(--language {OFF} turns the language filter off)")
@@ -95,6 +76,35 @@ class BucketedSettings:
         language, fields, score, count = self._filter_fields()
         return LidFilterConfig(language, self.lid_threshold, self.min_token_count, language_fields=fields,
                                score_field=score, token_count_field=count)
+
+
+@dataclasses.dataclass(frozen=True)
+class BucketedSettings(InputFields):
+    input: str
+    output: str
+    language: str = "eng_Latn"
+    lid_threshold: float = 0.90
+    min_token_count: int = 1
+    tokenizer: str = "jet-nemotron"
+    eos_token: str | None = None
+    tokenizer_backend: str = "auto"
+    tokenizer_threads: int = 1
+    dtype: str = layout.DEFAULT_DTYPE
+    partitions: int = layout.DEFAULT_PARTITIONS
+    max_shard_bytes: int = layout.DEFAULT_MAX_SHARD_BYTES
+    seed: int = layout.DEFAULT_SEED
+    batch_docs: int = 64
+    removal_list: str | None = None
+    on_bad_record: str = "fail"
+    special_tokens: str = "text"
+    id_field: str = FIELD_DEFAULTS["id_field"]
+    text_field: str = FIELD_DEFAULTS["text_field"]
+    language_fields: str = FIELD_DEFAULTS["language_fields"]
+    lid_score_field: str = FIELD_DEFAULTS["lid_score_field"]
+    token_count_field: str = FIELD_DEFAULTS["token_count_field"]
+
+    def __post_init__(self):
+        self.check_fields()
 
     def tokenizer_config(self) -> TokenizerConfig:
         return TokenizerConfig(spec=self.tokenizer, dtype=self.dtype, eos_token=self.eos_token,
