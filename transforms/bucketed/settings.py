@@ -33,6 +33,7 @@ class BucketedSettings:
     batch_docs: int = 64
     removal_list: str | None = None
     on_bad_record: str = "fail"
+    restart: bool = False  # discard saved work (transforms.core.resume); never changes the bytes
 
     def read_config(self) -> ReadConfig:
         return ReadConfig(storage.normalize(self.input), on_bad_record=self.on_bad_record)
