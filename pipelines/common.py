@@ -147,6 +147,12 @@ def prepare_output(output: str, kind: str, inputs: list[str] = (), keep: tuple[s
             saved.done = saved.done_units()
             saved.begin()
     except OSError as e:
+        full = no_space_message(e)
+        if saved is not None and not saved.done:
+            with contextlib.suppress(OSError):
+                fs.rm(storage.filesystem(saved.url)[1], recursive=True)
+        if full is not None:
+            raise RunStopped(f"{full} ({output}); nothing was published and the previous output is intact") from None
         raise UsageError(f"--output {output} cannot be written: {e}") from None
     if saved is not None and saved.done:
         log.warning("resuming: %d of %d input units were finished by an earlier run and are not redone "
