@@ -186,3 +186,30 @@ def test_a_unit_whose_spill_file_is_gone_is_redone(inputs, clean, tmp_path):
     assert notes(again) == FILES - done + 1
     assert "redoing the unit" in rerun.stderr
     assert tree_hashes(out) == clean["bucketed"]
+
+
+def test_ctrl_c_keeps_the_finished_units_and_says_so(inputs, clean, tmp_path):
+    import signal
+    import time
+
+    out, note = tmp_path / "out", tmp_path / "note.txt"
+    proc = subprocess.Popen(command("bucketed", inputs, out, faults=("--marker-delay", "0.4", "--marker-note", str(note))),
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    deadline = time.monotonic() + 300
+    while notes(note) < 3 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert proc.poll() is None, "the job ended before it could be interrupted"
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2, err[-3000:]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("pretokenize bucketed: interrupted; nothing was published and the previous output is "
+                           "intact; the work of ") and "Traceback" not in err
+    assert "finished input units is kept: the same command resumes from it (--restart discards it)" in last
+    done = markers(out)
+    assert done >= 2 and not (out / layout.STATS_NAME).exists()
+    again = tmp_path / "again.txt"
+    run_cli("bucketed", inputs, out, faults=("--marker-note", str(again)))
+    assert notes(again) == FILES - done
+    assert tree_hashes(out) == clean["bucketed"]
