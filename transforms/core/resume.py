@@ -254,13 +254,21 @@ class ProcessUnitsFn(beam.DoFn):
         self._processed = beam.metrics.Metrics.counter("pretokenize", "units_processed")
 
     def setup(self):
-        for fn in self._fns:
-            fn.setup()
+        # The steps (a tokenizer among them) are set up for the first unit that is not done: a
+        # worker that only replays markers never loads them.
+        self._ready = False
         self._fs, _ = storage.filesystem(self._work.url)
 
+    def _set_up_steps(self):
+        if not self._ready:
+            for fn in self._fns:
+                fn.setup()
+            self._ready = True
+
     def teardown(self):
-        for fn in self._fns:
-            fn.teardown()
+        if self._ready:
+            for fn in self._fns:
+                fn.teardown()
 
     def process(self, element):
         index, unit, done = element
@@ -271,6 +279,7 @@ class ProcessUnitsFn(beam.DoFn):
                 self._resumed.inc()
                 yield from saved.emit()
                 return
+        self._set_up_steps()
         spill = self._fns[-1]
         main: list = []
         side: dict[str, list] = collections.defaultdict(list)
