@@ -187,7 +187,8 @@ def timing_lines(tokens: int, seconds: float, output: str) -> list[str]:
 
 class RunStopped(Exception):
     """A run that failed or was interrupted, said in one line: what happened and what the output
-    holds now. The run's temporary files are gone by the time it is raised."""
+    holds now. The run's temporary files are gone by the time it is raised, but the work of the
+    input units it finished (transforms.core.resume), which the line mentions."""
 
 
 def abandon_run(output: str, run_id: str) -> tuple[bool, int]:

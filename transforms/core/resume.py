@@ -38,6 +38,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import apache_beam as beam
+from apache_beam.utils.windowed_value import WindowedValue
 
 from shards import layout, storage
 
@@ -241,8 +242,8 @@ class ProcessUnitsFn(beam.DoFn):
     """(index, InputUnit, done) in; the unit's work through the spill, recorded by a marker, out.
 
     ``read`` is a DoFn taking an InputUnit, ``steps`` DoFns each taking the previous one's main
-    outputs, ``spill`` a SpillTokensFn: each unit gets spill files of its own (a bundle of its own,
-    as far as ``spill`` can tell). Side outputs (TaggedOutputs) of every step are the step's side
+    outputs, ``spill`` a SpillTokensFn. Each unit is a bundle of its own as far as they can tell
+    (start_bundle, process, finish_bundle), so it gets spill files of its own. Side outputs (TaggedOutputs) of every step are the step's side
     outputs; ``spill``'s main outputs are its main output. A unit that was ``done`` at launch is
     not read: its marker's outputs are emitted, unless its files are gone (then it is redone).
     """
@@ -283,11 +284,14 @@ class ProcessUnitsFn(beam.DoFn):
         spill = self._fns[-1]
         main: list = []
         side: dict[str, list] = collections.defaultdict(list)
-        spill.start_bundle()
+        for fn in self._fns:
+            fn.start_bundle()
         self._run(0, unit, main, side)
         # 1. The unit's files are closed (whole, or uploaded), 2. then its marker is written in one
         # piece, 3. then its outputs leave: no marker ever points at a file still being written.
-        spill.finish_bundle()
+        for step, fn in enumerate(self._fns):
+            for out in fn.finish_bundle() or ():
+                self._route(step, out, main, side)
         files = {path: self._fs.size(path) for path in spill.written_files()}
         saved = UnitOutputs(main, dict(side), files)
         storage.write_atomic(self._work.marker_url(index), saved.to_bytes())
@@ -295,14 +299,21 @@ class ProcessUnitsFn(beam.DoFn):
         yield from saved.emit()
 
     def _run(self, step: int, element, main: list, side: dict) -> None:
-        fn = self._fns[step]
-        for out in fn.process(element) or ():
-            if isinstance(out, beam.pvalue.TaggedOutput):
-                side[out.tag].append(out.value)
-            elif step == len(self._fns) - 1:
-                main.append(out)
-            else:
-                self._run(step + 1, out, main, side)
+        for out in self._fns[step].process(element) or ():
+            self._route(step, out, main, side)
+
+    def _route(self, step: int, out, main: list, side: dict) -> None:
+        """One output of step ``step``: kept as a side output, kept as the unit's output (the last
+        step's), or given to the next step."""
+        if isinstance(out, beam.pvalue.TaggedOutput):
+            value = out.value.value if isinstance(out.value, WindowedValue) else out.value
+            side[out.tag].append(value)
+            return
+        out = out.value if isinstance(out, WindowedValue) else out
+        if step == len(self._fns) - 1:
+            main.append(out)
+        else:
+            self._run(step + 1, out, main, side)
 
 
 class ProcessUnits(beam.PTransform):
