@@ -59,7 +59,7 @@ def _kill_when(proc, condition, timeout=300.0):
 
 
 @pytest.mark.parametrize("job", sorted(JOBS))
-def test_killed_on_s3_then_resumed_matches_a_clean_local_run(job, s3, tmp_path):
+def test_killed_on_s3_then_resumed_matches_a_clean_local_run(job, s3, tmp_path):  # noqa: F811 - the fixture
     fs, bucket = s3
     inputs = _inputs(tmp_path / "in")
     clean = tmp_path / "clean"

@@ -67,12 +67,12 @@ def clean(inputs, tmp_path_factory):
 def markers(out) -> int:
     temp = os.path.join(out, layout.TEMP_DIR_NAME)
     return sum(len([f for f in files if f.endswith(resume.MARKER_SUFFIX)])
-               for d, _, files in os.walk(temp) if os.path.basename(d) == resume.UNITS_DIR)
+               for directory, _, files in os.walk(temp) if os.path.basename(directory) == resume.UNITS_DIR)
 
 
 def published_shards(out) -> bool:
     """Whether a shard file is in its final place (not under the temporary directory)."""
-    for d, dirs, files in os.walk(out):
+    for _, dirs, files in os.walk(out):
         dirs[:] = [x for x in dirs if x != layout.TEMP_DIR_NAME]
         if any(f.endswith((".npy", ".bin")) for f in files):
             return True
@@ -193,9 +193,9 @@ def test_ctrl_c_keeps_the_finished_units_and_says_so(inputs, clean, tmp_path):
     import time
 
     out, note = tmp_path / "out", tmp_path / "note.txt"
-    proc = subprocess.Popen(command("bucketed", inputs, out, faults=("--marker-delay", "0.4", "--marker-note", str(note))),
-                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    faults = ("--marker-delay", "0.4", "--marker-note", str(note))
+    proc = subprocess.Popen(command("bucketed", inputs, out, faults=faults), cwd=REPO, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.monotonic() + 300
     while notes(note) < 3 and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)

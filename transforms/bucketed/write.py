@@ -186,7 +186,8 @@ def spill_fn(config: ShardConfig) -> CoreSpillTokensFn:
 
 
 class WriteShards(beam.PTransform):
-    """TokenBatches in (with ``spilled``: what spill_fn made of them, as ProcessUnits gives); outputs ``groups`` (a ShardGroup per non-empty (bucket, partition), its
+    """TokenBatches in (with ``spilled``: what spill_fn made of them, as ProcessUnits gives);
+    outputs ``groups`` (a ShardGroup per non-empty (bucket, partition), its
     files staged) and ``dropped`` (``("duplicate_id", n)`` for the copies of ids left out).
 
     Example::

@@ -178,7 +178,8 @@ def done_units(work_url: str) -> set[int]:
         names = [posixpath.basename(p.rstrip("/")) for p in fs.ls(units, detail=False)]
     except FileNotFoundError:
         return set()
-    return {int(n[:-len(MARKER_SUFFIX)]) for n in names if n.endswith(MARKER_SUFFIX) and n[:-len(MARKER_SUFFIX)].isdigit()}
+    stems = [n[:-len(MARKER_SUFFIX)] for n in names if n.endswith(MARKER_SUFFIX)]
+    return {int(stem) for stem in stems if stem.isdigit()}
 
 
 def read_description(work_url: str) -> WorkDescription | None:
@@ -243,8 +244,9 @@ class ProcessUnitsFn(beam.DoFn):
 
     ``read`` is a DoFn taking an InputUnit, ``steps`` DoFns each taking the previous one's main
     outputs, ``spill`` a SpillTokensFn. Each unit is a bundle of its own as far as they can tell
-    (start_bundle, process, finish_bundle), so it gets spill files of its own. Side outputs (TaggedOutputs) of every step are the step's side
-    outputs; ``spill``'s main outputs are its main output. A unit that was ``done`` at launch is
+    (start_bundle, process, finish_bundle), so it gets spill files of its own. Side outputs
+    (TaggedOutputs) of every step are the step's side outputs; ``spill``'s main outputs are its
+    main output. A unit that was ``done`` at launch is
     not read: its marker's outputs are emitted, unless its files are gone (then it is redone).
     """
 
