@@ -29,7 +29,7 @@ from transforms.bucketed.write import WriteShards, spill_fn
 from transforms.core import resume
 from transforms.core.encoders import BACKENDS
 from transforms.core.publish import PublishOutput
-from transforms.core.read import RECORDS, CountRecords, ReadUnitFn, plan_input
+from transforms.core.read import RECORDS, CountRecords, ReadDocuments, ReadUnitFn
 from transforms.tools.surgery import JOURNAL_DIR, load_journal
 
 log = logging.getLogger(__name__)
@@ -75,8 +75,7 @@ def build(pipeline: beam.Pipeline, options: BucketedSettings, run_id: str | None
     lid = options.lid_filter()
     shards = options.shard_config(run_id or common.new_run_id())
     read_config = options.read_config()
-    units = plan_input(read_config)
-    log.info("input: %d units of work from %s", len(units), read_config.pattern)
+    units = ReadDocuments(read_config).units  # planned and checked here; read by ProcessUnits
     pending = load_journal(output) if tree.read_record(output) is not None else None
     keep = (JOURNAL_DIR,) if pending else ()
     # Removal requests this output has accepted stay honoured: the ids removals.txt lists as taken

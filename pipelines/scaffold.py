@@ -18,7 +18,7 @@ from pipelines import common
 from shards import llmc
 from shards.llmc import ScaffoldStats
 from transforms.core import resume
-from transforms.core.read import RECORDS, CountRecords, ReadUnitFn, plan_input
+from transforms.core.read import RECORDS, CountRecords, ReadDocuments, ReadUnitFn
 from transforms.scaffold.encode import (
     COUNTS,
     DROPPED,
@@ -74,8 +74,7 @@ def build(pipeline: beam.Pipeline, options: ScaffoldSettings, run_id: str | None
     encoder = scaffold.load()
     publish_format = LlmcFormat(options, shards)
     read_config = options.read_config()
-    units = plan_input(read_config)
-    log.info("input: %d units of work from %s", len(units), read_config.pattern)
+    units = ReadDocuments(read_config).units  # planned and checked here; read by ProcessUnits
     description = resume.WorkDescription.of("scaffold", options, units,
                                             {"tokenizer_probe": resume.tokenizer_probe(encoder)})
     work = common.prepare_output(shards.output, "scaffold", inputs=[u.path for u in units], work=description,

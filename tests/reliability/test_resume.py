@@ -213,3 +213,15 @@ def test_ctrl_c_keeps_the_finished_units_and_says_so(inputs, clean, tmp_path):
     run_cli("bucketed", inputs, out, faults=("--marker-note", str(again)))
     assert notes(again) == FILES - done
     assert tree_hashes(out) == clean["bucketed"]
+
+
+def test_resumed_with_two_worker_processes_gives_the_clean_bytes(inputs, clean, tmp_path):
+    # Killed on one in-process worker, resumed on two worker processes: Beam's flags are not part of
+    # the saved work's key, and the bytes do not depend on workers.
+    out = tmp_path / "out"
+    done = _killed_with_units_done("scaffold", inputs, out, tmp_path / "note.txt")
+    cmd = command("scaffold", inputs, out, "--direct_running_mode=multi_processing", "--direct_num_workers=2")
+    rerun = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert f"resuming: {done} of {FILES} input units" in rerun.stderr
+    assert tree_hashes(out) == clean["scaffold"]
