@@ -74,7 +74,7 @@ def tool_version() -> str:
 
 def tokenizer_probe(encoder) -> str:
     """A hash of what ``encoder`` makes of PROBE_TEXT, with its EOS and vocabulary size."""
-    tokens, offsets = encoder.encode_tokens([PROBE_TEXT])
+    tokens, _ = encoder.encode_tokens([PROBE_TEXT])
     data = f"{encoder.eos_id} {encoder.vocab_size} ".encode() + tokens.astype("<u4").tobytes()
     return hashlib.sha256(data).hexdigest()[:16]
 
@@ -86,7 +86,7 @@ class WorkDescription:
     job: str
     tool: str
     settings: dict
-    inputs: list  # [path, fingerprint] of each input unit, in plan order
+    inputs: list  # [path, kind, row group, first row, file fingerprint] of each input unit, in plan order
     extra: dict  # the job's own: tokenizer probe, removal ids...
 
     @classmethod
