@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import logging
 import posixpath
 
@@ -18,17 +19,18 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pipelines import common, plan
 from shards import layout, storage, tree
 from shards.manifest import DatasetStats
-from shards.removal import REMOVALS_NAME
-from transforms.bucketed.filter import DROPPED, FilterLanguage
+from shards.removal import REMOVALS_NAME, read_removal_list
+from transforms.bucketed.filter import DROPPED, FilterLanguageFn
 from transforms.bucketed.format import BucketedFormat
-from transforms.bucketed.removal import MATCHED, DropRemoved
+from transforms.bucketed.removal import MATCHED, DropRemoved, DropRemovedFn
 from transforms.bucketed.settings import BucketedSettings
-from transforms.bucketed.tokenize import TokenizeDocuments
-from transforms.bucketed.write import WriteShards
+from transforms.bucketed.tokenize import TokenizeFn
+from transforms.bucketed.write import WriteShards, spill_fn
+from transforms.core import resume
 from transforms.core.encoders import BACKENDS, SPECIAL_TOKEN_MODES
 from transforms.core.provenance import launch_provenance
 from transforms.core.publish import PublishOutput
-from transforms.core.read import RECORDS, CountRecords, ReadDocuments
+from transforms.core.read import RECORDS, CountRecords, ReadDocuments, ReadUnitFn
 from transforms.tools.surgery import JOURNAL_DIR, load_journal
 
 log = logging.getLogger(__name__)
@@ -66,25 +68,38 @@ def build(pipeline: beam.Pipeline, options: BucketedSettings, run_id: str | None
     """Adds the job to ``pipeline``; returns the PCollection holding the published DatasetStats.
 
     Everything checkable is checked here, before the pipeline runs: the tokenizer loads and fits
-    the dtype, and every input file exists and has the columns the job reads.
+    the dtype, and every input file exists and has the columns the job reads. Input units an
+    interrupted run with the same input and settings finished are not redone (transforms.core.resume).
     """
     output = storage.normalize(options.output)
     tokenizer = options.tokenizer_config()
     encoder = tokenizer.load()
     lid = options.lid_filter()
     shards = options.shard_config(run_id or common.new_run_id())
-    read = ReadDocuments(options.read_config(), progress_dir=common.progress_dir(pipeline.options, run_id))
+    read_config = options.read_config()
+    progress_dir = common.progress_dir(pipeline.options, run_id)
+    read = ReadDocuments(read_config, progress_dir=progress_dir)
+    units = read.units  # planned and checked here; read by ProcessUnits
     pending = load_journal(output) if tree.read_record(output) is not None else None
     keep = (JOURNAL_DIR,) if pending else ()
-    common.prepare_output(output, "bucketed", inputs=[u.path for u in read.units], keep=keep)
     # Removal requests this output has accepted stay honoured: the ids removals.txt lists as taken
     # out, and those of a removal that was interrupted (its journal), which this run finishes.
-    sources = [storage.normalize(options.removal_list)] if options.removal_list else []
+    fs, root = storage.filesystem(output)
+    removals_txt = storage.join(output, REMOVALS_NAME) if fs.exists(posixpath.join(root, REMOVALS_NAME)) else None
+    lists = [storage.normalize(options.removal_list)] if options.removal_list else []
+    removal_ids = removed_ids(lists + ([removals_txt] if removals_txt else []), pending)
+    description = resume.WorkDescription.of("bucketed", options, units, {
+        "tokenizer_probe": resume.tokenizer_probe(encoder),
+        "removal_ids": hashlib.sha256("\n".join(sorted(removal_ids)).encode()).hexdigest()[:16],
+    })
+    work = common.prepare_output(output, "bucketed", inputs=[u.path for u in units], keep=keep, work=description,
+                                 restart=options.restart)
+    shards = dataclasses.replace(shards, work_dir=work.dir_name)
+    sources = list(lists)
     if options.removal_list:
         shards = dataclasses.replace(shards, removal_list=storage.normalize(options.removal_list))
-    fs, root = storage.filesystem(output)
-    if fs.exists(posixpath.join(root, REMOVALS_NAME)):
-        sources.append(storage.join(output, REMOVALS_NAME))
+    if removals_txt:
+        sources.append(removals_txt)
         log.warning("%s has a %s: the documents it lists stay out", output, REMOVALS_NAME)
     if pending is not None:
         pending_list = storage.join(shards.run_url, "pending-removal.txt")
@@ -97,33 +112,37 @@ def build(pipeline: beam.Pipeline, options: BucketedSettings, run_id: str | None
     publish_format = BucketedFormat(
         options, encoder.eos_id, encoder.max_token_id + 1, shards, len(removal.ids) if removal else None,
         tokenizer_backend=encoder.library,
-        provenance=launch_provenance("bucketed", options, read.units, options.tokenizer),
+        provenance=launch_provenance("bucketed", options, units, options.tokenizer),
     )
 
-    read_result = pipeline | "ReadDocuments" >> read
-    batches = read_result.docs
-    raw = read_result[RECORDS] | "CountDocuments" >> CountRecords()
-    drops = [read_result[DROPPED]]
+    # Each input unit read, filtered, tokenized and spilled in one step, its completion recorded.
+    steps = [DropRemovedFn(tuple(sources))] if removal is not None else []
+    steps += [FilterLanguageFn(lid), TokenizeFn(tokenizer)]
+    tags = (DROPPED, RECORDS, MATCHED) if removal is not None else (DROPPED, RECORDS)
+    spilled = pipeline | "TokenizeInputUnits" >> resume.ProcessUnits(
+        work, units, work.done, ReadUnitFn(read_config, read.planned if progress_dir else None, progress_dir), steps,
+        spill_fn(shards), tags)
+    raw = spilled[RECORDS] | "CountDocuments" >> CountRecords()
+    drops = [spilled[DROPPED]]
     removal_found = None
     if removal is not None:
-        removed = batches | "DropRemoved" >> removal
-        batches = removed.kept
-        drops.append(removed[DROPPED])
         removal_found = (
-            removed[MATCHED]
+            spilled[MATCHED]
             | "DistinctRemovedIds" >> beam.Distinct()
             | "CountRemovedIds" >> beam.combiners.Count.Globally()
         )
-    filtered = batches | "FilterLanguage" >> FilterLanguage(lid)
-    drops.append(filtered[DROPPED])
-    written = (
-        filtered.kept
-        | "TokenizeDocuments" >> TokenizeDocuments(tokenizer)
-        | "WriteShards" >> WriteShards(shards)
-    )
+    written = spilled.refs | "WriteShards" >> WriteShards(shards, spilled=True)
     drops.append(written[DROPPED])
     extras = {} if removal_found is None else {"removal_found": beam.pvalue.AsSingleton(removal_found)}
     return written.groups | "PublishOutput" >> PublishOutput(publish_format, shards, raw, tuple(drops), **extras)
+
+
+def removed_ids(lists: list[str], pending) -> set[str]:
+    """The ids a run leaves out: those of the removal lists (and removals.txt), and of a pending removal."""
+    ids = {i for url in lists for i in read_removal_list(url)}
+    if pending is not None:
+        ids.update(i for _, i, _ in pending.removed_rows)
+    return ids
 
 
 def summary_table(stats: DatasetStats, output: str, seconds: float) -> str:

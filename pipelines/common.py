@@ -23,6 +23,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.help_format import DefaultsHelpFormatter
 from shards import layout, storage, tree
+from transforms.core import resume
 from transforms.core.records import UsageError
 
 log_name = "pipelines"
@@ -75,8 +76,10 @@ def check_beam_flags(args: list[str], job_flags: list[str]) -> None:
     raise UsageError(f"unknown flag or argument: {', '.join(problems)}; see --help")
 
 
-def job_parser(job: str, description: str, inputs: str) -> argparse.ArgumentParser:
-    """A writing job's parser with its --input and --output; the job adds its own flags."""
+def job_parser(job: str, description: str, inputs: str, resumable: bool = True) -> argparse.ArgumentParser:
+    """A writing job's parser with its --input and --output, --workers, and (``resumable``: the jobs
+    that run through run_job and save their work per input unit) --plan and --restart; the job adds
+    its own flags."""
     p = argparse.ArgumentParser(
         prog=f"pretokenize {job}",
         description=description,
@@ -87,9 +90,14 @@ def job_parser(job: str, description: str, inputs: str) -> argparse.ArgumentPars
     add_flag(p, "input", required=True, help=f"glob, file or directory of {inputs}; local or fsspec URL")
     add_flag(p, "output", required=True, help="output directory; local or fsspec URL (gs://, s3://)")
     add_workers_flag(p)
+    if not resumable:
+        return p
     add_flag(p, "plan", action="store_true",
              help="print the input's units and rows, the estimated tokens and core-hours (from a small sample) "
              "and the files a run would write; run nothing, write nothing")
+    add_flag(p, "restart", action="store_true",
+             help="redo every input unit: discard the work an interrupted run into this output saved "
+             "(by default a re-run with the same input and settings resumes from it)")
     return p
 
 
@@ -172,17 +180,22 @@ def new_run_id() -> str:
     return f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
 
 
-def prepare_output(output: str, kind: str, inputs: list[str] = (), keep: tuple[str, ...] = ()) -> None:
-    """Check the output at launch, claim it, and remove what runs that died before publishing left.
+def prepare_output(output: str, kind: str, inputs: list[str] = (), keep: tuple[str, ...] = (),
+                   work: resume.WorkDescription | None = None, restart: bool = False) -> resume.SavedWork | None:
+    """Check the output at launch, claim it, and remove what runs that died before publishing left,
+    but the work this run can resume from; returns that work (None without a ``work`` description).
 
     The output must be empty, missing, or a tree of ``kind`` this tool wrote (shards.tree: a run
     into anything else is refused, naming a file that is not ours), and no input file may lie
-    inside it. Leftovers are the run directories under the tree's temporary directory, but the
-    entries named in ``keep`` (a pending removal's journal). Two runs into one output at the same
-    time are not supported; this is where they would collide.
+    inside it. Leftovers are the entries of the tree's temporary directory, but those named in
+    ``keep`` (a pending removal's journal) and the saved work made for the same description
+    (transforms.core.resume), unless ``restart``. Saved work made for another description is
+    removed with a one-line warning saying what changed. Two runs into one output at the same time
+    are not supported; this is where they would collide.
     """
     import logging
 
+    log = logging.getLogger(log_name)
     for path in inputs:
         if tree.inside(path, output):
             raise UsageError(f"--input {path} is inside --output {output}; write the output elsewhere")
@@ -194,16 +207,41 @@ def prepare_output(output: str, kind: str, inputs: list[str] = (), keep: tuple[s
         raise UsageError(f"--output {output} cannot be written: {e}") from None
     fs, root = storage.filesystem(output)
     temp_root = f"{root.rstrip('/')}/{layout.TEMP_DIR_NAME}"
+    saved = resume.SavedWork(output, work) if work is not None else None
     if fs.isdir(temp_root):
         for leftover in fs.ls(temp_root, detail=False):
-            if posixpath.basename(leftover.rstrip("/")) in keep:
+            name = posixpath.basename(leftover.rstrip("/"))
+            if name in keep:
                 continue
-            logging.getLogger(log_name).warning("removing %s, left by an interrupted run", leftover)
+            if saved is not None and name == saved.dir_name and not restart:
+                continue
+            if not name.startswith(resume.WORK_PREFIX):
+                log.warning("removing %s, left by an interrupted run", leftover)
+            elif saved is not None and name == saved.dir_name:
+                log.warning("starting afresh (--restart): removing the work an earlier run saved in %s", leftover)
+            else:
+                old = resume.read_description(storage.unstrip(fs, leftover, output))
+                why = (work.difference(old) if work is not None and old is not None else "") or "its settings differ"
+                log.warning("starting afresh: %s since the earlier run; removing the work it saved in %s", why,
+                            leftover)
             fs.rm(leftover, recursive=True)
     try:
         fs.makedirs(temp_root, exist_ok=True)
+        if saved is not None:
+            saved.done = saved.done_units()
+            saved.begin()
     except OSError as e:
+        full = no_space_message(e)
+        if saved is not None and not saved.done:
+            with contextlib.suppress(OSError):
+                fs.rm(storage.filesystem(saved.url)[1], recursive=True)
+        if full is not None:
+            raise RunStopped(f"{full} ({output}); nothing was published and the previous output is intact") from None
         raise UsageError(f"--output {output} cannot be written: {e}") from None
+    if saved is not None and saved.done:
+        log.warning("resuming: %d of %d input units were finished by an earlier run and are not redone "
+                    "(--restart redoes them)", len(saved.done), len(work.inputs))
+    return saved
 
 
 @contextlib.contextmanager
@@ -233,21 +271,40 @@ def timing_lines(tokens: int, seconds: float, output: str) -> list[str]:
 
 class RunStopped(Exception):
     """A run that failed or was interrupted, said in one line: what happened and what the output
-    holds now. The run's temporary files are gone by the time it is raised."""
+    holds now. The run's temporary files are gone by the time it is raised, but the work of the
+    input units it finished (transforms.core.resume), which the line mentions."""
 
 
-def abandon_run(output: str, run_id: str) -> bool:
+def abandon_run(output: str, run_id: str) -> tuple[bool, int]:
     """Delete a failed run's temporary directory; whether it had begun publishing (then the tree
-    is unfinished, no longer the previous output)."""
+    is unfinished, no longer the previous output), and how many finished input units its saved
+    work keeps for a re-run to resume from (saved work with none is deleted too)."""
     fs, root = storage.filesystem(output)
     run_dir = posixpath.join(root.rstrip("/"), layout.TEMP_DIR_NAME, run_id)
     published = fs.exists(posixpath.join(run_dir, "publishing"))
     if fs.exists(run_dir):
         fs.rm(run_dir, recursive=True)
     temp_root = posixpath.dirname(run_dir)
+    kept = 0
+    if fs.isdir(temp_root):
+        for entry in fs.ls(temp_root, detail=False):
+            if not posixpath.basename(entry.rstrip("/")).startswith(resume.WORK_PREFIX):
+                continue
+            done = len(resume.done_units(storage.unstrip(fs, entry, output)))
+            if done:
+                kept += done
+            else:
+                fs.rm(entry, recursive=True)
     if fs.isdir(temp_root) and not fs.ls(temp_root):
         fs.rmdir(temp_root)
-    return published
+    return published, kept
+
+
+def kept_work_note(kept: int) -> str:
+    if not kept:
+        return "the run's temporary files were deleted"
+    return (f"the work of {kept} finished input unit{'s' if kept != 1 else ''} is kept: the same command resumes "
+            "from it (--restart discards it)")
 
 
 _NO_SPACE = re.compile(r"\[Errno 28\] No space left on device(?:: '([^']*)')?")
@@ -401,7 +458,7 @@ def run_job(
         if result is not None and interrupted:
             with contextlib.suppress(Exception):
                 result.cancel()
-        published = abandon_run(output, run_id)
+        published, kept = abandon_run(output, run_id)
         state = (
             f"the output is unfinished (publishing had begun, so it has no {layout.STATS_NAME}): run the same "
             "command again"
@@ -409,10 +466,14 @@ def run_job(
             else "nothing was published and the previous output is intact"
         )
         if interrupted:
-            raise RunStopped(f"interrupted; {state}; the run's temporary files were deleted") from None
+            raise RunStopped(f"interrupted; {state}; {kept_work_note(kept)}") from None
         full = no_space_message(e)
         if full is not None:
-            raise RunStopped(f"{full} ({output}); {state}; the run's temporary files were deleted") from None
+            raise RunStopped(f"{full} ({output}); {state}; {kept_work_note(kept)}") from None
+        if kept:
+            import logging
+
+            logging.getLogger(log_name).warning("the run failed; %s", kept_work_note(kept))
         raise
     _remove_progress(pipeline_options, run_id)
     seconds = time.monotonic() - start

@@ -8,6 +8,7 @@ Flags this job does not know go to Beam's PipelineOptions (--runner, --direct_nu
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 
 import apache_beam as beam
@@ -16,19 +17,21 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pipelines import common, plan
 from shards import llmc
 from shards.llmc import ScaffoldStats
+from transforms.core import resume
 from transforms.core.provenance import launch_provenance
-from transforms.core.read import RECORDS, CountRecords, ReadDocuments
+from transforms.core.read import RECORDS, CountRecords, ReadDocuments, ReadUnitFn
 from transforms.scaffold.encode import (
     COUNTS,
     DROPPED,
     LONG_DOC_POLICIES,
-    EncodeScaffold,
+    EncodeScaffoldFn,
 )
 from transforms.scaffold.settings import ANNOTATED_FIELD, PLAIN_FIELD, ScaffoldSettings
 from transforms.scaffold.write import (
     LlmcFormat,
     PublishLlmcOutput,
     WriteLlmcShards,
+    spill_fn,
 )
 
 log = logging.getLogger(__name__)
@@ -64,23 +67,35 @@ def build(pipeline: beam.Pipeline, options: ScaffoldSettings, run_id: str | None
     """Adds the job to ``pipeline``; returns the PCollection holding the published ScaffoldStats.
 
     Checked before the pipeline runs: the options, that the tokenizer is GPT-2's vocabulary, and
-    that every input file exists (and a parquet file has the id and text columns).
+    that every input file exists (and a parquet file has the id and text columns). Input units an
+    interrupted run with the same input and settings finished are not redone (transforms.core.resume).
     """
     scaffold = options.scaffold_config()
     shards = options.shard_config(run_id or common.new_run_id())
     encoder = scaffold.load()
-    read = ReadDocuments(options.read_config(), progress_dir=common.progress_dir(pipeline.options, run_id))
-    provenance = launch_provenance("scaffold", options, read.units, options.tokenizer)
+    read_config = options.read_config()
+    progress_dir = common.progress_dir(pipeline.options, run_id)
+    read = ReadDocuments(read_config, progress_dir=progress_dir)
+    units = read.units  # planned and checked here; read by ProcessUnits
+    provenance = launch_provenance("scaffold", options, units, options.tokenizer)
     publish_format = LlmcFormat(options, shards, provenance, encoder.library)
-    common.prepare_output(shards.output, "scaffold", inputs=[u.path for u in read.units])
+    description = resume.WorkDescription.of("scaffold", options, units,
+                                            {"tokenizer_probe": resume.tokenizer_probe(encoder)})
+    work = common.prepare_output(shards.output, "scaffold", inputs=[u.path for u in units], work=description,
+                                 restart=options.restart)
+    shards = dataclasses.replace(shards, work_dir=work.dir_name)
+    publish_format = dataclasses.replace(publish_format, config=shards)
 
-    read_result = pipeline | "ReadDocuments" >> read
-    raw = read_result[RECORDS] | "CountDocuments" >> CountRecords()
-    encoded = read_result.docs | "EncodeScaffold" >> EncodeScaffold(scaffold)
-    written = encoded.sequences | "WriteLlmcShards" >> WriteLlmcShards(shards)
-    drops = (read_result[DROPPED], encoded[DROPPED], written.dropped)
+    # Each input unit read, encoded and spilled in one step, its completion recorded.
+    spilled = pipeline | "EncodeInputUnits" >> resume.ProcessUnits(
+        work, units, work.done, ReadUnitFn(read_config, read.planned if progress_dir else None, progress_dir),
+        [EncodeScaffoldFn(scaffold)], spill_fn(shards),
+        (DROPPED, RECORDS, COUNTS))
+    raw = spilled[RECORDS] | "CountDocuments" >> CountRecords()
+    written = spilled.refs | "WriteLlmcShards" >> WriteLlmcShards(shards, spilled=True)
+    drops = (spilled[DROPPED], written.dropped)
     # What each kept document added, less what each copy of an id that was left out had added.
-    counts = (encoded[COUNTS], written.counts) | "CollectSplitCounts" >> beam.Flatten()
+    counts = (spilled[COUNTS], written.counts) | "CollectSplitCounts" >> beam.Flatten()
     return written.staged | "PublishLlmcOutput" >> PublishLlmcOutput(publish_format, raw, drops, counts)
 
 

@@ -53,7 +53,7 @@ def make_parser() -> argparse.ArgumentParser:
     p = common.job_parser("train-bpe", "Learn a byte-pair-encoding tokenizer from parquet/JSONL documents: words "
                           "counted on Beam, merges learnt on the launcher; writes tokenizer.tiktoken, tokenizer.json, "
                           "merges.txt, tokenizer_info.json and training_stats.txt into --output.",
-                          ".parquet/.jsonl files")
+                          ".parquet/.jsonl files", resumable=False)
     size = p.add_mutually_exclusive_group(required=True)
     size.add_argument("--vocab-size", dest="vocab_size", type=int,
                       help="every id, the EOS included: base symbols + merges + 1")

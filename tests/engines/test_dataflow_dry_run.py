@@ -66,8 +66,8 @@ def no_network(monkeypatch):
 def bucketed_job(tmp_path, request):
     flags = ["--input", str(SAMPLE_PARQUET), "--output", str(tmp_path / "out")]
     ours, beam_options = bucketed.parse_args([*flags, *DATAFLOW_FLAGS, "--job_name=pretokenize-bucketed"])
-    stages = {"ReadDocuments", "CountDocuments", "FilterLanguage", "TokenizeDocuments", "WriteShards",
-              "PublishOutput"}
+    # TokenizeInputUnits: each input unit read, filtered, tokenized and spilled, then marked done (resume)
+    stages = {"TokenizeInputUnits", "CountDocuments", "WriteShards", "PublishOutput"}
     return bucketed.build, ours, beam_options, "pretokenize-bucketed", stages
 
 
@@ -79,7 +79,8 @@ def scaffold_job(tmp_path, request):
     gpt2 = request.getfixturevalue("gpt2_spec")
     flags = ["--input", str(SAMPLE_PARQUET), "--output", str(tmp_path / "out"), "--annotate", "--tokenizer", gpt2]
     ours, beam_options = scaffold.parse_args([*flags, *DATAFLOW_FLAGS, "--job_name=pretokenize-scaffold"])
-    stages = {"ReadDocuments", "CountDocuments", "EncodeScaffold", "WriteLlmcShards", "PublishLlmcOutput"}
+    # EncodeInputUnits: each input unit read, encoded and spilled, then marked done (resume)
+    stages = {"EncodeInputUnits", "CountDocuments", "WriteLlmcShards", "PublishLlmcOutput"}
     return scaffold.build, ours, beam_options, "pretokenize-scaffold", stages
 
 

@@ -102,6 +102,7 @@ class BucketedSettings(InputFields):
     language_fields: str = FIELD_DEFAULTS["language_fields"]
     lid_score_field: str = FIELD_DEFAULTS["lid_score_field"]
     token_count_field: str = FIELD_DEFAULTS["token_count_field"]
+    restart: bool = False  # discard saved work (transforms.core.resume); never changes the bytes
 
     def __post_init__(self):
         self.check_fields()

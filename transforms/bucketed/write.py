@@ -56,6 +56,9 @@ class ShardConfig(RunPaths):
     # The --removal-list this run honours: publishing records its ids in removals.txt, so that a
     # later run without the flag keeps them out too.
     removal_list: str | None = None
+    # The saved work this run spills to and resumes from (transforms.core.resume); None: its own
+    # run directory.
+    work_dir: str | None = None
 
     def __post_init__(self):
         if not 1 <= self.partitions <= 100_000:
@@ -177,8 +180,14 @@ class WriteShardFilesFn(beam.DoFn):
             yield self._drops(DUPLICATE_ID, duplicates)
 
 
+def spill_fn(config: ShardConfig) -> CoreSpillTokensFn:
+    """The first step of WriteShards: TokenBatches in, (partition, RefPointer) out."""
+    return CoreSpillTokensFn(config, bucketed_keys)
+
+
 class WriteShards(beam.PTransform):
-    """TokenBatches in; outputs ``groups`` (a ShardGroup per non-empty (bucket, partition), its
+    """TokenBatches in (with ``spilled``: what spill_fn made of them, as ProcessUnits gives);
+    outputs ``groups`` (a ShardGroup per non-empty (bucket, partition), its
     files staged) and ``dropped`` (``("duplicate_id", n)`` for the copies of ids left out).
 
     Example::
@@ -187,14 +196,16 @@ class WriteShards(beam.PTransform):
         groups, duplicates = written.groups, written.dropped
     """
 
-    def __init__(self, config: ShardConfig):
+    def __init__(self, config: ShardConfig, spilled: bool = False):
         super().__init__()
         self._config = config
+        self._spilled = spilled
 
     def expand(self, batches):
+        if not self._spilled:
+            batches = batches | "SpillTokens" >> beam.ParDo(spill_fn(self._config))
         return (
             batches
-            | "SpillTokens" >> beam.ParDo(CoreSpillTokensFn(self._config, bucketed_keys))
             | "GroupByShard" >> beam.GroupByKey()
             | "WriteShardFiles" >> beam.ParDo(WriteShardFilesFn(self._config)).with_outputs(DROPPED, main="groups")
         )

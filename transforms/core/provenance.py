@@ -31,10 +31,10 @@ HF_TOKENIZER_FILES = (
     "merges.txt",
     "tokenizer.model",
 )
-# Flags that say where the tree goes or how many local workers wrote it, never what is in it: left
-# out (as Beam's --runner and --direct_num_workers are), so the file is the same wherever it is
-# written and with any number of workers.
-UNRECORDED_FLAGS = frozenset({"output", "workers"})
+# Flags that say where the tree goes, how many local workers wrote it, or whether saved work was
+# reused (--restart), never what is in it: left out (as Beam's --runner and --direct_num_workers
+# are), so the file is the same wherever it is written, with any number of workers, resumed or not.
+UNRECORDED_FLAGS = frozenset({"output", "workers", "restart"})
 
 
 def versions() -> dict[str, str]:

@@ -17,7 +17,8 @@ bucketed layout, llm.c shards); the order, which is what makes the output safe t
        --removal-list), checksums.sha256, the tree's description (dataset_stats.json and the
        README.md dataset card, listed in the ownership record first, so step 3 of the next run
        replaces them), then dataset_stats.txt: the stats file is the commit point
-    6. the run's temporary directory (spill files, staging) is removed
+    6. the run's temporary directory (staging) and its saved work (spill files, unit markers:
+       transforms.core.resume) are removed
 
 A reader that finds dataset_stats.txt may trust every file the tree names. Every step can be
 repeated, so a retried publish finishes the job.
@@ -44,15 +45,21 @@ class UnaccountedDocumentsError(RuntimeError):
 
 class RunPaths:
     """What a job's writer config shares: where its run's temporary files go. Needs ``output`` and
-    ``run_id``."""
+    ``run_id``; with a ``work_dir`` (transforms.core.resume: the saved work a re-run resumes from),
+    the spill files go there instead of the run's own directory."""
 
     @property
     def run_url(self) -> str:
         return storage.join(self.output, layout.TEMP_DIR_NAME, self.run_id)
 
     @property
+    def work_url(self) -> str:
+        work_dir = getattr(self, "work_dir", None)
+        return storage.join(self.output, layout.TEMP_DIR_NAME, work_dir) if work_dir else self.run_url
+
+    @property
     def spill_url(self) -> str:
-        return storage.join(self.run_url, "spill")
+        return storage.join(self.work_url, "spill")
 
     @property
     def staged_url(self) -> str:
@@ -193,10 +200,14 @@ def replace_files(config: RunPaths, kind: str, new_files: set[str]) -> None:
 
 
 def commit(config: RunPaths, stats_text: str) -> None:
-    """Write dataset_stats.txt, the commit point, then remove the run's temporary directory."""
+    """Write dataset_stats.txt, the commit point, then remove the run's temporary directory (and the
+    saved work it spilled to: published, it is no longer needed)."""
     fs, root = storage.filesystem(config.output)
     tree.write_file(config.output, layout.STATS_NAME, stats_text.encode())
-    fs.rm(storage.filesystem(config.run_url)[1], recursive=True)
+    for url in dict.fromkeys((config.run_url, config.work_url)):
+        path = storage.filesystem(url)[1]
+        if fs.exists(path):
+            fs.rm(path, recursive=True)
     temp_root = posixpath.join(root, layout.TEMP_DIR_NAME)
     if fs.isdir(temp_root) and not fs.ls(temp_root):
         fs.rmdir(temp_root)

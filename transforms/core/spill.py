@@ -68,6 +68,7 @@ class SpillTokensFn(beam.DoFn):
         self._file = self._refs = None
         self._path = self._refs_path = None
         self._offset = self._refs_offset = 0
+        self._written: list[str] = []
 
     def _open(self):
         # New names for every bundle attempt: a retry never appends to a failed attempt's files.
@@ -77,6 +78,7 @@ class SpillTokensFn(beam.DoFn):
         self._file = self._fs.open(self._path, "wb")
         self._refs = self._fs.open(self._refs_path, "wb")
         self._offset = self._refs_offset = 0
+        self._written += [self._path, self._refs_path]
 
     def process(self, batch: TokenBatch):
         if not batch.size:
@@ -115,6 +117,11 @@ class SpillTokensFn(beam.DoFn):
             if f is not None:
                 f.close()
         self._file = self._refs = None
+
+    def written_files(self) -> list[str]:
+        """The spill and references files of the bundle (the paths its pointers name), once
+        finish_bundle has closed them."""
+        return list(self._written)
 
 
 def load_refs(fs, pointers) -> list[RefBatch]:

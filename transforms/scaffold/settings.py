@@ -32,6 +32,7 @@ class ScaffoldSettings:
     seed: int = layout.DEFAULT_SEED
     order_ranges: int = DEFAULT_ORDER_RANGES
     on_bad_record: str = "fail"
+    restart: bool = False  # discard saved work (transforms.core.resume); never changes the bytes
 
     @property
     def field(self) -> str:

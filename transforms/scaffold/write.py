@@ -80,6 +80,9 @@ class LlmcShardConfig(RunPaths):
     seed: int = layout.DEFAULT_SEED
     order_ranges: int = DEFAULT_ORDER_RANGES
     chunked_documents: bool = False
+    # The saved work this run spills to and resumes from (transforms.core.resume); None: its own
+    # run directory.
+    work_dir: str | None = None
 
     def __post_init__(self):
         if not 1 <= self.shard_tokens <= llmc.MAX_SHARD_TOKENS:
@@ -368,8 +371,14 @@ class WrittenLlmcShards(NamedTuple):
     counts: beam.PCollection
 
 
+def spill_fn(config: LlmcShardConfig) -> SpillTokensFn:
+    """The first step of WriteLlmcShards: TokenBatches of sequences in, ((split, range), RefPointer) out."""
+    return SpillTokensFn(config, llmc_keys)
+
+
 class WriteLlmcShards(beam.PTransform):
-    """TokenBatches of sequences in; WrittenLlmcShards out, files staged (PublishLlmcOutput publishes).
+    """TokenBatches of sequences (with ``spilled``: what spill_fn made of them, as ProcessUnits
+    gives) in; WrittenLlmcShards out, files staged (PublishLlmcOutput publishes).
 
     Example::
 
@@ -377,12 +386,13 @@ class WriteLlmcShards(beam.PTransform):
         staged, duplicates, taken_back = written.staged, written.dropped, written.counts
     """
 
-    def __init__(self, config: LlmcShardConfig):
+    def __init__(self, config: LlmcShardConfig, spilled: bool = False):
         super().__init__()
         self._config = config
+        self._spilled = spilled
 
     def expand(self, sequences):
-        refs = sequences | "SpillTokens" >> beam.ParDo(SpillTokensFn(self._config, llmc_keys))
+        refs = sequences if self._spilled else sequences | "SpillTokens" >> beam.ParDo(spill_fn(self._config))
         drops, counts = [], []
         if self._config.chunked_documents:
             firsts = (

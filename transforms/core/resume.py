@@ -1,0 +1,346 @@
+"""Saved work: every finished input unit of a run is kept, so that a re-run does only the rest.
+
+A job's work is cut into input units (transforms.core.read: a parquet row group, a JSON file).
+ProcessUnits does one unit's whole work in one call: it reads the unit, passes each batch through
+the job's steps (filter, tokenize...) and spills the tokens (transforms.core.spill). Then, in this
+order:
+
+    1. the unit's spill and references files are closed: on a local disk they are whole, on an
+       object store their uploads have completed
+    2. its completion marker, ``units/NNNNNN.done``, is written in one piece (a rename on a local
+       disk, a single put on an object store, which has no rename). It holds everything the unit
+       gave (the RefPointers, records read, drops, the job's own counts) and the size of each
+       file those pointers point into
+    3. only then does the unit's output leave the step
+
+The saved work of a run lives in ``<output>/.pretokenize-tmp/work-<key>/``, with ``work.json``
+saying what it was made from: the job, its settings, each input file's path and version (size and
+etag or mtime), the tokenizer's output on a probe text, the tool's version and the hash of its
+code. A run whose description is the same resumes: each unit with a marker (whose files are still
+there, whole) is not read again, its marker's outputs stand in for the work. Any difference starts
+afresh, and the launch says which in one line. Publishing deletes the work directory.
+
+So a kill -9 at any moment leaves units that are done (a marker, written last, with whole files)
+and units that are not (no marker: redone; the files they had begun are never pointed to and go
+with the work directory). A resumed run gives the same documents, so the same bytes, as a clean one.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import hashlib
+import json
+import logging
+import pickle
+import posixpath
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import apache_beam as beam
+from apache_beam.utils.windowed_value import WindowedValue
+
+from shards import layout, storage
+
+log = logging.getLogger(__name__)
+
+WORK_PREFIX = "work-"
+DESCRIPTION_NAME = "work.json"
+UNITS_DIR = "units"
+MARKER_SUFFIX = ".done"
+MARKER_VERSION = 1
+# Tokenized once at launch: the ids say whether a tokenizer (whatever its spec names) still
+# encodes as the saved work's did.
+PROBE_TEXT = ("Resume probe: The quick brown fox jumps over 13 lazy dogs; naïve café, Ünïcödé, 日本語, "
+              "русский текст, emoji 🙂, tabs\tand  spaces, <|endoftext|> as text.\n")
+
+
+def tool_version() -> str:
+    """The package version and a hash of the code that makes the bytes (pipelines, transforms, shards)."""
+    from importlib import metadata
+
+    try:
+        version = metadata.version("beam-pretokenize")
+    except metadata.PackageNotFoundError:
+        version = "unknown"
+    digest = hashlib.sha256()
+    root = Path(__file__).resolve().parents[2]
+    for package in ("pipelines", "transforms", "shards"):
+        for path in sorted((root / package).rglob("*")):
+            if path.is_file() and path.suffix in (".py", ".tiktoken", ".json"):
+                digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return f"{version} code {digest.hexdigest()[:16]}"
+
+
+def tokenizer_probe(encoder) -> str:
+    """A hash of what ``encoder`` makes of PROBE_TEXT, with its EOS and vocabulary size."""
+    tokens, _ = encoder.encode_tokens([PROBE_TEXT])
+    data = f"{encoder.eos_id} {encoder.vocab_size} ".encode() + tokens.astype("<u4").tobytes()
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkDescription:
+    """What a run's saved work was made from; two runs may share work only when these are equal."""
+
+    job: str
+    tool: str
+    settings: dict
+    inputs: list  # [path, kind, row group, first row, file fingerprint] of each input unit, in plan order
+    extra: dict  # the job's own: tokenizer probe, removal ids...
+
+    @classmethod
+    def of(cls, job: str, settings, units: Sequence, extra: dict, ignore: Iterable[str] = ()) -> WorkDescription:
+        """The description of a run: ``settings`` a job's settings dataclass, ``units`` its InputUnits.
+        ``ignore``: settings that do not change the work (``output``, ``restart``...)."""
+        skipped = {"input", "output", "restart", *ignore}
+        values = {k: v for k, v in sorted(dataclasses.asdict(settings).items()) if k not in skipped}
+        inputs = [[u.path, u.kind, u.row_group, u.first_row, u.fingerprint] for u in units]
+        return cls(job, tool_version(), json.loads(json.dumps(values)), inputs, json.loads(json.dumps(extra)))
+
+    @property
+    def key(self) -> str:
+        return hashlib.sha256(self.to_json().encode()).hexdigest()[:20]
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True, indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> WorkDescription:
+        return cls(**json.loads(text))
+
+    def difference(self, old: WorkDescription) -> str:
+        """Why ``old`` work cannot serve this run, in a few words ("" when it can)."""
+        if old.job != self.job:
+            return f"it was the {old.job} job's"
+        if old.tool != self.tool:
+            return f"the tool changed ({old.tool} -> {self.tool})"
+        for name in sorted(set(old.settings) | set(self.settings)):
+            a, b = old.settings.get(name), self.settings.get(name)
+            if a != b:
+                return f"--{name.replace('_', '-')} changed ({a} -> {b})"
+        for name in sorted(set(old.extra) | set(self.extra)):
+            if old.extra.get(name) != self.extra.get(name):
+                return EXTRA_CHANGES.get(name, f"the {name} changed")
+        old_files = {u[0]: u[4] for u in old.inputs}
+        new_files = {u[0]: u[4] for u in self.inputs}
+        for path in sorted(set(old_files) | set(new_files)):
+            if path not in old_files:
+                return f"input file {path} is new"
+            if path not in new_files:
+                return f"input file {path} is gone"
+            if old_files[path] != new_files[path]:
+                return f"input file {path} changed ({old_files[path]} -> {new_files[path]})"
+        if old.inputs != self.inputs:
+            return "the input is cut into other units"
+        return ""
+
+
+EXTRA_CHANGES = {
+    "tokenizer_probe": "the tokenizer encodes differently (its files changed)",
+    "removal_ids": "the ids to leave out changed (--removal-list, removals.txt or a pending removal)",
+}
+
+
+class SavedWork:
+    """The work directory of one run description under an output's temporary directory."""
+
+    def __init__(self, output: str, description: WorkDescription):
+        self.output = storage.normalize(output)
+        self.description = description
+        self.dir_name = WORK_PREFIX + description.key
+        self.url = storage.join(self.output, layout.TEMP_DIR_NAME, self.dir_name)
+        self.done: set[int] = set()  # the units finished when the run was launched
+
+    @property
+    def spill_url(self) -> str:
+        return storage.join(self.url, "spill")
+
+    @property
+    def units_url(self) -> str:
+        return storage.join(self.url, UNITS_DIR)
+
+    def marker_url(self, index: int) -> str:
+        return storage.join(self.units_url, f"{index:06d}{MARKER_SUFFIX}")
+
+    def begin(self) -> None:
+        """Create the directory and its description (before any unit is done)."""
+        storage.write_atomic(storage.join(self.url, DESCRIPTION_NAME), self.description.to_json().encode())
+
+    def done_units(self) -> set[int]:
+        """The units whose marker exists."""
+        return done_units(self.url)
+
+
+def done_units(work_url: str) -> set[int]:
+    fs, units = storage.filesystem(storage.join(work_url, UNITS_DIR))
+    try:
+        names = [posixpath.basename(p.rstrip("/")) for p in fs.ls(units, detail=False)]
+    except FileNotFoundError:
+        return set()
+    stems = [n[:-len(MARKER_SUFFIX)] for n in names if n.endswith(MARKER_SUFFIX)]
+    return {int(stem) for stem in stems if stem.isdigit()}
+
+
+def read_description(work_url: str) -> WorkDescription | None:
+    """The description a work directory was made for; None when it has none or an unreadable one."""
+    fs, path = storage.filesystem(storage.join(work_url, DESCRIPTION_NAME))
+    try:
+        return WorkDescription.from_json(fs.cat_file(path).decode("utf-8"))
+    except (FileNotFoundError, ValueError, TypeError):
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class UnitOutputs:
+    """Everything one unit gave: its main outputs and, by tag, its side outputs; and the size of each
+    file the outputs point into, checked before the marker is trusted again."""
+
+    main: list
+    side: dict[str, list]
+    files: dict[str, int]
+
+    def to_bytes(self) -> bytes:
+        return pickle.dumps((MARKER_VERSION, self.main, self.side, self.files), protocol=pickle.HIGHEST_PROTOCOL)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> UnitOutputs | None:
+        # The tool's own file, written by ProcessUnitsFn under the output's temporary directory.
+        version, main, side, files = pickle.loads(data)  # noqa: S301
+        return cls(main, side, files) if version == MARKER_VERSION else None
+
+    def emit(self):
+        yield from self.main
+        for tag, values in self.side.items():
+            for value in values:
+                yield beam.pvalue.TaggedOutput(tag, value)
+
+
+def load_marker(fs, marker_path: str) -> UnitOutputs | None:
+    """A unit's saved outputs, or None when the marker or any file it points into is missing or
+    not the size it had when the unit finished (then the unit is redone)."""
+    try:
+        saved = UnitOutputs.from_bytes(fs.cat_file(marker_path))
+    except FileNotFoundError:
+        return None
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, ImportError) as e:
+        log.warning("redoing the unit of %s: its marker cannot be read (%s)", marker_path, e)
+        return None
+    if saved is None:
+        return None
+    for path, size in saved.files.items():
+        try:
+            now = fs.size(path)
+        except FileNotFoundError:
+            now = None
+        if now != size:
+            log.warning("redoing the unit of %s: %s is %s bytes, it was %d", marker_path, path, now, size)
+            return None
+    return saved
+
+
+class ProcessUnitsFn(beam.DoFn):
+    """(index, InputUnit, done) in; the unit's work through the spill, recorded by a marker, out.
+
+    ``read`` is a DoFn taking an InputUnit, ``steps`` DoFns each taking the previous one's main
+    outputs, ``spill`` a SpillTokensFn. Each unit is a bundle of its own as far as they can tell
+    (start_bundle, process, finish_bundle), so it gets spill files of its own. Side outputs
+    (TaggedOutputs) of every step are the step's side outputs; ``spill``'s main outputs are its
+    main output. A unit that was ``done`` at launch is
+    not read: its marker's outputs are emitted, unless its files are gone (then it is redone).
+    """
+
+    def __init__(self, work: SavedWork, read: beam.DoFn, steps: Sequence[beam.DoFn], spill: beam.DoFn):
+        self._work = work
+        self._fns = (read, *steps, spill)
+        self._resumed = beam.metrics.Metrics.counter("pretokenize", "units_resumed")
+        self._processed = beam.metrics.Metrics.counter("pretokenize", "units_processed")
+
+    def setup(self):
+        # The steps (a tokenizer among them) are set up for the first unit that is not done: a
+        # worker that only replays markers never loads them.
+        self._ready = False
+        self._fs, _ = storage.filesystem(self._work.url)
+
+    def _set_up_steps(self):
+        if not self._ready:
+            for fn in self._fns:
+                fn.setup()
+            self._ready = True
+
+    def teardown(self):
+        if self._ready:
+            for fn in self._fns:
+                fn.teardown()
+
+    def process(self, element):
+        index, unit, done = element
+        marker = storage.filesystem(self._work.marker_url(index))[1]
+        if done:
+            saved = load_marker(self._fs, marker)
+            if saved is not None:
+                self._resumed.inc()
+                yield from saved.emit()
+                return
+        self._set_up_steps()
+        spill = self._fns[-1]
+        main: list = []
+        side: dict[str, list] = collections.defaultdict(list)
+        for fn in self._fns:
+            fn.start_bundle()
+        self._run(0, unit, main, side)
+        # 1. The unit's files are closed (whole, or uploaded), 2. then its marker is written in one
+        # piece, 3. then its outputs leave: no marker ever points at a file still being written.
+        for step, fn in enumerate(self._fns):
+            for out in fn.finish_bundle() or ():
+                self._route(step, out, main, side)
+        files = {path: self._fs.size(path) for path in spill.written_files()}
+        saved = UnitOutputs(main, dict(side), files)
+        storage.write_atomic(self._work.marker_url(index), saved.to_bytes())
+        self._processed.inc()
+        yield from saved.emit()
+
+    def _run(self, step: int, element, main: list, side: dict) -> None:
+        for out in self._fns[step].process(element) or ():
+            self._route(step, out, main, side)
+
+    def _route(self, step: int, out, main: list, side: dict) -> None:
+        """One output of step ``step``: kept as a side output, kept as the unit's output (the last
+        step's), or given to the next step."""
+        if isinstance(out, beam.pvalue.TaggedOutput):
+            value = out.value.value if isinstance(out.value, WindowedValue) else out.value
+            side[out.tag].append(value)
+            return
+        out = out.value if isinstance(out, WindowedValue) else out
+        if step == len(self._fns) - 1:
+            main.append(out)
+        else:
+            self._run(step + 1, out, main, side)
+
+
+class ProcessUnits(beam.PTransform):
+    """Input units in (planned at launch), the spilled references and every step's side outputs out.
+
+    Example::
+
+        units = ProcessUnits(work, read.units, done, ReadUnitFn(read_config),
+                             [FilterLanguageFn(lid), TokenizeFn(tokenizer)],
+                             SpillTokensFn(shards, bucketed_keys), tags=(DROPPED, RECORDS))
+        refs, drops, records = units.refs, units[DROPPED], units[RECORDS]
+    """
+
+    def __init__(self, work: SavedWork, units: Sequence, done: set[int], read: beam.DoFn,
+                 steps: Sequence[beam.DoFn], spill: beam.DoFn, tags: Sequence[str]):
+        super().__init__()
+        self._work = work
+        self._elements = [(i, u, i in done) for i, u in enumerate(units)]
+        self._fn = ProcessUnitsFn(work, read, steps, spill)
+        self._tags = tuple(tags)
+
+    def expand(self, pbegin):
+        return (
+            pbegin
+            | "ListInputUnits" >> beam.Create(self._elements)
+            | "SpreadInputUnits" >> beam.Reshuffle()
+            | "ProcessUnits" >> beam.ParDo(self._fn).with_outputs(*self._tags, main="refs")
+        )
