@@ -140,8 +140,9 @@ def test_the_job_writes_the_chapter_loop_merges(tmp_path, alphabet, pattern):
     corpus = tmp_path / "persuasion.jsonl"
     corpus.write_text(json.dumps({"id": "persuasion-1", "text": TEXT}) + "\n")
     out = tmp_path / "tok"
-    assert cli.main(["train-bpe", "--input", str(corpus), "--output", str(out), "--language", "none", "--token-count-field", "none",
-                     "--alphabet", alphabet, "--pattern", pattern, "--merges", "500", "--runner=FnApiRunner"]) == 0
+    assert cli.main(["train-bpe", "--input", str(corpus), "--output", str(out), "--language", "none",
+                     "--token-count-field", "none", "--alphabet", alphabet, "--pattern", pattern, "--merges", "500",
+                     "--runner=FnApiRunner"]) == 0
     lines = (out / "tokenizer.tiktoken").read_text().splitlines()
     tokens = [base64.b64decode(line.split()[0]) for line in lines]
     strings = [bytes([b]) for b in range(256)] if chars is None else [c.encode() for c in chars]

@@ -41,8 +41,8 @@ def train(tmp: Path, *flags: str) -> Path:
 @pytest.fixture(scope="module", params=["qwen2", "gpt2"])
 def trained(request, tmp_path_factory) -> tuple[str, Path]:
     """A tokenizer learnt from every document of the sample (all languages), once per pattern."""
-    out = train(tmp_path_factory.mktemp(request.param), "--language", "none", "--token-count-field", "none", "--vocab-size", "3000",
-                "--pattern", request.param)
+    out = train(tmp_path_factory.mktemp(request.param), "--language", "none", "--token-count-field", "none",
+                "--vocab-size", "3000", "--pattern", request.param)
     return request.param, out
 
 
@@ -213,8 +213,8 @@ def test_scaffold_job_takes_a_tokenizer_with_gpt2_id_layout(tmp_path):
     corpus = tmp_path / "words.jsonl"
     corpus.write_text("".join(json_.dumps({"id": f"d{i}", "text": " ".join(words[i::4])}) + "\n" for i in range(4)))
     tok = tmp_path / "tok"
-    assert cli.main(["train-bpe", "--input", str(corpus), "--output", str(tok), "--language", "none", "--token-count-field", "none",
-                     "--pattern", "gpt2", "--vocab-size", "50257", FNAPI]) == 0
+    assert cli.main(["train-bpe", "--input", str(corpus), "--output", str(tok), "--language", "none",
+                     "--token-count-field", "none", "--pattern", "gpt2", "--vocab-size", "50257", FNAPI]) == 0
     assert "vocabulary size: 50257" in (tok / files.STATS_NAME).read_text()
     out = tmp_path / "scaffold"
     plain = REPO / "tests" / "data" / "scaffold" / "por_plain.jsonl"
