@@ -32,6 +32,8 @@ import numpy as np
 
 from shards import layout, llmc, storage
 from shards import tree as ownership
+from shards.card import CARD_NAME
+from shards.provenance import STATS_JSON_NAME
 from transforms.core import read
 from transforms.core.batches import DocBatch
 from transforms.core.read import InputUnit, ReadConfig
@@ -335,10 +337,12 @@ def bucketed(options) -> str:
     return "\n".join(lines)
 
 
-# The files a finished tree has besides its shards (shards.tree's record, the core's checksums and
-# stats, the bucketed format's manifest).
-BUCKETED_FILES = (layout.MANIFEST_NAME, layout.CHECKSUMS_NAME, layout.STATS_NAME, ownership.RECORD_NAME)
-SCAFFOLD_FILES = (layout.CHECKSUMS_NAME, layout.STATS_NAME, ownership.RECORD_NAME)
+# The files a finished tree has besides its shards (shards.tree's record, the core's checksums, stats
+# and description, the bucketed format's manifest).
+DESCRIPTION_FILES = (STATS_JSON_NAME, CARD_NAME)
+BUCKETED_FILES = (layout.MANIFEST_NAME, layout.CHECKSUMS_NAME, *DESCRIPTION_FILES, layout.STATS_NAME,
+                  ownership.RECORD_NAME)
+SCAFFOLD_FILES = (layout.CHECKSUMS_NAME, *DESCRIPTION_FILES, layout.STATS_NAME, ownership.RECORD_NAME)
 
 
 def scaffold(options) -> str:
