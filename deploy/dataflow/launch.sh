@@ -35,7 +35,7 @@ fi
 JOB_NAME=${JOB_NAME:-pretokenize-$JOB-$(date -u +%Y%m%d-%H%M%S)}
 # Tokenizing is CPU-bound, one SDK process per vCPU; memory per process stays small (SIZING.md).
 MACHINE_TYPE=${MACHINE_TYPE:-n2-standard-8}
-NUM_WORKERS=${NUM_WORKERS:-4}     # SIZING.md: the first row (about 14 minutes of processing at 50 % efficiency)
+NUM_WORKERS=${NUM_WORKERS:-4}     # SIZING.md: the first row (7.4 vCPU-hours on 32 vCPUs, about 14 minutes of processing at 50 % efficiency)
 MAX_WORKERS=${MAX_WORKERS:-16}    # room for autoscaling if the real efficiency is lower
 # Tokens never touch the workers' disks (spill and staging files are on GCS), and the shuffle is of
 # only pointers to per-batch references through Dataflow Shuffle: the boot disk only holds the images.
