@@ -782,6 +782,36 @@ def scale_only(args: argparse.Namespace, runner_keys: list[str], started: float)
     return 0
 
 
+LONG_HEADING = "## Long documents per backend"
+
+
+def long_only(args: argparse.Namespace, started: float) -> int:
+    """``--only long``: each jet-nemotron backend on the documents without whitespace, its section
+    of ``args.out`` rewritten in place (the full bench's section covers every spec)."""
+    corpus_dir, _ = corpus_mod.ensure(args.cache, args.target_mb)
+    texts = kept_texts(corpus_dir / "base")
+    specs = {"jet-nemotron, quicktok (no cuts)": ("jet-nemotron", "quicktok"),
+             "jet-nemotron, tiktoken (cuts)": ("jet-nemotron", "tiktoken")}
+    docs = long_documents(corpus_dir / "base", texts, int(args.long_doc_mb * MB))
+    rows = long_doc_rows(specs, ordinary_sample(texts), docs, args.repeats)
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    section = [
+        LONG_HEADING,
+        "",
+        f"Measured by `tests/bench/run_bench.py --only long` {date}: as in the {args.long_doc_mb:g} MB section"
+        " above, for each backend of jet-nemotron as the job runs it (quicktok without cuts: it is linear on"
+        " long runs; tiktoken with the cuts of transforms.core.encoders). Each row is relative to that"
+        " backend's own ordinary text; its µs/byte column compares the backends.",
+        "",
+        *long_table(rows),
+    ]
+    old = args.out.read_text() if args.out.is_file() else ""
+    args.out.write_text(splice_section(old if old.strip() else "# Benchmarks\n", section, LONG_HEADING))
+    print("\n" + "\n".join(section))
+    print(f"wrote the long-documents section of {args.out}; it took {(time.perf_counter() - started) / 60:.1f} minutes")
+    return 0
+
+
 def backends_only(args: argparse.Namespace, started: float) -> int:
     """``--only backends``: the tokenizer backends section alone, rewritten in place in ``args.out``."""
     corpus_dir, _ = corpus_mod.ensure(args.cache, args.target_mb)
@@ -805,7 +835,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=2,
                    help="runs of the per-core rows (raw, encoder, 1-worker job, long documents); the best counts")
     p.add_argument("--out", type=Path, default=REPO / "BENCHMARKS.md")
-    p.add_argument("--only", choices=["scale", "backends"],
+    p.add_argument("--only", choices=["scale", "backends", "long"],
                    help="run only this part and rewrite only its section of --out")
     p.add_argument("--scale-docs", type=int, default=scale_corpus.DEFAULT_DOCUMENTS,
                    help="documents in the scale rehearsal's corpus")
@@ -828,6 +858,8 @@ def main(argv: list[str] | None = None) -> int:
         return scale_only(args, runner_keys, started)
     if args.only == "backends":
         return backends_only(args, started)
+    if args.only == "long":
+        return long_only(args, started)
 
     print(f"corpus: building or reusing {args.target_mb:g} MB under {args.cache}", flush=True)
     corpus_dir, info = corpus_mod.ensure(args.cache, args.target_mb)
