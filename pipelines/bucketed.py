@@ -41,12 +41,14 @@ def make_parser() -> argparse.ArgumentParser:
     p = common.job_parser("bucketed", "Tokenize parquet/JSONL documents into length-bucketed uint32 shards "
                           "(FinePDFs-Edu layout).", ".parquet/.jsonl files")
     common.add_document_filter_flags(p, d)
-    flag(p, "tokenizer", default=d.tokenizer, help="jet-nemotron | gpt2 | tiktoken:PATH | hf:NAME_OR_PATH")
+    flag(p, "tokenizer", default=d.tokenizer,
+         help="jet-nemotron | jet-nemotron:PATH | gpt2 | tiktoken:PATH | hf:NAME_OR_PATH | trained:DIR")
     flag(p, "tokenizer-backend", default=d.tokenizer_backend, choices=list(BACKENDS),
          help="auto: quicktok where it encodes the tokenizer exactly (jet-nemotron), else tiktoken")
     flag(p, "tokenizer-threads", type=int, default=d.tokenizer_threads,
          help="threads of quicktok's batch call per worker (more only for a local run on a large machine)")
-    flag(p, "eos-token", default=None, help="for hf: tokenizers, the token appended as EOS (default: its eos)")
+    flag(p, "eos-token", default=None,
+         help="for hf: and trained: tokenizers, the token appended as EOS (default: its eos)")
     flag(p, "dtype", default=d.dtype, choices=sorted(layout.DTYPES), help="token dtype on disk")
     flag(p, "partitions", type=int, default=d.partitions, help="partitions per bucket")
     flag(p, "max-shard-bytes", type=float, default=d.max_shard_bytes, help="roll to a new file before this size")

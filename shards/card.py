@@ -143,6 +143,32 @@ def _provenance(doc: dict) -> list[str]:
 # --- the bucketed layout ---------------------------------------------------------------------------
 
 
+# The filter's fields when the flags do not name them (trees written before the field flags).
+_DEFAULT_FIELDS = {"language_fields": "language,page_average_lid", "lid_score_field": "page_average_lid_score",
+                   "token_count_field": "token_count"}
+_OFF = "none"
+
+
+def _kept_when(flags: dict, filt: dict) -> list[str]:
+    """The filter's conditions as the run applied them, from its field flags (``none`` turns a
+    check off; --language none turns off the language fields and the score)."""
+    def field(name: str) -> str:
+        return flags.get(name) or _DEFAULT_FIELDS[name]
+
+    language = flags.get("language", filt["language"])
+    out = []
+    if language != _OFF:
+        names = [f"`{f.strip()}`" for f in field("language_fields").split(",") if f.strip()]
+        verb = "is" if len(names) == 1 else "are"
+        out.append(f"{' and '.join(names)} {verb} `{language}`")
+        if field("lid_score_field") != _OFF:
+            out.append(f"`{field('lid_score_field')}` ≥ {filt['lid_threshold']}")
+    if field("token_count_field") != _OFF:
+        out.append(f"`{field('token_count_field')}` ≥ {filt['min_token_count']}")
+    out.append("the text is not empty")
+    return out
+
+
 def _bucketed(doc: dict) -> list[str]:
     tok, docs, flags = doc["tokenizer"], doc["documents"], doc["flags"]
     dtype, eos = tok["dtype"], tok["eos_id"]
@@ -150,7 +176,7 @@ def _bucketed(doc: dict) -> list[str]:
     partitions = doc["layout"]["partitions"]
     kept, tokens = docs["kept"], doc["tokens"]
     special_ids = flags.get("special_tokens") == "tokenizer"
-    filt = doc["filter"]
+    kept_when = _kept_when(flags, doc["filter"])
     lines = _front_matter(doc, "Pre-tokenized, length-bucketed token shards",
                           ["pretokenized", "length-bucketed", "beam-pretokenize"])
     lines += [
@@ -167,8 +193,7 @@ def _bucketed(doc: dict) -> list[str]:
         "| | |",
         "|---|---|",
         f"| **Input** | {_input_line(doc)} |",
-        f"| **Kept when** | `language` and `page_average_lid` are `{filt['language']}`, "
-        f"`page_average_lid_score` ≥ {filt['lid_threshold']}, `token_count` ≥ {filt['min_token_count']} |",
+        f"| **Kept when** | {', '.join(kept_when)} |",
         f"| **Tokenizer** | `{tok['spec']}`: ids below {n(tok['vocab_size'])}, EOS `{eos}` |",
         f"| **Content** | token ids only, little-endian `{dtype}` ({itemsize} bytes a token); no text |",
         f"| **Documents kept** | **{n(kept)}** of {n(docs['read'])} read ({share(kept, docs['read'])} kept) |",
@@ -181,9 +206,8 @@ def _bucketed(doc: dict) -> list[str]:
         "## How it was made",
         "",
         f"1. **Read** {_input_line(doc)} (the list is under [Provenance](#provenance)).",
-        f"2. **Kept** a document only when its `language` and `page_average_lid` both equal `{filt['language']}`, "
-        f"its `page_average_lid_score` is at least {filt['lid_threshold']} and its `token_count` at least "
-        f"{filt['min_token_count']}; every other document was dropped and counted by reason (below).",
+        f"2. **Kept** a document only when {'; '.join(kept_when)}; every other document was dropped and counted "
+        "by reason (below).",
     ]
     if "removal_list" in doc:
         rl = doc["removal_list"]

@@ -221,6 +221,10 @@ def test_the_scaffold_job_names_its_text_flag_too(tmp_path, capsys):
         (["--language-fields", "row"], "--language-fields (or --language none): 'row' cannot be a filter field"),
         (["--language-fields", "lid_score"], "'lid_score' is named twice, or as another drop reason"),
         (["--lid-score-field", "id"], "the field 'id' is named twice"),
+        (["--language", "none", "--lid-threshold", "0.95"],
+         "--lid-threshold 0.95 would be ignored: --language none checks no LID score"),
+        (["--lid-score-field", "none", "--lid-threshold", "0.5"],
+         "--lid-threshold 0.5 would be ignored: --lid-score-field none checks no LID score"),
     ],
 )
 def test_field_flags_that_cannot_work_are_refused_at_launch(tmp_path, capsys, flags, message):

@@ -382,3 +382,21 @@ def test_a_card_of_a_tree_with_no_documents():
     assert "This tree holds no documents." in card and "```python" not in card
     assert "| **Documents kept** | **0** of 1 read (0.0% kept) |" in card
     assert "| **Total** | | **0** | **0** | - | **0** |" in card
+
+
+def test_the_card_names_the_filter_the_field_flags_chose():
+    from shards.card import render
+
+    base = {"input": "in.parquet", "max_shard_bytes": 1000}
+    finepdfs = render(_bucketed_doc({"1024": 3}, base))
+    assert ("| **Kept when** | `language` and `page_average_lid` are `eng_Latn`, `page_average_lid_score` ≥ 0.9, "
+            "`token_count` ≥ 1, the text is not empty |") in finepdfs
+    fineweb = render(_bucketed_doc({"1024": 3}, {**base, "language": "en", "language_fields": "language",
+                                                 "lid_score_field": "language_score"}))
+    assert "| **Kept when** | `language` is `en`, `language_score` ≥ 0.9, `token_count` ≥ 1, the text is not empty |" \
+        in fineweb
+    assert "page_average_lid" not in fineweb
+    plain = render(_bucketed_doc({"1024": 3}, {**base, "language": "none", "token_count_field": "none"}))
+    assert "| **Kept when** | the text is not empty |" in plain
+    assert "2. **Kept** a document only when the text is not empty;" in plain
+    assert "page_average_lid" not in plain and "`token_count`" not in plain.split("## Provenance")[0]

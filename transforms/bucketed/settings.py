@@ -38,6 +38,11 @@ class InputFields:
 
     def check_fields(self) -> None:
         """A bad combination fails here, when the flags are parsed, naming the flag."""
+        default_threshold = type(self).__dataclass_fields__["lid_threshold"].default
+        if self.lid_threshold != default_threshold and OFF in (self.language, self.lid_score_field):
+            flag = "--language" if self.language == OFF else "--lid-score-field"
+            raise ValueError(f"--lid-threshold {self.lid_threshold} would be ignored: {flag} {OFF} checks no LID "
+                             "score")
         if self.language != OFF and not self._language_fields():
             raise ValueError(f"--language-fields names no field to check --language {self.language} in "
                              f"(--language {OFF} turns the language filter off)")
