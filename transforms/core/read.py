@@ -71,6 +71,7 @@ from transforms.core.batches import DocBatch
 from transforms.core.drops import Drops
 from transforms.core.progress import Planned, Progress
 from transforms.core.records import DROPPED, BadInputError, BadRecord, Document
+from transforms.core.spread import SpreadEvenly
 
 log = logging.getLogger(__name__)
 
@@ -182,6 +183,13 @@ class InputUnit(NamedTuple):
     first_row: int  # index in its file of the unit's first row
     fingerprint: str = ""  # size and version of the file when the job was planned
     rows: int = -1  # rows of a parquet row group; -1 when unknown until read (jsonl)
+    # What the unit costs to work through, for spreading units over workers (transforms.core.spread):
+    # the text column's uncompressed bytes in a parquet row group, the file's size for JSON.
+    text_bytes: int = -1
+
+
+def unit_cost(unit: InputUnit) -> int:
+    return unit.text_bytes
 
 
 def check_unchanged(unit: InputUnit) -> None:
@@ -289,7 +297,7 @@ def _plan_file(path: str, config: ReadConfig) -> list[InputUnit]:
     fingerprint = file_fingerprint(fs, fs_path)
     if kind == "jsonl":
         kind = "json" if config.json_values and _is_json_text(path) else "jsonl"
-        return [InputUnit(path, kind, -1, 0, fingerprint)]
+        return [InputUnit(path, kind, -1, 0, fingerprint, text_bytes=fs.size(fs_path) or 0)]
     try:
         with fs.open(fs_path, "rb") as f:
             meta = pq.ParquetFile(f).metadata
@@ -298,11 +306,20 @@ def _plan_file(path: str, config: ReadConfig) -> list[InputUnit]:
     check_parquet_schema(path, meta.schema.to_arrow_schema(), config.fields())
     units, first = [], 0
     for rg in range(meta.num_row_groups):
-        rows = meta.row_group(rg).num_rows
+        group = meta.row_group(rg)
+        rows = group.num_rows
         if rows:
-            units.append(InputUnit(path, "parquet", rg, first, fingerprint, rows))
+            units.append(InputUnit(path, "parquet", rg, first, fingerprint, rows, _text_bytes(group, config.text_field)))
         first += rows
     return units
+
+
+def _text_bytes(group: pq.RowGroupMetaData, text_field: str) -> int:
+    for i in range(group.num_columns):
+        column = group.column(i)
+        if column.path_in_schema == text_field:
+            return column.total_uncompressed_size
+    return -1
 
 
 def plan_input(config: ReadConfig, threads: int = 16) -> list[InputUnit]:
@@ -891,8 +908,7 @@ class ReadDocuments(beam.PTransform):
     def expand(self, pbegin):
         return (
             pbegin
-            | "ListInputUnits" >> beam.Create(self.units)
-            | "SpreadInputUnits" >> beam.Reshuffle()
+            | "SpreadInputUnits" >> SpreadEvenly(self.units, unit_cost)
             # The share of the planned rows is logged where the workers can add up their counts (a
             # local run); a remote runner's UI shows progress of its own.
             | "ReadUnits" >> beam.ParDo(ReadUnitFn(self._config, self.planned if self._progress_dir else None,

@@ -41,6 +41,8 @@ import apache_beam as beam
 from apache_beam.utils.windowed_value import WindowedValue
 
 from shards import layout, storage
+from transforms.core.read import unit_cost
+from transforms.core.spread import SpreadEvenly
 
 log = logging.getLogger(__name__)
 
@@ -340,7 +342,7 @@ class ProcessUnits(beam.PTransform):
     def expand(self, pbegin):
         return (
             pbegin
-            | "ListInputUnits" >> beam.Create(self._elements)
-            | "SpreadInputUnits" >> beam.Reshuffle()
+            # A unit done at launch only replays its marker: it costs next to nothing.
+            | "SpreadInputUnits" >> SpreadEvenly(self._elements, lambda e: 0 if e[2] else unit_cost(e[1]))
             | "ProcessUnits" >> beam.ParDo(self._fn).with_outputs(*self._tags, main="refs")
         )
