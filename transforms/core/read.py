@@ -309,7 +309,8 @@ def _plan_file(path: str, config: ReadConfig) -> list[InputUnit]:
         group = meta.row_group(rg)
         rows = group.num_rows
         if rows:
-            units.append(InputUnit(path, "parquet", rg, first, fingerprint, rows, _text_bytes(group, config.text_field)))
+            text_bytes = _text_bytes(group, config.text_field)
+            units.append(InputUnit(path, "parquet", rg, first, fingerprint, rows, text_bytes))
         first += rows
     return units
 
