@@ -2,6 +2,7 @@
 run again, against a clean run of the same corpus; prints the BENCHMARKS.md row.
 
     .venv/bin/python tests/bench/resume_bench.py [--cache DIR] [--target-mb 160] [--corpus base|x3] [--at 0.8] [--floor]
+        [--backend auto|quicktok|tiktoken]
 
 Three runs of the bucketed job on the bench corpus (corpus.py), each the CLI in a subprocess on the
 in-process FnApiRunner: a clean run; a run killed as soon as the fraction ``--at`` of the units
@@ -71,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--at", type=float, default=0.8, help="share of the input units done when the run is killed")
     p.add_argument("--floor", action="store_true",
                    help="also kill once every unit is done: what a resumed run costs with nothing left to tokenize")
+    p.add_argument("--backend", default="auto", choices=("auto", "quicktok", "tiktoken"),
+                   help="the job's --tokenizer-backend (tiktoken: the reference, about half quicktok's speed)")
     args = p.parse_args(argv)
     corpus_dir, info = corpus_mod.ensure(args.cache, args.target_mb)
     base = corpus_dir / args.corpus
@@ -79,9 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     work = args.cache / "runs" / "resume"
     clean_out = work / "clean"
     subprocess.run(["rm", "-rf", str(work)], check=True)
-    flags = ["--runner=FnApiRunner"]
-    print(f"corpus: {args.corpus}, {mb:.0f} MB of text, {total} input units; load average {os.getloadavg()[0]:.1f} "
-          f"on {os.cpu_count()} cores", flush=True)
+    flags = ["--runner=FnApiRunner", "--tokenizer-backend", args.backend]
+    print(f"corpus: {args.corpus}, {mb:.0f} MB of text, {total} input units; --tokenizer-backend {args.backend}; "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
 
     clean_s, _ = timed_run([*JOB, "--input", str(base), "--output", str(clean_out), *flags])
     print(f"clean run: {clean_s:.1f} s", flush=True)
@@ -99,8 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         ratio = resumed_s / clean_s
         verdict = "met" if ratio <= 0.35 else "NOT met"
         rows.append(f"| resume after a kill -9 at {done}/{total} units ({done / total:.0%}), {mb:.0f} MB, FnApiRunner "
-                    f"1 worker | {clean_s:.1f} s | {resumed_s:.1f} s | {ratio:.2f} | <= 0.35: {verdict} | "
-                    f"{'identical' if identical else 'DIFFERENT'} |")
+                    f"1 worker, {args.backend} | {clean_s:.1f} s | {resumed_s:.1f} s | {ratio:.2f} | <= 0.35: "
+                    f"{verdict} | {'identical' if identical else 'DIFFERENT'} |")
     print()
     print("| figure | clean run | resumed run | resumed / clean | target | bytes |")
     print("|---|---:|---:|---:|---|---|")
