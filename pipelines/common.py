@@ -199,8 +199,9 @@ def prepare_output(output: str, kind: str, inputs: list[str] = (), keep: tuple[s
     for path in inputs:
         if tree.inside(path, output):
             raise UsageError(f"--input {path} is inside --output {output}; write the output elsewhere")
+    dry_run = _DRY_RUN.get()
     try:
-        tree.claim(output, kind)
+        tree.claim(output, kind, write=not dry_run)
     except (tree.NotOurTreeError, storage.Unreachable) as e:
         raise UsageError(str(e)) from None
     except OSError as e:
@@ -208,6 +209,12 @@ def prepare_output(output: str, kind: str, inputs: list[str] = (), keep: tuple[s
     fs, root = storage.filesystem(output)
     temp_root = f"{root.rstrip('/')}/{layout.TEMP_DIR_NAME}"
     saved = resume.SavedWork(output, work) if work is not None else None
+    if dry_run:
+        # The job is only translated: the output is checked, and nothing in it changes (an earlier
+        # run's leftovers, or a real run going on into it, are left alone).
+        if saved is not None:
+            saved.done = saved.done_units()
+        return saved
     if fs.isdir(temp_root):
         for leftover in fs.ls(temp_root, detail=False):
             name = posixpath.basename(leftover.rstrip("/"))
@@ -441,7 +448,8 @@ def run_job(
             return None
         dry_run = is_dry_run(pipeline_options)
         pipeline = beam.Pipeline(options=pipeline_options)
-        build(pipeline, options, run_id)
+        with building(dry_run):
+            build(pipeline, options, run_id)
     output = storage.normalize(options.output)
     result = None
     interrupted = []
@@ -478,13 +486,36 @@ def run_job(
     _remove_progress(pipeline_options, run_id)
     seconds = time.monotonic() - start
     if dry_run:
-        abandon_run(output, run_id)
-        print(f"dry run: the job was translated for {runner_name(pipeline_options)} and not submitted; "
-              f"no shards or stats were written to {output}", flush=True)
+        print(end_dry_run(output, run_id, pipeline_options), flush=True)
         return None
     stats = read_stats(options.output)
     print(summary_table(stats, storage.normalize(options.output), seconds), flush=True)
     return stats
+
+
+# Set while a --dry_run job is built: prepare_output checks the output and changes nothing in it.
+_DRY_RUN = contextvars.ContextVar("dry_run", default=False)
+
+
+@contextlib.contextmanager
+def building(dry_run: bool):
+    """The job is built inside: for a dry run (``dry_run``), launching leaves the output as it is."""
+    token = _DRY_RUN.set(dry_run)
+    try:
+        yield
+    finally:
+        _DRY_RUN.reset(token)
+
+
+def end_dry_run(output: str, run_id: str, pipeline_options: PipelineOptions) -> str:
+    """After a dry run's translation: its own run directory (if building made one) goes, nothing
+    else in the output; the line saying so."""
+    fs, root = storage.filesystem(output)
+    run_dir = posixpath.join(root.rstrip("/"), layout.TEMP_DIR_NAME, run_id)
+    if fs.exists(run_dir):
+        fs.rm(run_dir, recursive=True)
+    return (f"dry run: the job was translated for {runner_name(pipeline_options)} and not submitted; "
+            f"nothing was written to {output}")
 
 
 # Set by submit_only(): run_job returns once the runner has accepted the job.

@@ -225,21 +225,27 @@ def summary_table(stats: files.TrainingStats, output: str, count_seconds: tuple[
     return "\n".join(lines)
 
 
-def run(argv: list[str] | None = None) -> files.TrainingStats:
-    """Parse, count on Beam, learn and publish on the launcher, print the summary."""
+def run(argv: list[str] | None = None) -> files.TrainingStats | None:
+    """Parse, count on Beam, learn and publish on the launcher, print the summary (None: --dry_run
+    translated the job for a remote runner and ran nothing)."""
     argv = list(argv or [])
     start = time.monotonic()
     run_id = common.new_run_id()
     with common.launching():
         options, pipeline_options = parse_args(argv)
+        dry_run = common.is_dry_run(pipeline_options)
         pipeline = beam.Pipeline(options=pipeline_options)
-        build(pipeline, options, run_id)
+        with common.building(dry_run):
+            build(pipeline, options, run_id)
     output = storage.normalize(options.output)
     launch_seconds = time.monotonic() - start
     result = None
     try:
         try:
             result = pipeline.run()
+            if dry_run:
+                print(common.end_dry_run(output, run_id, pipeline_options), flush=True)
+                return None
             result.wait_until_finish()
         except BaseException as e:
             if result is not None and isinstance(e, KeyboardInterrupt):

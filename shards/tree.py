@@ -131,11 +131,12 @@ def temp_url(url: str) -> str:
     return storage.join(url, layout.TEMP_DIR_NAME)
 
 
-def claim(url: str, kind: str) -> TreeRecord:
+def claim(url: str, kind: str, write: bool = True) -> TreeRecord:
     """Make ``url`` this tool's tree of ``kind``, or refuse: the check every writing job does at launch.
 
     An empty or missing directory is claimed (the record is written before anything else); the
-    tool's own tree of the same kind is reused; anything else raises NotOurTreeError.
+    tool's own tree of the same kind is reused; anything else raises NotOurTreeError. Without
+    ``write`` (a dry run) the same checks, and nothing is written.
     """
     if kind not in KINDS:
         raise ValueError(f"unknown tree kind {kind!r}")
@@ -152,8 +153,9 @@ def claim(url: str, kind: str) -> TreeRecord:
                     f"and no {RECORD_NAME}); write to a new or empty directory"
                 )
             record = TreeRecord(kind)
-            fs.makedirs(root, exist_ok=True)
-            write_record(url, record)
+            if write:
+                fs.makedirs(root, exist_ok=True)
+                write_record(url, record)
             return record
         if record.kind != kind:
             raise NotOurTreeError(

@@ -147,6 +147,45 @@ def test_the_cli_ends_a_dataflow_dry_run_after_translating(tmp_path, capsys):
     assert cli.main(argv) == 0
     printed = capsys.readouterr().out
     assert "dry run: the job was translated for DataflowRunner and not submitted" in printed, printed
-    written = sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) if out.exists() else []
-    assert not [p for p in written if not p.startswith(".pretokenize")], written
-    assert not (out / ".pretokenize-tmp").exists()
+    assert not out.exists(), sorted(p.relative_to(out).as_posix() for p in out.rglob("*"))
+
+
+def _files(root):
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("job", ["bucketed", "train-bpe"])
+def test_a_dry_run_changes_nothing_in_an_existing_output(job, tmp_path, capsys):
+    """A dry run into an output an earlier run left (an interrupted run's directory, saved work of
+    other settings) checks it and leaves every file as it was: a real run would remove both, and
+    a dry run may be aimed at an output a real run is writing."""
+    from pipelines import cli
+    from shards import tree
+
+    out = tmp_path / "out"
+    kind = "bucketed" if job == "bucketed" else "tokenizer"
+    tree.claim(str(out), kind)
+    (out / ".pretokenize-tmp" / "run-20261130-000000-abcdef").mkdir(parents=True)
+    (out / ".pretokenize-tmp" / "run-20261130-000000-abcdef" / "spill-00000.bin").write_bytes(b"\0" * 64)
+    saved = out / ".pretokenize-tmp" / "work-0123456789abcdef0123"
+    (saved / "units").mkdir(parents=True)
+    (saved / "work.json").write_text("{}")
+    (saved / "units" / "000000.done").write_bytes(b"marker")
+    before = _files(out)
+    size = ["--merges", "10"] if job == "train-bpe" else []
+    assert cli.main([job, "--input", str(SAMPLE_PARQUET), "--output", str(out), *size, *DATAFLOW_FLAGS]) == 0
+    assert "dry run: the job was translated for DataflowRunner and not submitted" in capsys.readouterr().out
+    assert _files(out) == before
+
+
+def test_train_bpe_ends_a_dataflow_dry_run_after_translating(tmp_path, capsys):
+    """train-bpe with --dry_run translates the counting for Dataflow and stops there: no merges are
+    learnt from counts that were never made, and nothing is written."""
+    from pipelines import cli
+
+    out = tmp_path / "tok"
+    argv = ["train-bpe", "--input", str(SAMPLE_PARQUET), "--output", str(out), "--vocab-size", "300", *DATAFLOW_FLAGS]
+    assert cli.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert printed.strip().splitlines()[-1].startswith("dry run: the job was translated for DataflowRunner"), printed
+    assert not out.exists()
