@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 import hashlib
 import logging
+import os
 import posixpath
 
 import apache_beam as beam
@@ -104,7 +105,9 @@ def build(pipeline: beam.Pipeline, options: BucketedSettings, run_id: str | None
         sources.append(removals_txt)
         log.warning("%s has a %s: the documents it lists stay out", output, REMOVALS_NAME)
     if pending is not None:
-        pending_list = storage.join(shards.run_url, "pending-removal.txt")
+        scratch = common.dry_run_scratch()  # a dry run writes nothing into the output
+        pending_list = (os.path.join(scratch, "pending-removal.txt") if scratch is not None
+                        else storage.join(shards.run_url, "pending-removal.txt"))
         storage.write_atomic(pending_list, "".join(f"{i}\n" for _, i, _ in pending.removed_rows).encode())
         sources.append(pending_list)
         shards = dataclasses.replace(shards, pending_removal=pending.run)

@@ -13,6 +13,7 @@ import difflib
 import errno
 import posixpath
 import re
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -199,7 +200,7 @@ def prepare_output(output: str, kind: str, inputs: list[str] = (), keep: tuple[s
     for path in inputs:
         if tree.inside(path, output):
             raise UsageError(f"--input {path} is inside --output {output}; write the output elsewhere")
-    dry_run = _DRY_RUN.get()
+    dry_run = dry_run_scratch() is not None
     try:
         tree.claim(output, kind, write=not dry_run)
     except (tree.NotOurTreeError, storage.Unreachable) as e:
@@ -213,7 +214,7 @@ def prepare_output(output: str, kind: str, inputs: list[str] = (), keep: tuple[s
         # The job is only translated: the output is checked, and nothing in it changes (an earlier
         # run's leftovers, or a real run going on into it, are left alone).
         if saved is not None:
-            saved.done = saved.done_units()
+            saved.done = set() if restart else saved.done_units()
         return saved
     if fs.isdir(temp_root):
         for leftover in fs.ls(temp_root, detail=False):
@@ -459,8 +460,13 @@ def run_job(
             if _SUBMIT_ONLY.get():
                 print(submitted_line(result, output, pipeline_options), flush=True)
                 return None
+            if dry_run:
+                print(end_dry_run(output, pipeline_options), flush=True)
+                return None
             result.wait_until_finish()
     except BaseException as e:
+        if dry_run:
+            raise  # it wrote nothing into the output, and must remove nothing there (a real run may be writing)
         _remove_progress(pipeline_options, run_id)
         interrupted = interrupted or isinstance(e, KeyboardInterrupt)
         if result is not None and interrupted:
@@ -485,35 +491,37 @@ def run_job(
         raise
     _remove_progress(pipeline_options, run_id)
     seconds = time.monotonic() - start
-    if dry_run:
-        print(end_dry_run(output, run_id, pipeline_options), flush=True)
-        return None
     stats = read_stats(options.output)
     print(summary_table(stats, storage.normalize(options.output), seconds), flush=True)
     return stats
 
 
-# Set while a --dry_run job is built: prepare_output checks the output and changes nothing in it.
-_DRY_RUN = contextvars.ContextVar("dry_run", default=False)
+# While a --dry_run job is built: a local scratch directory for what building must write (a pending
+# removal's id list), so that prepare_output and the job's build change nothing in the output.
+_DRY_RUN = contextvars.ContextVar("dry_run", default=None)
 
 
 @contextlib.contextmanager
 def building(dry_run: bool):
-    """The job is built inside: for a dry run (``dry_run``), launching leaves the output as it is."""
-    token = _DRY_RUN.set(dry_run)
-    try:
-        yield
-    finally:
-        _DRY_RUN.reset(token)
+    """The job is built inside. For a dry run (``dry_run``), launching leaves the output as it is,
+    and dry_run_scratch() is a local directory, deleted once the job is built (a dry run's job is
+    translated, never run, so nothing reads what was written there afterwards)."""
+    with contextlib.ExitStack() as stack:
+        scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="pretokenize-dry-run-")) if dry_run else None
+        token = _DRY_RUN.set(scratch)
+        try:
+            yield
+        finally:
+            _DRY_RUN.reset(token)
 
 
-def end_dry_run(output: str, run_id: str, pipeline_options: PipelineOptions) -> str:
-    """After a dry run's translation: its own run directory (if building made one) goes, nothing
-    else in the output; the line saying so."""
-    fs, root = storage.filesystem(output)
-    run_dir = posixpath.join(root.rstrip("/"), layout.TEMP_DIR_NAME, run_id)
-    if fs.exists(run_dir):
-        fs.rm(run_dir, recursive=True)
+def dry_run_scratch() -> str | None:
+    """Inside building() for a dry run, where to write what the build needs; else None."""
+    return _DRY_RUN.get()
+
+
+def end_dry_run(output: str, pipeline_options: PipelineOptions) -> str:
+    """The line a dry run ends with, its job translated."""
     return (f"dry run: the job was translated for {runner_name(pipeline_options)} and not submitted; "
             f"nothing was written to {output}")
 

@@ -244,7 +244,7 @@ def run(argv: list[str] | None = None) -> files.TrainingStats | None:
         try:
             result = pipeline.run()
             if dry_run:
-                print(common.end_dry_run(output, run_id, pipeline_options), flush=True)
+                print(common.end_dry_run(output, pipeline_options), flush=True)
                 return None
             result.wait_until_finish()
         except BaseException as e:
@@ -255,7 +255,9 @@ def run(argv: list[str] | None = None) -> files.TrainingStats | None:
         count_seconds = time.monotonic() - start - launch_seconds
         stats, merge_seconds = learn_and_publish(options, run_id, argv)
     except BaseException as e:
-        published = common.abandon_run(output, run_id)
+        if dry_run:
+            raise  # it wrote nothing into the output, and must remove nothing there (a real run may be writing)
+        published, _ = common.abandon_run(output, run_id)
         state = ("the tokenizer is unfinished (publishing had begun, so it has no training_stats.txt): run the "
                  "same command again" if published else "the previous tokenizer is intact")
         if isinstance(e, KeyboardInterrupt):

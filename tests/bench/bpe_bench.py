@@ -10,8 +10,8 @@ so the ratios come from one sitting of the machine:
                 (--direct_running_mode=multi_processing --direct_num_workers=1 and 2), and with one worker
                 in the launcher's process (the FnApiRunner's default), one after the other, --repeats
                 times; the best pipeline wall time of each (the launch, planning the input and claiming
-                the output, is shown apart). Worker processes start, importing Beam, once the pipeline
-                runs: two seconds or so of each process-worker figure that the in-process one has not
+                the output, is shown apart). A worker process starts, importing Beam, once the pipeline
+                runs: its figures include that start, which the in-process worker does without
     merges      train-bpe --vocab-size N, one worker: its merge phase (the launcher's learner alone), wall
                 and CPU seconds
     BpeTrainer  tokenizers' BpeTrainer, vocab_size N with the same pattern (Qwen2's split, byte level),

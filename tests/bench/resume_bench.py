@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--floor", action="store_true",
                    help="also kill once every unit is done: what a resumed run costs with nothing left to tokenize")
     p.add_argument("--backend", default="auto", choices=("auto", "quicktok", "tiktoken"),
-                   help="the job's --tokenizer-backend (tiktoken: the reference, about half quicktok's speed)")
+                   help="the job's --tokenizer-backend (tiktoken: the reference, slower than quicktok)")
     args = p.parse_args(argv)
     corpus_dir, info = corpus_mod.ensure(args.cache, args.target_mb)
     base = corpus_dir / args.corpus

@@ -151,7 +151,22 @@ def test_the_cli_ends_a_dataflow_dry_run_after_translating(tmp_path, capsys):
 
 
 def _files(root):
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    """Every path under ``root``, directories included, with a file's bytes (None for a directory)."""
+    return {p.relative_to(root).as_posix(): p.read_bytes() if p.is_file() else None for p in sorted(root.rglob("*"))}
+
+
+def _earlier_run_leftovers(out, kind):
+    """An output as earlier runs left it: claimed, an interrupted run's directory, saved work."""
+    from shards import tree
+
+    tree.claim(str(out), kind)
+    run = out / ".pretokenize-tmp" / "run-20261130-000000-abcdef"
+    run.mkdir(parents=True)
+    (run / "spill-00000.bin").write_bytes(b"\0" * 64)
+    saved = out / ".pretokenize-tmp" / "work-0123456789abcdef0123"
+    (saved / "units").mkdir(parents=True)
+    (saved / "work.json").write_text("{}")
+    (saved / "units" / "000000.done").write_bytes(b"marker")
 
 
 @pytest.mark.parametrize("job", ["bucketed", "train-bpe"])
@@ -160,17 +175,9 @@ def test_a_dry_run_changes_nothing_in_an_existing_output(job, tmp_path, capsys):
     other settings) checks it and leaves every file as it was: a real run would remove both, and
     a dry run may be aimed at an output a real run is writing."""
     from pipelines import cli
-    from shards import tree
 
     out = tmp_path / "out"
-    kind = "bucketed" if job == "bucketed" else "tokenizer"
-    tree.claim(str(out), kind)
-    (out / ".pretokenize-tmp" / "run-20261130-000000-abcdef").mkdir(parents=True)
-    (out / ".pretokenize-tmp" / "run-20261130-000000-abcdef" / "spill-00000.bin").write_bytes(b"\0" * 64)
-    saved = out / ".pretokenize-tmp" / "work-0123456789abcdef0123"
-    (saved / "units").mkdir(parents=True)
-    (saved / "work.json").write_text("{}")
-    (saved / "units" / "000000.done").write_bytes(b"marker")
+    _earlier_run_leftovers(out, "bucketed" if job == "bucketed" else "tokenizer")
     before = _files(out)
     size = ["--merges", "10"] if job == "train-bpe" else []
     assert cli.main([job, "--input", str(SAMPLE_PARQUET), "--output", str(out), *size, *DATAFLOW_FLAGS]) == 0
@@ -189,3 +196,59 @@ def test_train_bpe_ends_a_dataflow_dry_run_after_translating(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert printed.strip().splitlines()[-1].startswith("dry run: the job was translated for DataflowRunner"), printed
     assert not out.exists()
+
+
+@pytest.mark.parametrize("job", ["bucketed", "train-bpe"])
+def test_a_dry_run_whose_translation_fails_removes_nothing(job, tmp_path, monkeypatch):
+    """The translation raises: the error goes out as it is, and the output's files stay (a failed
+    real run would clear its leftovers and saved work without finished units)."""
+    from apache_beam.runners.dataflow.dataflow_runner import DataflowRunner
+
+    from pipelines import cli
+
+    def fail(self, pipeline, options):
+        raise RuntimeError("translation failed")
+
+    monkeypatch.setattr(DataflowRunner, "run_pipeline", fail)
+    out = tmp_path / "out"
+    _earlier_run_leftovers(out, "bucketed" if job == "bucketed" else "tokenizer")
+    before = _files(out)
+    size = ["--merges", "10"] if job == "train-bpe" else []
+    with pytest.raises(RuntimeError, match="translation failed"):
+        cli.main([job, "--input", str(SAMPLE_PARQUET), "--output", str(out), *size, *DATAFLOW_FLAGS])
+    assert _files(out) == before
+
+
+def test_a_template_launchers_dry_run_changes_nothing(tmp_path, capsys):
+    """A Flex Template's launcher (submit_only) under --dry_run leaves an existing output as it was."""
+    from pipelines import cli, common
+
+    out = tmp_path / "out"
+    _earlier_run_leftovers(out, "bucketed")
+    before = _files(out)
+    with common.submit_only():
+        assert cli.main(["bucketed", "--input", str(SAMPLE_PARQUET), "--output", str(out), *DATAFLOW_FLAGS]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1] == "--dry_run: the job was translated, not submitted"
+    assert _files(out) == before
+
+
+def test_a_dry_run_over_a_pending_removal_writes_nothing_and_keeps_the_journal(tmp_path, capsys):
+    """An output with an interrupted removal (its journal): the dry run still builds the job that
+    keeps those documents out, and the output, journal included, is left as it was."""
+    from pipelines import cli, remove
+    from shards import layout, manifest
+    from transforms.tools.surgery import load_journal
+
+    out = tmp_path / "out"
+    assert cli.main(["bucketed", "--input", str(SAMPLE_PARQUET), "--output", str(out), "--runner=FnApiRunner"]) == 0
+    flagged = tmp_path / "flagged.txt"
+    with open(out / layout.MANIFEST_NAME, encoding="utf-8") as f:
+        first_id = next(manifest.read_rows(f))[1]
+    flagged.write_text(first_id + "\n")
+    remove.prepare(remove.RemoveOptions(str(out), str(flagged)))  # what remove does before it dies
+    assert load_journal(str(out)) is not None
+    before = _files(out)
+    capsys.readouterr()
+    assert cli.main(["bucketed", "--input", str(SAMPLE_PARQUET), "--output", str(out), *DATAFLOW_FLAGS]) == 0
+    assert "dry run: the job was translated" in capsys.readouterr().out
+    assert _files(out) == before

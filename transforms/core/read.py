@@ -184,7 +184,8 @@ class InputUnit(NamedTuple):
     fingerprint: str = ""  # size and version of the file when the job was planned
     rows: int = -1  # rows of a parquet row group; -1 when unknown until read (jsonl)
     # What the unit costs to work through, for spreading units over workers (transforms.core.spread):
-    # the text column's uncompressed bytes in a parquet row group, the file's size for JSON.
+    # the text column's uncompressed bytes in a parquet row group, the file's size for JSON (its
+    # compressed size, when it is compressed: a compressed file ranks below its worth).
     text_bytes: int = -1
 
 
