@@ -4,10 +4,10 @@
 chance: with 26 input units of 2-9 MB of text, the two worker processes of a local train-bpe run
 counted for 13.1 and 10.7 CPU seconds, and the run waited for the slower one. Here the units enter
 the reshuffle in one bundle, costliest first. A runner that deals the reshuffled elements out in
-turn, in the order they came (the FnApiRunner's worker processes; Flink's rebalance), so gives every
-worker a share within one unit's cost of the others'. Runners that balance work themselves
-(Dataflow) see the same Reshuffle as before. Which worker does a unit never changes what the unit
-gives, so the output is the same bytes either way.
+turn, in the order they came (the FnApiRunner's worker processes; Flink, where Beam translates a
+Reshuffle to a rebalance: not run here), so gives every worker a share within one unit's cost of the
+others'. Runners that balance work themselves (Dataflow) see the same Reshuffle as before. Which
+worker does a unit never changes what the unit gives, so the output is the same bytes either way.
 
     units = pipeline | "SpreadInputUnits" >> SpreadEvenly(read.units, cost=unit_cost)
 """
