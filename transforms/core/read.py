@@ -170,7 +170,11 @@ def file_fingerprint(fs, path: str, fresh: bool = False) -> str:
     the filesystem again rather than its listing cache (a hub listing is cached per process)."""
     if fresh:
         fs.invalidate_cache(path)
-    info = fs.info(path)
+    return fingerprint_of(fs.info(path))
+
+
+def fingerprint_of(info: dict) -> str:
+    """file_fingerprint from the filesystem's ``info`` of the file."""
     return f"size={info.get('size')} version={storage.file_version(info)}"
 
 
@@ -295,10 +299,11 @@ def _plan_file(path: str, config: ReadConfig) -> list[InputUnit]:
         known = f"{', '.join(JSON_BASES)}, plain or {', '.join(filter(None, COMPRESSIONS))}"
         raise BadInputError(path, f"unknown file type; expected {' or '.join(PARQUET_SUFFIXES)}, or {known}")
     fs, fs_path = storage.filesystem(path)
-    fingerprint = file_fingerprint(fs, fs_path)
+    info = fs.info(fs_path)
+    fingerprint = fingerprint_of(info)
     if kind == "jsonl":
         kind = "json" if config.json_values and _is_json_text(path) else "jsonl"
-        return [InputUnit(path, kind, -1, 0, fingerprint, text_bytes=fs.size(fs_path) or 0)]
+        return [InputUnit(path, kind, -1, 0, fingerprint, text_bytes=info.get("size") or 0)]
     try:
         with fs.open(fs_path, "rb") as f:
             meta = pq.ParquetFile(f).metadata
