@@ -506,8 +506,7 @@ def building(dry_run: bool):
     """The job is built inside. For a dry run (``dry_run``), launching leaves the output as it is,
     and dry_run_scratch() is a local directory, deleted once the job is built (a dry run's job is
     translated, never run, so nothing reads what was written there afterwards)."""
-    with contextlib.ExitStack() as stack:
-        scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="pretokenize-dry-run-")) if dry_run else None
+    with tempfile.TemporaryDirectory(prefix="pretokenize-dry-run-") if dry_run else contextlib.nullcontext() as scratch:
         token = _DRY_RUN.set(scratch)
         try:
             yield

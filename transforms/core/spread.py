@@ -20,9 +20,8 @@ import apache_beam as beam
 
 
 def costliest_first(items: Sequence, cost: Callable[[object], float]) -> list:
-    """``items`` by descending cost; ties keep their order."""
-    order = sorted(range(len(items)), key=lambda i: (-cost(items[i]), i))
-    return [items[i] for i in order]
+    """``items`` by descending cost; ties keep their order (sorted is stable, reversed too)."""
+    return sorted(items, key=cost, reverse=True)
 
 
 class SpreadEvenly(beam.PTransform):
