@@ -106,9 +106,14 @@ def build(pipeline: beam.Pipeline, options: BucketedSettings, run_id: str | None
         log.warning("%s has a %s: the documents it lists stay out", output, REMOVALS_NAME)
     if pending is not None:
         scratch = common.dry_run_scratch()  # a dry run writes nothing into the output
-        pending_list = (os.path.join(scratch, "pending-removal.txt") if scratch is not None
-                        else storage.join(shards.run_url, "pending-removal.txt"))
-        storage.write_atomic(pending_list, "".join(f"{i}\n" for _, i, _ in pending.removed_rows).encode())
+        ids = "".join(f"{i}\n" for _, i, _ in pending.removed_rows).encode()
+        if scratch is not None:
+            pending_list = os.path.join(scratch, tree.Tree.PENDING_REMOVAL_LIST)
+            storage.write_atomic(pending_list, ids)
+        else:
+            name = tree.Tree.temp_name(shards.run_id, tree.Tree.PENDING_REMOVAL_LIST)
+            tree.Tree(output).write(name, ids)
+            pending_list = storage.join(output, name)
         sources.append(pending_list)
         shards = dataclasses.replace(shards, pending_removal=pending.run)
         log.warning("%s has an unfinished removal (run %s, %d documents): they stay out, and this run "

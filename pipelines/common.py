@@ -201,40 +201,47 @@ def prepare_output(output: str, kind: str, inputs: list[str] = (), keep: tuple[s
         if tree.inside(path, output):
             raise UsageError(f"--input {path} is inside --output {output}; write the output elsewhere")
     dry_run = dry_run_scratch() is not None
+    out = tree.Tree(output)
     try:
-        tree.claim(output, kind, write=not dry_run)
-    except (tree.NotOurTreeError, storage.Unreachable) as e:
+        record = tree.claim(output, kind, write=not dry_run)
+        # Before anything changes: every name the run may write or delete is inside the tree and
+        # reached through no link (shards.tree.Tree), the temporary directory included.
+        out.check_writable(record.files + record.derived, "recorded file")
+        leftovers = out.temp_entries()
+    except (tree.NotOurTreeError, tree.UnsafePathError, storage.Unreachable) as e:
         raise UsageError(str(e)) from None
     except OSError as e:
         raise UsageError(f"--output {output} cannot be written: {e}") from None
-    fs, root = storage.filesystem(output)
-    temp_root = f"{root.rstrip('/')}/{layout.TEMP_DIR_NAME}"
     saved = resume.SavedWork(output, work) if work is not None else None
+    if saved is not None:
+        try:
+            out.check_no_links(out.temp_name(saved.dir_name), "saved work")
+        except tree.UnsafePathError as e:
+            raise UsageError(str(e)) from None
     if dry_run:
         # The job is only translated: the output is checked, and nothing in it changes (an earlier
         # run's leftovers, or a real run going on into it, are left alone).
         if saved is not None:
             saved.done = set() if restart else saved.done_units()
         return saved
-    if fs.isdir(temp_root):
-        for leftover in fs.ls(temp_root, detail=False):
-            name = posixpath.basename(leftover.rstrip("/"))
-            if name in keep:
-                continue
-            if saved is not None and name == saved.dir_name and not restart:
-                continue
-            if not name.startswith(resume.WORK_PREFIX):
-                log.warning("removing %s, left by an interrupted run", leftover)
-            elif saved is not None and name == saved.dir_name:
-                log.warning("starting afresh (--restart): removing the work an earlier run saved in %s", leftover)
-            else:
-                old = resume.read_description(storage.unstrip(fs, leftover, output))
-                why = (work.difference(old) if work is not None and old is not None else "") or "its settings differ"
-                log.warning("starting afresh: %s since the earlier run; removing the work it saved in %s", why,
-                            leftover)
-            fs.rm(leftover, recursive=True)
+    for name in leftovers:
+        leftover = out.url_of(out.temp_name(name), "temporary entry")
+        if name in keep:
+            continue
+        if saved is not None and name == saved.dir_name and not restart:
+            continue
+        if not name.startswith(resume.WORK_PREFIX):
+            log.warning("removing %s, left by an interrupted run", leftover)
+        elif saved is not None and name == saved.dir_name:
+            log.warning("starting afresh (--restart): removing the work an earlier run saved in %s", leftover)
+        else:
+            old = resume.read_description(leftover)
+            why = (work.difference(old) if work is not None and old is not None else "") or "its settings differ"
+            log.warning("starting afresh: %s since the earlier run; removing the work it saved in %s", why,
+                        leftover)
+        out.remove_dir(out.temp_name(name), "temporary entry")
     try:
-        fs.makedirs(temp_root, exist_ok=True)
+        out.makedirs(out.TEMP_DIR, "temporary directory")
         if saved is not None:
             saved.done = saved.done_units()
             saved.begin()
@@ -242,7 +249,7 @@ def prepare_output(output: str, kind: str, inputs: list[str] = (), keep: tuple[s
         full = no_space_message(e)
         if saved is not None and not saved.done:
             with contextlib.suppress(OSError):
-                fs.rm(storage.filesystem(saved.url)[1], recursive=True)
+                out.remove_dir(out.temp_name(saved.dir_name), "saved work")
         if full is not None:
             raise RunStopped(f"{full} ({output}); nothing was published and the previous output is intact") from None
         raise UsageError(f"--output {output} cannot be written: {e}") from None
@@ -287,24 +294,20 @@ def abandon_run(output: str, run_id: str) -> tuple[bool, int]:
     """Delete a failed run's temporary directory; whether it had begun publishing (then the tree
     is unfinished, no longer the previous output), and how many finished input units its saved
     work keeps for a re-run to resume from (saved work with none is deleted too)."""
-    fs, root = storage.filesystem(output)
-    run_dir = posixpath.join(root.rstrip("/"), layout.TEMP_DIR_NAME, run_id)
-    published = fs.exists(posixpath.join(run_dir, "publishing"))
-    if fs.exists(run_dir):
-        fs.rm(run_dir, recursive=True)
-    temp_root = posixpath.dirname(run_dir)
+    out = tree.Tree(output)
+    run_dir = out.writable(out.temp_name(run_id), "temporary entry")
+    published = out.fs.exists(posixpath.join(run_dir, out.PUBLISHING_MARK))
+    out.remove_dir(out.temp_name(run_id), "temporary entry")
     kept = 0
-    if fs.isdir(temp_root):
-        for entry in fs.ls(temp_root, detail=False):
-            if not posixpath.basename(entry.rstrip("/")).startswith(resume.WORK_PREFIX):
-                continue
-            done = len(resume.done_units(storage.unstrip(fs, entry, output)))
-            if done:
-                kept += done
-            else:
-                fs.rm(entry, recursive=True)
-    if fs.isdir(temp_root) and not fs.ls(temp_root):
-        fs.rmdir(temp_root)
+    for name in out.temp_entries():
+        if not name.startswith(resume.WORK_PREFIX):
+            continue
+        done = len(resume.done_units(out.url_of(out.temp_name(name), "saved work")))
+        if done:
+            kept += done
+        else:
+            out.remove_dir(out.temp_name(name), "saved work")
+    out.remove_temp_if_empty()
     return published, kept
 
 

@@ -33,7 +33,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import common
-from shards import layout, storage, tree
+from shards import storage, tree
 from transforms.bpe import files, pretokenize
 from transforms.bpe.count import STATS, CountWords, read_count_shards
 from transforms.bpe.learn import learn_merges
@@ -78,7 +78,7 @@ def parse_args(argv: list[str]) -> tuple[TrainBpeSettings, PipelineOptions]:
 
 
 def run_url(output: str, run_id: str) -> str:
-    return storage.join(output, layout.TEMP_DIR_NAME, run_id)
+    return storage.join(output, tree.Tree.temp_name(run_id))
 
 
 def build(pipeline: beam.Pipeline, options: TrainBpeSettings, run_id: str):
@@ -191,7 +191,7 @@ def learn_and_publish(options: TrainBpeSettings, run_id: str,
         flags=tuple(argv), sha256={name: files.sha256(data) for name, data in written.items()},
     )
     written[files.INFO_NAME] = info.to_json().encode()
-    storage.write_atomic(storage.join(counting.run_url, "publishing"), b"")  # common.abandon_run reads it
+    tree.Tree(output).write(tree.Tree.temp_name(run_id, tree.Tree.PUBLISHING_MARK), b"")  # abandon_run reads it
     publish(output, written, stats.to_text().encode())
     return stats, merge_seconds
 

@@ -58,7 +58,7 @@ import numpy as np
 from fsspec.implementations.local import LocalFileSystem
 
 from shards import layout, llmc, manifest, storage
-from shards.tree import IncompleteTreeError, OutputTree, is_ours  # noqa: F401 - IncompleteTreeError: callers catch it here
+from shards.tree import IncompleteTreeError, OutputTree, Tree, is_ours  # noqa: F401 - IncompleteTreeError: callers catch it here
 
 SPLITS = ("train", "val", "all")
 # Rows parsed into one numpy chunk of ids at a time, so parsing a large manifest stays compact.
@@ -1023,6 +1023,9 @@ def open_tree(url: str) -> ShardTree:
                                 if n.startswith("shard_") and n.endswith(".bin")
                                 and is_ours(out.record, f"{split}/{n}")), key=_shard_number)
                 files[split] = [f"{split}/{n}" for n in names]
+        names_in = Tree(url)  # every file read resolves inside the tree (no link out of it)
+        for rel in (r for rels in files.values() for r in rels):
+            names_in.path(rel, "shard")
         return _open_llmc(fs, root, url, files)
     raise ValueError(f"{url} has neither {layout.MANIFEST_NAME} nor train/ or val/ llm.c shards")
 
@@ -1070,6 +1073,9 @@ def _open_bucketed(fs, root: str, url: str, stats: manifest.DatasetStats) -> Sha
     file = rank[manifest_file] if len(manifest_file) else manifest_file
     counts = np.bincount(file, weights=length, minlength=len(rel_paths)).astype(np.int64)
 
+    names_in = Tree(url)  # every file read resolves inside the tree (no link out of it)
+    for rel in rel_paths:
+        names_in.path(rel, "manifest row")
     sizes = _sizes(fs, root, sorted({r.split("/", 1)[0] for r in rel_paths}))
     for rel, count in zip(rel_paths, counts, strict=True):
         if rel not in sizes:

@@ -22,6 +22,13 @@ The rules that follow from it, for every job and tool:
        can leave a recorded file that does not exist (deleting it is then a no-op), never an
        unrecorded file of ours
 
+Names become paths here and only here (``Tree``): a record entry, a manifest row, a temporary
+entry or a removal-journal entry is checked before use (relative, no ``..``, no empty part; on a
+local disk, where it resolves, links followed, inside where the root resolves), and the tool never
+follows a symbolic link inside a tree to write or delete: it refuses, naming the link, or removes
+the link itself, never what it points to. The layout of the temporary directory is ``Tree``'s
+alone. Every create, rename and delete in a tree goes through it.
+
 What a tree is, once written, is answered here too, once: ``OutputTree.open(url)`` says which
 kind of tree it is, whether it is finished (its ``dataset_stats.txt``, written last, is the commit
 point) and what its stats say; ``verify``, ``remove``, the reader (so ``export``, ``stats`` and
@@ -34,7 +41,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import posixpath
+import uuid
 from typing import TYPE_CHECKING
 
 from shards import layout, manifest, storage
@@ -93,8 +102,313 @@ class TreeRecord:
 
 
 def _is_relative(path: str) -> bool:
-    parts = path.split("/")
-    return bool(path) and not path.startswith("/") and ".." not in parts and "" not in parts and "://" not in path
+    return name_problem(path) is None
+
+
+def name_problem(name: object) -> str | None:
+    """Why ``name`` is not a path inside a tree (absolute, ``..``, an empty or ``.`` part, a URL, a
+    backslash, a NUL); None when it is one."""
+    if not isinstance(name, str) or not name:
+        return "it is empty"
+    if name.startswith("/") or (len(name) > 1 and name[1] == ":"):
+        return "it is absolute"
+    if "://" in name:
+        return "it is a URL"
+    if "\\" in name or "\0" in name:
+        return "it holds a backslash or a NUL"
+    parts = name.split("/")
+    if ".." in parts:
+        return "it climbs out with '..'"
+    if "" in parts or "." in parts:
+        return "it has an empty or '.' part"
+    return None
+
+
+class UnsafePathError(ValueError):
+    """A name that would lead out of the tree, or a symbolic link in the tree the tool would have to
+    follow to write or delete. Said in one line naming it; nothing was changed because of it."""
+
+
+class Tree:
+    """One output tree or tokenizer directory: the only code that turns a name into a path in it,
+    and the only code that creates, renames or deletes there.
+
+        t = Tree("out/finepdfs")
+        t.path("1024/p00_00000.npy")      # to read: the name checked, and where it resolves
+        t.writable("1024/p00_00000.npy")  # to write or delete: besides, no link on the way
+        t.write("checksums.sha256", data) # atomically, its temporary copy in the temporary directory
+        t.remove_files(["1024/p00_00000.npy"]); t.remove_dir(t.temp_name("run-x"))
+
+    A name is relative, has no ``..`` and no empty part (``name_problem``); on a local disk it
+    must also resolve (links followed) inside where the root resolves, and to write or delete, no
+    directory on its way from the root may be a link: a link there is refused, naming it
+    (UnsafePathError), and a link that is the name itself is replaced or removed as a link, never
+    followed. Object stores have no links: the name rules hold there.
+
+    The temporary directory's layout (``TEMP_DIR`` and what is under it) is known here only.
+    """
+
+    TEMP_DIR = layout.TEMP_DIR_NAME  # work in progress, on the tree's own filesystem
+    JOURNAL_DIR = "removal"  # a pending removal's journal (transforms/tools/surgery.py)
+    STAGED_DIR = "staged"  # a run's files before they are published
+    SPILL_DIR = "spill"  # a run's (or its saved work's) token spill files
+    REWRITE_DIR = "rewrite"  # a removal's partial rewrites, inside its journal
+    WORK_PREFIX = "work-"  # saved work a re-run resumes from: work-<key> (transforms/core/resume.py)
+    PUBLISHING_MARK = "publishing"  # in a run's directory once it began publishing
+    PENDING_REMOVAL_LIST = "pending-removal.txt"  # in a run's directory: a pending removal's ids
+
+    def __init__(self, url: str):
+        self.url = storage.normalize(url)
+        self.fs, self.root = _root(self.url)
+        self.local = storage.renames_atomically(self.fs)
+        self._real_root = os.path.realpath(self.root) if self.local else None
+        self._checked_dirs: set[str] = set()
+
+    # -- names to paths ------------------------------------------------------------------------
+
+    def check_name(self, name: str, what: str = "name") -> str:
+        problem = name_problem(name)
+        if problem is not None:
+            raise UnsafePathError(f"{self.url}: {what} {name!r} is not a path inside the tree: {problem}")
+        return name
+
+    def path(self, name: str, what: str = "name") -> str:
+        """The path of ``name`` for reading: its name checked and, on a local disk, where it
+        resolves inside the tree."""
+        self.check_name(name, what)
+        path = posixpath.join(self.root, name)
+        if self.local:
+            real = os.path.realpath(path)
+            if not (real == self._real_root or real.startswith(self._real_root.rstrip("/") + "/")):
+                raise UnsafePathError(
+                    f"{storage.join(self.url, name)}: {what} resolves to {real}, outside the tree "
+                    f"({self._real_root}); pretokenize never follows a link out of its tree"
+                )
+        return path
+
+    def lexists(self, name: str, what: str = "name") -> bool:
+        """Whether something (a file, a directory, a link, wherever it points) has this name."""
+        path = posixpath.join(self.root, self.check_name(name, what))
+        return os.path.lexists(path) if self.local else self.fs.exists(path)
+
+    def url_of(self, name: str, what: str = "name") -> str:
+        """``name`` as a URL (a local path for a local tree), checked as ``path`` does."""
+        path = self.path(name, what)
+        return path if self.local else storage.unstrip(self.fs, path, self.url)
+
+    def writable(self, name: str, what: str = "name") -> str:
+        """The path of ``name`` to write or delete: ``path``'s checks, and no link among the
+        directories on its way (a link that is ``name`` itself is allowed: a rename replaces it,
+        a delete removes it, neither follows it)."""
+        path = self.path(name, what)
+        if self.local:
+            parts = name.split("/")
+            for i in range(1, len(parts)):
+                sub = "/".join(parts[:i])
+                if sub in self._checked_dirs:
+                    continue
+                here = posixpath.join(self.root, sub)
+                if os.path.islink(here):
+                    raise UnsafePathError(
+                        f"{storage.join(self.url, sub)} is a symbolic link (to {os.readlink(here)}); pretokenize "
+                        "never follows a link in its tree to write or delete: replace the link with a directory"
+                    )
+                if not os.path.lexists(here):
+                    break  # nothing below exists yet: it will be made, as directories
+                self._checked_dirs.add(sub)
+        return path
+
+    def check_writable(self, names, what: str = "name") -> None:
+        """``writable`` for each of ``names``: the launch-time check of a command that will write or
+        delete them, before it changes anything."""
+        for name in names:
+            self.writable(name, what)
+
+    def check_ours(self, names, record: TreeRecord, what: str = "file") -> None:
+        """Before a tool writes ``names``: each is writable, and none that exists is a user's (a
+        file of that name the record does not list is never overwritten: NotOurTreeError naming it)."""
+        for name in sorted(set(names)):
+            self.writable(name, what)
+            if name not in record.derived and name not in record.files and self.lexists(name):
+                raise NotOurTreeError(
+                    f"{storage.join(self.url, name)} exists and is not the tool's (the tree's {RECORD_NAME} does not "
+                    "list it): pretokenize never overwrites a file it did not write; move it away first"
+                )
+
+    def check_no_links(self, name: str, what: str = "directory") -> None:
+        """A directory of the tool's own (saved work it resumes from) holds no link anywhere:
+        nothing the tool reads back or deletes there is reached through one."""
+        top = self.writable(name, what)
+        if not self.local or not os.path.lexists(top):
+            return
+        if os.path.islink(top):
+            raise UnsafePathError(f"{storage.join(self.url, name)} is a symbolic link (to {os.readlink(top)}); "
+                                  "pretokenize made it a directory and will not follow it")
+        for here, dirs, files in os.walk(top):
+            for entry in dirs + files:
+                if os.path.islink(os.path.join(here, entry)):
+                    link = os.path.join(here, entry)
+                    raise UnsafePathError(f"{link} is a symbolic link (to {os.readlink(link)}) inside the tool's "
+                                          f"{what}; pretokenize will not follow it: delete {top}")
+
+    # -- the temporary layout --------------------------------------------------------------------
+
+    @classmethod
+    def temp_name(cls, *parts: str) -> str:
+        """The name, relative to the root, of ``parts`` under the temporary directory (no I/O: a
+        worker builds its names with it; what they lead to was checked at launch)."""
+        return posixpath.join(cls.TEMP_DIR, *parts)
+
+    def temp_url(self, *parts: str) -> str:
+        """The URL of ``parts`` under the temporary directory, which is checked: never a link."""
+        name = self.temp_name(*parts)
+        self.writable(name, "temporary entry")
+        self._refuse_temp_link()
+        return self.url_of(name, "temporary entry")
+
+    def _refuse_temp_link(self) -> None:
+        if self.local:
+            path = posixpath.join(self.root, self.TEMP_DIR)
+            if os.path.islink(path):
+                raise UnsafePathError(
+                    f"{path} is a symbolic link (to {os.readlink(path)}); pretokenize never follows a link in its "
+                    "tree to write or delete: remove the link (the tool makes its own temporary directory there)"
+                )
+
+    def run_url(self, run_id: str) -> str:
+        return self.temp_url(run_id)
+
+    def work_url(self, dir_name: str) -> str:
+        return self.temp_url(dir_name)
+
+    def journal_url(self) -> str:
+        return self.temp_url(self.JOURNAL_DIR)
+
+    def temp_entries(self) -> list[str]:
+        """The names directly under the temporary directory (empty when it does not exist)."""
+        self._refuse_temp_link()
+        return _entries(self.fs, posixpath.join(self.root, self.TEMP_DIR))
+
+    def remove_temp_if_empty(self) -> None:
+        self._refuse_temp_link()
+        self.remove_empty_dir(self.TEMP_DIR)
+
+    # -- changes ---------------------------------------------------------------------------------
+
+    def makedirs(self, name: str, what: str = "directory") -> str:
+        path = self.writable(name, what)
+        self.fs.makedirs(path, exist_ok=True)
+        return path
+
+    def write(self, name: str, data: bytes, what: str = "file") -> None:
+        """Write ``name`` atomically: a reader sees the old bytes or the new. Locally the new copy is
+        written in the temporary directory and renamed over ``name`` (over a link, the link is
+        replaced, never followed); on an object store one upload is all-or-nothing."""
+        path = self.writable(name, what)
+        if not self.local:
+            self.fs.makedirs(posixpath.dirname(path), exist_ok=True)
+            self.fs.pipe_file(path, data)
+            return
+        if os.path.isdir(path) and not os.path.islink(path):
+            raise UnsafePathError(f"{storage.join(self.url, name)} is a directory; the tool writes a file of that name")
+        scratch = self.makedirs(self.TEMP_DIR, "temporary directory")
+        self._refuse_temp_link()
+        tmp = posixpath.join(scratch, f"{posixpath.basename(name)}.partial-{uuid.uuid4().hex[:12]}")
+        os.makedirs(posixpath.dirname(path), exist_ok=True)
+        try:
+            with open(tmp, "xb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.lexists(tmp):
+                os.remove(tmp)
+            raise
+
+    def link(self, name: str, target: str) -> None:
+        """Make ``name`` a symbolic link to ``target`` (relative to the link's directory, resolving
+        inside the tree), replacing an older link, never a file or a directory."""
+        path = self.writable(name, "link")
+        resolved = posixpath.normpath(posixpath.join(posixpath.dirname(name), target))
+        self.check_name(resolved, "link target")
+        if os.path.lexists(path):
+            if not os.path.islink(path):
+                raise FileExistsError(f"{path} exists and is not a link; the tool only replaces links it made")
+            if os.readlink(path) == target:
+                return
+        scratch = self.makedirs(self.TEMP_DIR, "temporary directory")
+        self._refuse_temp_link()
+        tmp = posixpath.join(scratch, f"{posixpath.basename(name)}.partial-{uuid.uuid4().hex[:12]}")
+        os.makedirs(posixpath.dirname(path), exist_ok=True)
+        os.symlink(target, tmp)
+        try:
+            os.replace(tmp, path)
+        except BaseException:
+            os.remove(tmp)
+            raise
+
+    def rename(self, src: str, dst: str) -> None:
+        """Move the file ``src`` to ``dst``, both names in the tree (locally an atomic rename that
+        replaces ``dst`` itself, never what a link there points to)."""
+        src_path, dst_path = self.writable(src, "file"), self.writable(dst, "file")
+        if self.local:
+            if os.path.isdir(dst_path):  # a move onto a directory would go into it
+                raise UnsafePathError(f"{storage.join(self.url, dst)} is a directory; the tool moves a file there")
+            os.makedirs(posixpath.dirname(dst_path), exist_ok=True)
+        self.fs.mv(src_path, dst_path)  # locally a rename: it replaces a link at dst, never follows it
+
+    def remove_file(self, name: str, what: str = "file") -> bool:
+        """Delete the file ``name`` (a link: the link itself); whether there was one."""
+        path = self.writable(name, what)
+        if self.local:
+            if not os.path.lexists(path):
+                return False
+            if os.path.isdir(path) and not os.path.islink(path):
+                raise UnsafePathError(f"refusing to delete {name!r}: the tool names a file, this is a directory")
+            os.remove(path)
+            return True
+        if not self.fs.exists(path):
+            return False
+        self.fs.rm_file(path)
+        return True
+
+    def remove_dir(self, name: str, what: str = "directory") -> None:
+        """Delete the directory ``name`` and what is in it (a link inside is removed as a link;
+        ``name`` itself a link: the link alone goes)."""
+        path = self.writable(name, what)
+        if self.local:
+            if os.path.islink(path):
+                os.remove(path)
+            elif os.path.isdir(path):
+                self.fs.rm(path, recursive=True)  # shutil.rmtree: links inside are unlinked, not followed
+            elif os.path.lexists(path):
+                os.remove(path)
+        elif self.fs.exists(path):
+            self.fs.rm(path, recursive=True)
+
+    def remove_empty_dir(self, name: str) -> None:
+        """Delete the directory ``name`` if it is empty (object stores have no directories)."""
+        path = self.writable(name, "directory")
+        if self.local and os.path.isdir(path) and not os.path.islink(path) and not os.listdir(path):
+            os.rmdir(path)
+
+    def remove_files(self, names) -> list[str]:
+        """Delete the files ``names`` lists (missing ones are skipped), then any directory they
+        leave empty, up to the root. Never a pattern, never a directory's content; every name
+        checked before anything goes. Returns the files deleted."""
+        names = sorted(set(names))
+        for name in names:
+            self.writable(name, "recorded file")
+        deleted, parents = [], set()
+        for name in names:
+            if self.remove_file(name, "recorded file"):
+                deleted.append(name)
+            parent = posixpath.dirname(name)
+            while parent:
+                parents.add(parent)
+                parent = posixpath.dirname(parent)
+        for rel in sorted(parents, key=lambda p: -p.count("/")):
+            self.remove_empty_dir(rel)
+        return deleted
 
 
 def _root(url: str) -> tuple:
@@ -128,7 +442,8 @@ def write_record(url: str, record: TreeRecord) -> None:
 
 
 def temp_url(url: str) -> str:
-    return storage.join(url, layout.TEMP_DIR_NAME)
+    """The tree's temporary directory (checked by Tree: never a link)."""
+    return Tree(url).temp_url()
 
 
 def claim(url: str, kind: str, write: bool = True) -> TreeRecord:
@@ -184,34 +499,9 @@ def is_ours(record: TreeRecord | None, rel: str) -> bool:
 
 def delete_listed(url: str, rel_paths) -> list[str]:
     """Delete the files ``rel_paths`` names (missing ones are skipped), then any directory they
-    leave empty, up to the tree's root. Never a pattern, never a directory's content. Returns
-    the files deleted."""
-    fs, root = _root(url)
-    deleted, parents = [], set()
-    for rel in sorted(set(rel_paths)):
-        if not _is_relative(rel):
-            raise ValueError(f"refusing to delete {rel!r}: not a path inside the tree")
-        path = posixpath.join(root, rel)
-        if fs.lexists(path) if hasattr(fs, "lexists") else fs.exists(path):
-            if fs.isdir(path) and not _is_link(fs, path):
-                raise ValueError(f"refusing to delete {rel!r}: the record names a file, this is a directory")
-            fs.rm_file(path)
-            deleted.append(rel)
-        parent = posixpath.dirname(rel)
-        while parent:
-            parents.add(parent)
-            parent = posixpath.dirname(parent)
-    for rel in sorted(parents, key=lambda p: -p.count("/")):
-        path = posixpath.join(root, rel)
-        if storage.renames_atomically(fs) and fs.isdir(path) and not fs.ls(path, detail=False):
-            fs.rmdir(path)
-    return deleted
-
-
-def _is_link(fs, path: str) -> bool:
-    import os
-
-    return storage.renames_atomically(fs) and os.path.islink(path)
+    leave empty, up to the tree's root. Never a pattern, never a directory's content (Tree.remove_files).
+    Returns the files deleted."""
+    return Tree(url).remove_files(rel_paths)
 
 
 def record_files(url: str, record: TreeRecord, add=(), drop=(), add_derived=(), drop_derived=()) -> TreeRecord:
@@ -224,8 +514,8 @@ def record_files(url: str, record: TreeRecord, add=(), drop=(), add_derived=(), 
 
 def write_file(url: str, rel: str, data: bytes) -> None:
     """Write one of the tree's own files atomically; its temporary copy lives in the tree's
-    temporary directory, so a crash never leaves a stray file beside it."""
-    storage.write_atomic(storage.join(url, rel), data, scratch=temp_url(url))
+    temporary directory, so a crash never leaves a stray file beside it (Tree.write)."""
+    Tree(url).write(rel, data)
 
 
 def inside(path_url: str, tree_url: str) -> bool:

@@ -12,7 +12,7 @@ import dataclasses
 import posixpath
 import time
 
-from shards import layout, storage
+from shards import layout, storage, tree
 from shards.card import description_files
 from shards.manifest import MANIFEST_HEADER, BucketStats, DatasetStats
 from shards.provenance import Provenance, bucketed_document
@@ -98,10 +98,10 @@ class BucketedFormat:
         from shards.removal import read_removal_list
         from transforms.tools.surgery import append_audit_lines, delete_journal, load_journal, record_removal_list
 
-        fs, root = storage.filesystem(config.output)
-        staged_manifest = posixpath.join(storage.filesystem(config.staged_url)[1], layout.MANIFEST_NAME)
-        if fs.exists(staged_manifest):
-            fs.mv(staged_manifest, posixpath.join(root, layout.MANIFEST_NAME))
+        out = tree.Tree(config.output)
+        staged_manifest = tree.Tree.temp_name(config.run_id, tree.Tree.STAGED_DIR, layout.MANIFEST_NAME)
+        if out.lexists(staged_manifest):
+            out.rename(staged_manifest, layout.MANIFEST_NAME)
         if config.pending_removal is not None:
             # Its documents were kept out of this run (its ids were a removal source): what is
             # left is its audit lines; then its journal goes.

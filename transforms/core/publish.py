@@ -50,20 +50,20 @@ class RunPaths:
 
     @property
     def run_url(self) -> str:
-        return storage.join(self.output, layout.TEMP_DIR_NAME, self.run_id)
+        return storage.join(self.output, tree.Tree.temp_name(self.run_id))
 
     @property
     def work_url(self) -> str:
         work_dir = getattr(self, "work_dir", None)
-        return storage.join(self.output, layout.TEMP_DIR_NAME, work_dir) if work_dir else self.run_url
+        return storage.join(self.output, tree.Tree.temp_name(work_dir)) if work_dir else self.run_url
 
     @property
     def spill_url(self) -> str:
-        return storage.join(self.work_url, "spill")
+        return storage.join(self.work_url, tree.Tree.SPILL_DIR)
 
     @property
     def staged_url(self) -> str:
-        return storage.join(self.run_url, "staged")
+        return storage.join(self.run_url, tree.Tree.STAGED_DIR)
 
 
 class OutputFormat(Protocol):
@@ -109,16 +109,16 @@ def publish(staged: list, raw_documents: int, drops: dict[str, int], extras: dic
     """Publish a run's staged files as the module docstring says; returns the stats written."""
     stats = fmt.compute_stats(staged, raw_documents, dict(sorted(drops.items())), extras)
     check_accounting(stats.kept_documents, stats.dropped_documents, raw_documents)
-    fs, root = storage.filesystem(config.output)
+    out = tree.Tree(config.output)
     files = fmt.files(staged)
+    # Every name this publish writes or deletes is checked before the tree changes (shards.tree).
+    out.check_writable([*files, layout.STATS_NAME, *fmt.markers], "published file")
     # 1. The job's own preparation, in the staging area.
     fmt.prepare(staged, config)
     # 2. From here on the tree does not look complete.
     mark_publishing(config)
     for name in (layout.STATS_NAME, *fmt.markers):
-        marker = posixpath.join(root, name)
-        if fs.exists(marker):
-            fs.rm(marker)
+        out.remove_file(name)
     # 3. and 4. Files of an earlier run this run does not write go; the staged ones move in.
     replace_files(config, fmt.kind, set(files))
     # 5. The job's own files, the checksums, then the stats: the commit point. 6. Temporary files go.
@@ -137,9 +137,9 @@ def write_description(output: str, kind: str, files: dict[str, bytes]) -> None:
     list (a user's README.md in a tree an older version wrote) is left as it is, and not written."""
     if not files:
         return
-    fs, root = storage.filesystem(output)
+    out = tree.Tree(output)
     record = tree.owned(output, kind)
-    theirs = {rel for rel in files if rel not in record.derived and fs.exists(posixpath.join(root, rel))}
+    theirs = {rel for rel in files if rel not in record.derived and out.lexists(rel)}
     for rel in sorted(theirs):
         log.warning("%s is not the tool's (its record does not list it): left as it is, not rewritten",
                     storage.join(output, rel))
@@ -149,15 +149,13 @@ def write_description(output: str, kind: str, files: dict[str, bytes]) -> None:
         tree.write_file(output, rel, data)
 
 
-PUBLISHING_NAME = "publishing"
+PUBLISHING_NAME = tree.Tree.PUBLISHING_MARK
 
 
 def mark_publishing(config: RunPaths) -> None:
     """Note in the run's directory that publishing began: from here on, a failure leaves the tree
     unfinished (no dataset_stats.txt) rather than as it was."""
-    fs, path = storage.filesystem(storage.join(config.run_url, PUBLISHING_NAME))
-    fs.makedirs(posixpath.dirname(path), exist_ok=True)
-    fs.pipe_file(path, b"")
+    tree.Tree(config.output).write(tree.Tree.temp_name(config.run_id, PUBLISHING_NAME), b"")
 
 
 def replace_files(config: RunPaths, kind: str, new_files: set[str]) -> None:
@@ -171,46 +169,44 @@ def replace_files(config: RunPaths, kind: str, new_files: set[str]) -> None:
     them concurrently). A file already moved by an earlier attempt is skipped, so a retried
     publish finishes the job.
     """
-    fs, root = storage.filesystem(config.output)
-    _, staged = storage.filesystem(config.staged_url)
+    out = tree.Tree(config.output)
+    fs = out.fs
+    staged = tree.Tree.temp_name(config.run_id, tree.Tree.STAGED_DIR)
     record = tree.owned(config.output, kind)
     stale_files = set(record.files) - new_files
     stale_derived = set(record.derived)
+    out.check_writable(sorted(stale_files | stale_derived | new_files), "recorded file")
     tree.record_files(config.output, record, add=new_files)
     for rel in sorted(stale_files):
         log.info("removing %s, written by an earlier run", rel)
     for rel in sorted(stale_derived):
         log.info("removing %s, derived from the earlier output", rel)
-    tree.delete_listed(config.output, stale_files | stale_derived)
+    out.remove_files(stale_files | stale_derived)
     tree.record_files(config.output, record, drop=stale_files, drop_derived=stale_derived)
     moves = []
     for rel in sorted(new_files):
-        src, dst = posixpath.join(staged, rel), posixpath.join(root, rel)
-        if fs.exists(src):
-            moves.append((src, dst))
-        elif not fs.exists(dst):
-            raise FileNotFoundError(f"staged file {src} is missing and was never published")
-    if storage.renames_atomically(fs):
+        src = posixpath.join(staged, rel)
+        if fs.exists(out.writable(src, "staged file")):
+            moves.append((src, rel))
+        elif not fs.exists(out.writable(rel, "published file")):
+            raise FileNotFoundError(f"staged file {out.url_of(src)} is missing and was never published")
+    if out.local:
         for src, dst in moves:
-            fs.makedirs(posixpath.dirname(dst), exist_ok=True)
-            fs.mv(src, dst)
+            out.rename(src, dst)
     elif moves:
-        fs.copy([s for s, _ in moves], [d for _, d in moves])
-        fs.rm([s for s, _ in moves])
+        fs.copy([out.writable(s) for s, _ in moves], [out.writable(d) for _, d in moves])
+        fs.rm([out.writable(s) for s, _ in moves])
 
 
 def commit(config: RunPaths, stats_text: str) -> None:
     """Write dataset_stats.txt, the commit point, then remove the run's temporary directory (and the
     saved work it spilled to: published, it is no longer needed)."""
-    fs, root = storage.filesystem(config.output)
-    tree.write_file(config.output, layout.STATS_NAME, stats_text.encode())
-    for url in dict.fromkeys((config.run_url, config.work_url)):
-        path = storage.filesystem(url)[1]
-        if fs.exists(path):
-            fs.rm(path, recursive=True)
-    temp_root = posixpath.join(root, layout.TEMP_DIR_NAME)
-    if fs.isdir(temp_root) and not fs.ls(temp_root):
-        fs.rmdir(temp_root)
+    out = tree.Tree(config.output)
+    out.write(layout.STATS_NAME, stats_text.encode())
+    work_dir = getattr(config, "work_dir", None) or config.run_id
+    for name in dict.fromkeys((config.run_id, work_dir)):
+        out.remove_dir(tree.Tree.temp_name(name), "temporary entry")
+    out.remove_temp_if_empty()
 
 
 class PublishFn(beam.DoFn):

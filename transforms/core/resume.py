@@ -40,13 +40,13 @@ from pathlib import Path
 import apache_beam as beam
 from apache_beam.utils.windowed_value import WindowedValue
 
-from shards import layout, storage
+from shards import storage, tree
 from transforms.core.read import unit_cost
 from transforms.core.spread import SpreadEvenly
 
 log = logging.getLogger(__name__)
 
-WORK_PREFIX = "work-"
+WORK_PREFIX = tree.Tree.WORK_PREFIX
 DESCRIPTION_NAME = "work.json"
 UNITS_DIR = "units"
 MARKER_SUFFIX = ".done"
@@ -151,12 +151,12 @@ class SavedWork:
         self.output = storage.normalize(output)
         self.description = description
         self.dir_name = WORK_PREFIX + description.key
-        self.url = storage.join(self.output, layout.TEMP_DIR_NAME, self.dir_name)
+        self.url = storage.join(self.output, tree.Tree.temp_name(self.dir_name))
         self.done: set[int] = set()  # the units finished when the run was launched
 
     @property
     def spill_url(self) -> str:
-        return storage.join(self.url, "spill")
+        return storage.join(self.url, tree.Tree.SPILL_DIR)
 
     @property
     def units_url(self) -> str:

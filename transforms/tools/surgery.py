@@ -41,7 +41,7 @@ from shards.removal import REMOVALS_HEADER, REMOVALS_NAME, format_removal_line, 
 
 log = logging.getLogger(__name__)
 
-JOURNAL_DIR = "removal"
+JOURNAL_DIR = tree.Tree.JOURNAL_DIR
 PLAN_NAME = "plan.json"
 COPY_CHUNK = 16 << 20
 
@@ -94,7 +94,14 @@ class RemovalPlan:
 
 
 def journal_url(output: str) -> str:
-    return storage.join(output, layout.TEMP_DIR_NAME, JOURNAL_DIR)
+    return tree.Tree(output).journal_url()
+
+
+def shard_path(output: str, rel: str) -> str:
+    """The path of the file a manifest row or a journal entry names: the one place remove turns
+    such a name into a path. shards.tree.Tree checks it (inside the tree, reached through no
+    link); UnsafePathError, naming it, otherwise."""
+    return tree.Tree(output).writable(rel, "manifest row")
 
 
 def load_journal(output: str) -> RemovalPlan | None:
@@ -102,7 +109,10 @@ def load_journal(output: str) -> RemovalPlan | None:
     if not fs.exists(path):
         return None
     with fs.open(path, "r", encoding="utf-8") as f:
-        return RemovalPlan.from_json(f.read())
+        plan = RemovalPlan.from_json(f.read())
+    for f in plan.files:
+        shard_path(output, f.rel_path)
+    return plan
 
 
 def _manifest_files(lines: Iterable[str]) -> Iterator[tuple[str, list[tuple[str, int]]]]:
@@ -138,6 +148,7 @@ def make_plan(output: str, removal_ids: Iterable[str], run: str, utc_time: str) 
         for rel, rows in _manifest_files(f):
             hits = [doc_id in wanted for doc_id, _ in rows]
             if any(hits):
+                shard_path(output, rel)  # before anything changes: a row naming a file outside is refused
                 files.append(FilePlan(rel, tuple((d, n, h) for (d, n), h in zip(rows, hits, strict=True))))
                 found.update(d for (d, _), h in zip(rows, hits, strict=True) if h)
     not_found = tuple(i for i in removal_ids if i not in found)
@@ -161,8 +172,8 @@ def rewrite_file(output: str, plan: FilePlan, itemsize: int) -> tuple[str, str |
 
     Returns what was done (for the log) and the new file's sha256 (None when it was deleted).
     """
-    fs, root = storage.filesystem(output)
-    path = posixpath.join(root, plan.rel_path)
+    fs, _ = storage.filesystem(output)
+    path = shard_path(output, plan.rel_path)
     before, after = plan.tokens_before * itemsize, plan.tokens_after * itemsize
     if not fs.exists(path):
         if after == 0:
@@ -181,7 +192,8 @@ def rewrite_file(output: str, plan: FilePlan, itemsize: int) -> tuple[str, str |
         return "deleted", None
     # The new copy is written in the journal's directory, never beside the shard: a crash leaves
     # it where the finished removal deletes it.
-    tmp = posixpath.join(storage.filesystem(journal_url(output))[1], "rewrite", f"{uuid.uuid4().hex}.partial")
+    journal = storage.filesystem(journal_url(output))[1]
+    tmp = posixpath.join(journal, tree.Tree.REWRITE_DIR, f"{uuid.uuid4().hex}.partial")
     fs.makedirs(posixpath.dirname(tmp), exist_ok=True)
     digest = hashlib.sha256()
     try:
@@ -308,13 +320,9 @@ def record_removal_list(output: str, ids: list[str], run: str, utc_time: str) ->
 def delete_journal(output: str) -> None:
     """The journal's directory goes (plan and any partial rewrite), then the temporary directory
     when nothing else is in it."""
-    fs, root = storage.filesystem(output)
-    journal = storage.filesystem(journal_url(output))[1]
-    if fs.exists(journal):
-        fs.rm(journal, recursive=True)
-    temp_root = posixpath.join(root, layout.TEMP_DIR_NAME)
-    if fs.isdir(temp_root) and not fs.ls(temp_root):
-        fs.rmdir(temp_root)
+    out = tree.Tree(output)
+    out.remove_dir(out.temp_name(out.JOURNAL_DIR), "removal journal")
+    out.remove_temp_if_empty()
 
 
 class RewriteFileFn(beam.DoFn):

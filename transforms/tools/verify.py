@@ -200,6 +200,11 @@ def check_file(unit: FileUnit, config: VerifyConfig) -> Iterator[tuple[str, obje
         return
     if name.partition >= config.partitions:
         yield "problem", f"{rel}: partition {name.partition} is outside 0..{config.partitions - 1}"
+    try:
+        tree.Tree(config.output).path(rel, "shard")
+    except tree.UnsafePathError as e:
+        yield "problem", f"{rel}: not read: {e}"
+        return
     if not unit.on_disk:
         yield "problem", f"{rel}: listed in the manifest but missing"
         return

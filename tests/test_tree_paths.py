@@ -1,0 +1,193 @@
+"""Issue 22's defects 1, 2, 3 and 6, through the CLI: the tool writes and deletes only inside its
+tree, and follows no symbolic link out of it.
+
+1. a manifest row naming ``../victim/v.bin`` (or an absolute path) made ``remove`` delete or cut
+   the outside file;
+2. ``.pretokenize-tmp`` a link (scratch on another disk): a re-run, and train-bpe, emptied its target;
+3. a bucket directory that is a link: a name that looks inside resolved outside;
+6. ``export megatron`` and ``stats`` overwrote user files of the names they write, and export
+   wrote through a ``megatron`` link.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+from conftest import SAMPLE_PARQUET, finepdfs_row
+from tree_traps import run_cli, snapshot
+
+from shards import layout, manifest
+
+RUNNER = "--runner=FnApiRunner"
+ROWS = [finepdfs_row(f"doc-{i:02d}", f"Line {i} of a short document. " * (3 + i % 9)) for i in range(40)]
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    path = tmp_path_factory.mktemp("src") / "docs.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in ROWS), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def built(source, tmp_path_factory):
+    """One finished bucketed tree, copied (links kept as links) by each test that changes it."""
+    from pipelines import cli
+
+    out = tmp_path_factory.mktemp("built") / "out"
+    assert cli.main(["bucketed", "--input", str(source), "--output", str(out), "--partitions", "2", RUNNER]) == 0
+    return out
+
+
+@pytest.fixture
+def tree_copy(built, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(built, out, symlinks=True)
+    return out
+
+
+@pytest.fixture
+def victim(tmp_path):
+    """A user's directory outside the tree, which nothing may change."""
+    d = tmp_path / "victim"
+    d.mkdir()
+    (d / "notes.txt").write_text("the user's own notes\n")
+    return d
+
+
+def rows_of(out) -> list[tuple[str, str, int]]:
+    with open(out / layout.MANIFEST_NAME, encoding="utf-8") as f:
+        return list(manifest.read_rows(f))
+
+
+def add_rows(out, rows) -> None:
+    with open(out / layout.MANIFEST_NAME, "a", encoding="utf-8") as f:
+        for rel, doc_id, n in rows:
+            f.write(manifest.format_row(rel, doc_id, n))
+
+
+def remove(capsys, out, tmp_path, ids):
+    flagged = tmp_path / "flagged.txt"
+    flagged.write_text("".join(f"{i}\n" for i in ids))
+    return run_cli(capsys, ["remove", "--output", str(out), "--removal-list", str(flagged), RUNNER])
+
+
+# Defect 1: remove and a manifest row that names a file outside the tree.
+def test_remove_refuses_a_manifest_row_that_climbs_out_of_the_tree(tree_copy, victim, tmp_path, capsys):
+    out = tree_copy
+    (victim / "v.bin").write_bytes(np.arange(100, dtype="<u4").tobytes())
+    add_rows(out, [("../victim/v.bin", "evil-1", 100)])
+    outside, inside = snapshot(victim), snapshot(out)
+    line = remove(capsys, out, tmp_path, ["evil-1", rows_of(out)[0][1]]).refusal
+    assert "../victim/v.bin" in line and "manifest row" in line
+    assert snapshot(victim) == outside, "a file outside the tree changed"
+    assert snapshot(out) == inside and (out / layout.STATS_NAME).exists(), "the refusal changed the tree"
+
+
+def test_remove_refuses_manifest_rows_with_an_absolute_path(tree_copy, victim, tmp_path, capsys):
+    out = tree_copy
+    target = victim / "v.bin"
+    target.write_bytes(np.arange(300, dtype="<u4").tobytes())  # 1,200 bytes, as the two rows say
+    add_rows(out, [(str(target), "evil-1", 200), (str(target), "evil-2", 100)])
+    outside, inside = snapshot(victim), snapshot(out)
+    line = remove(capsys, out, tmp_path, ["evil-2"]).refusal
+    assert str(target) in line and "absolute" in line
+    assert snapshot(victim) == outside and target.stat().st_size == 1200
+    assert snapshot(out) == inside and (out / layout.STATS_NAME).exists()
+
+
+# Defect 3, through remove: the row's name is inside, but its directory is a link to outside.
+def test_remove_refuses_a_row_whose_bucket_directory_is_a_link_out(tree_copy, victim, tmp_path, capsys):
+    out = tree_copy
+    rel, doc_id, _ = rows_of(out)[0]
+    bucket = rel.split("/")[0]
+    shutil.move(str(out / bucket), str(victim / bucket))
+    os.symlink(victim / bucket, out / bucket)
+    outside, inside = snapshot(victim), snapshot(out)
+    line = remove(capsys, out, tmp_path, [doc_id]).refusal
+    assert str(out / bucket) in line and "link" in line
+    assert snapshot(victim) == outside and snapshot(out) == inside
+
+
+# Defect 3, through a bucketed re-run: its publish deletes the stale shards and moves new ones in.
+def test_a_rerun_refuses_a_bucket_directory_that_is_a_link_out(tree_copy, source, victim, capsys):
+    out = tree_copy
+    bucket = rows_of(out)[0][0].split("/")[0]
+    shutil.move(str(out / bucket), str(victim / bucket))
+    os.symlink(victim / bucket, out / bucket)
+    outside = snapshot(victim)
+    result = run_cli(capsys, ["bucketed", "--input", str(source), "--output", str(out), "--partitions", "3", RUNNER])
+    assert str(out / bucket) in result.refusal
+    assert snapshot(victim) == outside
+
+
+# Defect 2: .pretokenize-tmp is a link to scratch space elsewhere.
+def scratch_with_project(tmp_path):
+    scratch = tmp_path / "scratch"
+    (scratch / "project").mkdir(parents=True)
+    (scratch / "project" / "results.csv").write_text("a,b\n1,2\n")
+    (scratch / "other.txt").write_text("someone else's\n")
+    return scratch
+
+
+def test_a_rerun_never_empties_the_target_of_a_linked_temporary_directory(tree_copy, source, tmp_path, capsys):
+    out = tree_copy
+    scratch = scratch_with_project(tmp_path)
+    os.symlink(scratch, out / layout.TEMP_DIR_NAME)
+    outside = snapshot(scratch)
+    result = run_cli(capsys, ["bucketed", "--input", str(source), "--output", str(out), "--partitions", "2", RUNNER])
+    assert str(out / layout.TEMP_DIR_NAME) in result.refusal and "link" in result.refusal
+    assert snapshot(scratch) == outside
+    assert os.path.islink(out / layout.TEMP_DIR_NAME) and (out / layout.STATS_NAME).exists()
+
+
+def test_train_bpe_never_empties_the_target_of_a_linked_temporary_directory(tmp_path, capsys):
+    tok = tmp_path / "tok"
+    argv = ["train-bpe", "--input", str(SAMPLE_PARQUET), "--output", str(tok), "--language", "none",
+            "--token-count-field", "none", "--vocab-size", "300", RUNNER]
+    assert run_cli(capsys, argv).code == 0
+    scratch = scratch_with_project(tmp_path)
+    os.symlink(scratch, tok / layout.TEMP_DIR_NAME)
+    outside, inside = snapshot(scratch), snapshot(tok)
+    line = run_cli(capsys, argv).refusal
+    assert str(tok / layout.TEMP_DIR_NAME) in line
+    assert snapshot(scratch) == outside and snapshot(tok) == inside
+
+
+# Defect 6: export megatron and stats keep a user's files of the names they write.
+@pytest.mark.parametrize("name", ["megatron/data_args.txt", "megatron/1024/p00_00000.idx"])
+def test_export_refuses_to_overwrite_a_user_file(tree_copy, source, name, capsys):
+    out = tree_copy
+    (out / name).parent.mkdir(parents=True, exist_ok=True)
+    (out / name).write_bytes(b"the user's own file\n")
+    inside = snapshot(out)
+    line = run_cli(capsys, ["export", "megatron", "--output", str(out)]).refusal
+    assert str(out / name) in line and "not the tool's" in line
+    assert snapshot(out) == inside
+    # Not recorded as derived, so the next run of the job leaves it too.
+    assert run_cli(capsys, ["bucketed", "--input", str(source), "--output", str(out), "--partitions", "2",
+                            RUNNER]).code == 0
+    assert (out / name).read_bytes() == b"the user's own file\n"
+
+
+def test_export_through_a_megatron_link_writes_nothing_outside(tree_copy, victim, capsys):
+    out = tree_copy
+    os.symlink(victim, out / "megatron")
+    outside, inside = snapshot(victim), snapshot(out)
+    line = run_cli(capsys, ["export", "megatron", "--output", str(out)]).refusal
+    assert str(out / "megatron") in line and "link" in line
+    assert snapshot(victim) == outside and snapshot(out) == inside
+
+
+@pytest.mark.parametrize("name", ["length_stats.txt", "length_histogram.png"])
+def test_stats_refuses_to_overwrite_a_user_file(tree_copy, name, capsys):
+    out = tree_copy
+    (out / name).write_bytes(b"the user's own file\n")
+    inside = snapshot(out)
+    line = run_cli(capsys, ["stats", "--output", str(out)]).refusal
+    assert str(out / name) in line and "not the tool's" in line
+    assert snapshot(out) == inside
