@@ -159,40 +159,25 @@ def export_megatron(tree: ShardTree) -> list[ShardIndex]:
     The tree's ownership record lists every file before it is written, so a later run of a job
     deletes exactly these (shards/tree.py); the export never deletes a file it did not record.
     """
-    root = _local_root(tree)
+    _local_root(tree)
+    out = ownership.Tree(tree.url)
     record = ownership.owned(tree.url)
     indexes = shard_indexes(tree)
     wanted = _export_files(tree, indexes)
     stale = [rel for rel in record.derived if rel.startswith(EXPORT_DIR + "/") and rel not in wanted]
+    # Before anything is written: every name inside the tree, through no link, and none a user's file.
+    out.check_ours(wanted, record, "export file")
+    out.check_writable(stale, "recorded file")
     ownership.record_files(tree.url, record, add_derived=wanted)
-    scratch = ownership.temp_url(root)
     for x in indexes:
-        ownership.write_file(root, x.prefix + megatron.IDX_SUFFIX, x.index)
-        _link(posixpath.join(root, x.prefix + megatron.BIN_SUFFIX), _link_target(x), scratch)
-    ownership.delete_listed(root, stale)
+        out.write(x.prefix + megatron.IDX_SUFFIX, x.index)
+        out.link(x.prefix + megatron.BIN_SUFFIX, _link_target(x))
+    out.remove_files(stale)
     ownership.record_files(tree.url, record, drop_derived=stale)
     for rel, text in _args_files(tree, indexes).items():
-        ownership.write_file(root, rel, text.encode())
-    if os.path.isdir(scratch) and not os.listdir(scratch):
-        os.rmdir(scratch)
+        out.write(rel, text.encode())
+    out.remove_temp_if_empty()
     return indexes
-
-
-def _link(path: str, target: str, scratch: str) -> None:
-    """Make ``path`` a symlink to ``target``, replacing an older link (never a file). The new link
-    is made in the tree's temporary directory and renamed into place."""
-    if os.path.lexists(path):
-        if not os.path.islink(path):
-            raise FileExistsError(f"{path} exists and is not a link; the export only replaces links it made")
-        if os.readlink(path) == target:
-            return
-    os.makedirs(scratch, exist_ok=True)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = os.path.join(scratch, f"{os.path.basename(path)}.partial-{os.getpid()}")
-    if os.path.lexists(tmp):
-        os.remove(tmp)
-    os.symlink(target, tmp)
-    os.replace(tmp, path)
 
 
 def check_megatron(tree: ShardTree) -> list[str]:

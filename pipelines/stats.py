@@ -279,7 +279,13 @@ def run(argv: list[str] | None = None) -> int:
             print(f"pretokenize stats: {e}; pass --table and --png paths outside it", file=sys.stderr, flush=True)
             return 2
         root = storage.normalize(tree.url)
-        ownership.record_files(tree.url, record, add_derived=[posixpath.relpath(u, root) for u in inside])
+        names = [posixpath.relpath(u, root) for u in inside]
+        try:  # a file of those names that the record does not list is the user's: never overwritten
+            ownership.Tree(tree.url).check_ours(names, record, "stats file")
+        except ValueError as e:
+            print(f"pretokenize stats: {e}", file=sys.stderr, flush=True)
+            return 2
+        ownership.record_files(tree.url, record, add_derived=names)
     _write(tree.url, table_url, (heading + text).encode())
     # With --json, stdout is the JSON alone (for a pipe into jq); where the files went, on stderr.
     where = sys.stderr if options.json else sys.stdout
@@ -298,10 +304,11 @@ def run(argv: list[str] | None = None) -> int:
 
 
 def _write(tree_url: str, url: str, data: bytes) -> None:
-    """A file inside the tree is written through its temporary directory; elsewhere beside itself."""
-    scratch = ownership.temp_url(tree_url) if ownership.inside(url, tree_url) else None
-    storage.write_atomic(url, data, scratch=scratch)
-    if scratch is not None:
-        fs, path = storage.filesystem(scratch)
-        if fs.isdir(path) and not fs.ls(path):
-            fs.rmdir(path)
+    """A file inside the tree is written by the tree (shards.tree.Tree, through its temporary
+    directory); elsewhere beside itself."""
+    if not ownership.inside(url, tree_url):
+        storage.write_atomic(url, data)
+        return
+    out = ownership.Tree(tree_url)
+    out.write(posixpath.relpath(storage.normalize(url), out.url), data)
+    out.remove_temp_if_empty()
