@@ -8,9 +8,32 @@ plain Python here (``global_batch``, ``worker_steps``, ``WorkerBatches``), usabl
 
     ds = WindowDataset("out/finepdfs", seq_len=4096, batch_size=8, seed=0, split="train", val_fraction=0.01)
     loader = StatefulDataLoader(ds, batch_size=None, num_workers=4)   # or torch's DataLoader
-    for batch in loader:  # input_ids, labels, position_ids, loss_mask: (8, 4096); cu_seqlens; step
-        ...
+    for batch in loader:  # input_ids, labels, position_ids: (8, 4096); cu_seqlens, max_seqlen; step
+        loss = model(input_ids=batch["input_ids"], labels=batch["labels"], position_ids=batch["position_ids"]).loss
     checkpoint["data"] = loader.state_dict()   # later: loader.load_state_dict(checkpoint["data"])
+
+What a batch holds, by ``convention``:
+
+- ``"hf"`` (the default), Hugging Face's causal LM convention: ``input_ids`` (B, S), the window's
+  inputs; ``labels`` (B, S), the same tokens, which the model shifts itself (logits at i against
+  labels at i + 1), with -100 where no loss is taken; ``position_ids`` (B, S); and, with
+  ``attention_mask=True``, ``attention_mask`` (B, 1, S, S) bool, the block-causal mask of the
+  documents in each window (for attention that takes neither ``position_ids`` boundaries nor
+  ``cu_seqlens``). A window is never padded, so there is no 2-D attention mask: Hugging Face's
+  flash-attention path finds packed documents from ``position_ids`` when it gets none.
+  Masked at document boundaries: a document's first token gets label -100, so nothing predicts it
+  from the document before (whose EOS is trained on as that document's last prediction).
+  ``mask_across_docs`` makes every label after the window's first document -100 too. As Hugging
+  Face shifts within the S inputs, a window's last target (its token S + 1, the next window's first
+  input) is not trained on: S - 1 predictions a window.
+- ``"megatron"``, Megatron-LM's GPTDataset layout, already shifted: ``tokens`` (the inputs),
+  ``labels`` (the targets, one token later), ``loss_mask`` (float32, 0.0 where no loss is taken,
+  the same places) and ``position_ids``: S predictions a window.
+
+Both add ``cu_seqlens`` (int32, the document pieces over the B*S tokens flattened) and ``max_seqlen``
+for varlen attention kernels, and ``step``. The numpy reader's ``Batch`` keeps ``inputs`` and
+``targets`` (shifted), which say what they are. ``hf_labels`` and ``megatron_arrays`` turn a
+``Batch`` into either convention without torch.
 
 Which batch goes where is fixed by arithmetic, not by the number of workers:
 
@@ -33,7 +56,50 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 
-from shards.reader import Batch, LengthSampler, ShardTree, WindowSampler, open_tree
+import numpy as np
+
+from shards.reader import Batch, LengthSampler, ShardTree, WindowSampler, block_causal_mask, open_tree
+
+CONVENTIONS = ("hf", "megatron")
+IGNORE_INDEX = -100  # Hugging Face's (and torch cross_entropy's) label for "no loss here"
+
+
+def hf_labels(batch: Batch) -> np.ndarray:
+    """Hugging Face labels of a batch: its inputs (the model shifts them), -100 where no loss is taken.
+
+    The loss of logits at position i is taken against labels[i + 1] = targets[i]; so where the
+    reader's ``loss_mask[i]`` is 0 (the target starts a document, or lies past the window's first
+    document with ``mask_across_docs``), labels[i + 1] is -100. labels[0] is no model's target.
+    """
+    labels = batch.inputs.copy()
+    labels[:, 1:][batch.loss_mask[:, :-1] == 0] = IGNORE_INDEX
+    return labels
+
+
+def block_causal_masks(batch: Batch) -> np.ndarray:
+    """(B, 1, S, S) bool: True where a query may attend to a key (causal, within its document piece)."""
+    b, s = batch.inputs.shape
+    out = np.empty((b, 1, s, s), dtype=bool)
+    for i, w in enumerate(batch.windows):
+        out[i, 0] = block_causal_mask(w.cu_seqlens)
+    return out
+
+
+def batch_arrays(batch: Batch, convention: str = "hf", attention_mask: bool = False) -> dict[str, np.ndarray]:
+    """The numpy arrays of one batch in a convention (see the module docstring), without torch."""
+    if convention == "hf":
+        arrays = {"input_ids": batch.inputs, "labels": hf_labels(batch), "position_ids": batch.position_ids}
+        if attention_mask:
+            arrays["attention_mask"] = block_causal_masks(batch)
+    elif convention == "megatron":
+        if attention_mask:
+            raise ValueError("attention_mask is given in the hf convention; Megatron builds its own")
+        arrays = {"tokens": batch.inputs, "labels": batch.targets, "loss_mask": batch.loss_mask,
+                  "position_ids": batch.position_ids}
+    else:
+        raise ValueError(f"convention must be one of {CONVENTIONS}, got {convention!r}")
+    arrays["cu_seqlens"] = batch.cu_seqlens
+    return arrays
 
 
 def global_batch(step: int, rank: int, world_size: int) -> int:
@@ -131,8 +197,12 @@ def _make_class():
         def __init__(self, tree: str | ShardTree, seq_len: int | None = None, batch_size: int | None = None,
                      seed: int = 0, *, tokens_per_batch: int | None = None, rank: int | None = None,
                      world_size: int | None = None, start_step: int = 0, num_steps: int | None = None,
-                     **sampler_args: object):
+                     convention: str = "hf", attention_mask: bool = False, **sampler_args: object):
             super().__init__()
+            if convention not in CONVENTIONS:
+                raise ValueError(f"convention must be one of {CONVENTIONS}, got {convention!r}")
+            if attention_mask and convention != "hf":
+                raise ValueError("attention_mask is given in the hf convention; Megatron builds its own")
             if tokens_per_batch is None and (seq_len is None or batch_size is None):
                 raise ValueError("give seq_len and batch_size, or tokens_per_batch")
             if tokens_per_batch is not None and (seq_len is not None or batch_size is not None):
@@ -157,6 +227,8 @@ def _make_class():
             self.world_size = world_size
             self.start_step = start_step
             self.num_steps = num_steps
+            self.convention = convention
+            self.attention_mask = attention_mask
             self.sampler_args: Mapping[str, object] = dict(sampler_args)
             self._sampler: WindowSampler | LengthSampler | None = None
             self._batches: WorkerBatches | None = None
@@ -213,18 +285,11 @@ def _make_class():
             self._batches = batches
             return map(self._tensors, batches)  # unlike a generator, keeps no batch alive between steps
 
-        @staticmethod
-        def _tensors(item: tuple[int, Batch]) -> dict:
+        def _tensors(self, item: tuple[int, Batch]) -> dict:
             step, batch = item
-            return {
-                "input_ids": torch.from_numpy(batch.inputs),
-                "labels": torch.from_numpy(batch.targets),
-                "position_ids": torch.from_numpy(batch.position_ids),
-                "loss_mask": torch.from_numpy(batch.loss_mask),
-                "cu_seqlens": torch.from_numpy(batch.cu_seqlens),
-                "max_seqlen": batch.max_seqlen,
-                "step": step,
-            }
+            arrays = batch_arrays(batch, self.convention, self.attention_mask)
+            return {**{k: torch.from_numpy(v) for k, v in arrays.items()}, "max_seqlen": batch.max_seqlen,
+                    "step": step}
 
     WindowDataset.__module__ = __name__
     WindowDataset.__qualname__ = "WindowDataset"

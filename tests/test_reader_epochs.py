@@ -27,7 +27,7 @@ from test_reader import EOS, check_window, doc_tokens, manifest_view, stream_for
 from pipelines import bucketed
 from shards import layout
 from shards.reader import Permutation, open_tree
-from shards.torch_dataset import WorkerBatches, global_batch
+from shards.torch_dataset import WorkerBatches, global_batch, hf_labels
 
 S = 100  # not a power of two, and not a divisor of any stream's length
 TORCH_REASON = "torch is optional (the 'torch' extra) and not installed here; WorkerBatches is tested without it"
@@ -374,8 +374,8 @@ def test_window_dataset_resumes_in_a_stateful_dataloader(mixed_root, mixed, worl
     for b in head + tail:
         want = sampler.batch(global_batch(b["step"], rank, world), 3)
         assert np.array_equal(b["input_ids"].numpy(), want.inputs)
-        assert np.array_equal(b["labels"].numpy(), want.targets)
-        assert np.array_equal(b["loss_mask"].numpy(), want.loss_mask) and b["loss_mask"].dtype == torch.float32
+        assert np.array_equal(b["labels"].numpy(), hf_labels(want))
+        assert b["labels"].dtype == torch.int64 and "loss_mask" not in b  # -100 in labels is the loss mask
         assert np.array_equal(b["cu_seqlens"].numpy(), want.cu_seqlens)
     second = loader()
     second.load_state_dict(state)
@@ -614,8 +614,11 @@ print(len(stage), batch.inputs.shape)      # (8, 32768), (4, 65536), (2, 131072)
 assert batch.inputs.size == 262144 and batch.windows[0].bucket in stage.buckets
 ```
 
-With the `torch` extra, `shards.torch_dataset.WindowDataset` yields the batches as tensors
-(`input_ids`, `labels`, `position_ids`, `loss_mask`, `cu_seqlens`, `max_seqlen`, `step`), rank by
+With the `torch` extra, `shards.torch_dataset.WindowDataset` yields the batches as tensors, by
+default in Hugging Face's convention: `input_ids`, `labels` (the same tokens, which the model shifts;
+-100 on each document's first token, so no loss crosses a document boundary), `position_ids`,
+`cu_seqlens`, `max_seqlen`, `step`; `convention="megatron"` gives Megatron's shifted `tokens`,
+`labels`, `loss_mask` instead (`docs/training.md`: each framework, step by step). Rank by
 rank: at its step j, rank r of R takes the sampler's batch `j * R + r`, and DataLoader worker w of W
 makes the steps w, w + W, w + 2W, ..., so each rank gets the same batches, in order, with any number
 of workers. Resuming needs torchdata's `StatefulDataLoader` (`pip install torchdata`) and the same
@@ -631,7 +634,7 @@ def loader():
 
 first = loader()
 for step, batch in zip(range(3), first):
-    assert batch["step"] == step and batch["loss_mask"].shape == (8, 1024)
+    assert batch["step"] == step and batch["labels"].shape == (8, 1024)
 checkpoint = first.state_dict()                 # the step each worker makes next
 
 resumed = loader()
