@@ -649,10 +649,12 @@ assert next(iter(resumed))["step"] == 3
 .venv/bin/pretokenize stats --output out/sample --json --png none  # the same figures as one JSON object on stdout
 ```
 
-Megatron-LM reads the shards in place: `--data-args-path out/sample/megatron/data_args.txt` (each
-shard weighted by its tokens). The indexes live under `megatron/`, beside links named `.bin` that
-point at the `.npy` shards, so the shard directories hold only shards; run the export again after
-a re-run or a `pretokenize remove`.
+Megatron-LM reads the shards in place: `--data-args-path megatron/data_args.txt` (each shard
+weighted by its tokens), run from the tree's directory: the blend's prefixes are relative to the
+tree's root, so a copied or moved tree still reads (and `--check` passes there); `--mount /data/x`
+writes them for a tree mounted at /data/x instead (check it with the same `--mount`). The indexes
+live under `megatron/`, beside relative links named `.bin` that point at the `.npy` shards, so the
+shard directories hold only shards; run the export again after a re-run or a `pretokenize remove`.
 """
 
 
