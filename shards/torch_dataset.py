@@ -58,7 +58,16 @@ from collections.abc import Callable, Iterator, Mapping
 
 import numpy as np
 
-from shards.reader import Batch, LengthSampler, ShardTree, WindowSampler, block_causal_mask, open_tree
+from shards.reader import (
+    Batch,
+    LengthSampler,
+    ShardTree,
+    WindowSampler,
+    as_json,
+    block_causal_mask,
+    open_tree,
+    refuse_other_fingerprint,
+)
 
 CONVENTIONS = ("hf", "megatron")
 IGNORE_INDEX = -100  # Hugging Face's (and torch cross_entropy's) label for "no loss here"
@@ -122,12 +131,16 @@ class WorkerBatches:
     """The batches one worker of one rank makes, in order, as ``(step, batch)``; resumable.
 
     ``batch_of(g)`` gives global batch g. The steps are ``worker_steps(start_step, worker,
-    num_workers, num_steps)``; ``state_dict()`` is the next of them (with the split it belongs to),
-    and ``load_state_dict`` continues from a saved one: the ``Stateful`` protocol of torchdata.
+    num_workers, num_steps)``; ``state_dict()`` is the next of them with the fingerprint of what
+    decides the batches (``fingerprint``, e.g. WindowDataset's: the tree, the sampler, the batch
+    size; then the split: world size, rank, number of workers, worker, start step), and
+    ``load_state_dict`` continues from a saved one, refusing one of another fingerprint in one line
+    naming the first field that differs: the ``Stateful`` protocol of torchdata.
     """
 
     def __init__(self, batch_of: Callable[[int], Batch], *, rank: int = 0, world_size: int = 1, worker: int = 0,
-                 num_workers: int = 1, start_step: int = 0, num_steps: int | None = None):
+                 num_workers: int = 1, start_step: int = 0, num_steps: int | None = None,
+                 fingerprint: Mapping[str, object] | None = None):
         global_batch(0, rank, world_size)  # checks the pair
         if not 0 <= worker < num_workers:
             raise ValueError(f"worker {worker} is outside {num_workers} workers")
@@ -136,8 +149,10 @@ class WorkerBatches:
         self.batch_of = batch_of
         self.rank, self.world_size = rank, world_size
         self.worker, self.num_workers = worker, num_workers
+        self.start_step = start_step
         self.end = None if num_steps is None else start_step + num_steps
         self.next_step = start_step + worker
+        self.fingerprint = as_json({**(fingerprint or {}), **self._split()})
 
     def __iter__(self) -> WorkerBatches:
         return self
@@ -151,20 +166,19 @@ class WorkerBatches:
         return step, batch
 
     def _split(self) -> dict:
-        return {"rank": self.rank, "world_size": self.world_size, "worker": self.worker,
-                "num_workers": self.num_workers}
+        return {"world_size": self.world_size, "rank": self.rank, "num_workers": self.num_workers,
+                "worker": self.worker, "start_step": self.start_step}
 
     def state_dict(self) -> dict:
-        return {"next_step": self.next_step, **self._split()}
+        return {"next_step": self.next_step, "fingerprint": dict(self.fingerprint)}
 
     def load_state_dict(self, state: Mapping) -> None:
-        differ = {k: (state.get(k), v) for k, v in self._split().items() if state.get(k) != v}
-        if differ:
-            said = ", ".join(f"{k} {a!r} (here: {b!r})" for k, (a, b) in differ.items())
-            raise ValueError(f"the state was saved by another split of the batches: {said}")
-        step = state["next_step"]
-        if not isinstance(step, int) or step < 0 or (step - self.worker) % self.num_workers:
-            raise ValueError(f"next_step {step!r} is not a step of worker {self.worker} of {self.num_workers}")
+        refuse_other_fingerprint(state, self.fingerprint, "loader")
+        step = state.get("next_step")
+        if (not isinstance(step, int) or step < self.start_step + self.worker
+                or (step - self.start_step - self.worker) % self.num_workers):
+            raise ValueError(f"next_step {step!r} is not a step of worker {self.worker} of {self.num_workers} "
+                             f"from step {self.start_step}")
         self.next_step = step
 
 
@@ -259,16 +273,30 @@ def _make_class():
                 return self._sampler.batch(g)
             return self._sampler.batch(g, self.batch_size)
 
+        def fingerprint(self) -> dict:
+            """What decides this rank's batches, JSON-ready, in the order a mismatch is looked for: the
+            sampler's fingerprint (the tree, seq_len, seed, split, weights, masking, ...), the batch size,
+            what a batch holds (convention, attention_mask), then the split over ranks. A worker's
+            state adds the number of workers and its own (WorkerBatches)."""
+            if self._sampler is None:
+                self._sampler = self._make_sampler()
+            return as_json({**self._sampler.fingerprint(), "batch_size": self.batch_size,
+                            "convention": self.convention, "attention_mask": self.attention_mask,
+                            "world_size": self.world_size, "rank": self.rank, "start_step": self.start_step})
+
         def state_dict(self) -> dict:
-            """The next step this copy of the dataset (one DataLoader worker's) makes, with its split."""
+            """The next step this copy of the dataset (one DataLoader worker's) makes, with its fingerprint."""
             if self._batches is not None:
                 return self._batches.state_dict()
             if self._loaded is not None:
                 return dict(self._loaded)
-            return {"next_step": None}  # not started: start_step + this worker
+            return {"next_step": None, "fingerprint": self.fingerprint()}  # not started: start_step + this worker
 
         def load_state_dict(self, state: Mapping) -> None:
-            """Continue, at the next ``iter()``, from a ``state_dict()`` of the same worker of the same split."""
+            """Continue, at the next ``iter()``, from a ``state_dict()`` of the same worker of a dataset
+            of the same fingerprint; a state of another is refused here, naming the first field that
+            differs (the worker and the number of workers are checked at ``iter()``, where they are known)."""
+            refuse_other_fingerprint(state, self.fingerprint(), "loader")
             self._loaded = None if state.get("next_step") is None else dict(state)
             self._batches = None
 
@@ -277,8 +305,10 @@ def _make_class():
                 self._sampler = self._make_sampler()
             info = torch.utils.data.get_worker_info()
             worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
+            dataset = {k: v for k, v in self.fingerprint().items() if k not in ("world_size", "rank", "start_step")}
             batches = WorkerBatches(self._batch_of, rank=self.rank, world_size=self.world_size, worker=worker,
-                                    num_workers=num_workers, start_step=self.start_step, num_steps=self.num_steps)
+                                    num_workers=num_workers, start_step=self.start_step, num_steps=self.num_steps,
+                                    fingerprint=dataset)
             if self._loaded is not None:
                 batches.load_state_dict(self._loaded)
                 self._loaded = None  # used once: a later iter() starts at start_step again
