@@ -143,3 +143,77 @@ def test_a_convention_is_checked_before_any_worker_starts(small_root):
         WindowDataset(small_root, seq_len=S, batch_size=2, convention="nemo")
     with pytest.raises(ValueError, match="attention_mask is given in the hf convention"):
         WindowDataset(small_root, seq_len=S, batch_size=2, convention="megatron", attention_mask=True)
+
+
+# --------------------------------------------------------------------------------------------
+# OLMo-core's own NumpyFSLDataset over the shard files (docs/training.md, "OLMo-core", says how its
+# instances relate to the reader's windows; this checks that statement).
+
+OLMO_REASON = ("ai2-olmo-core is installed in CI: pip install --no-deps ai2-olmo-core cached-path "
+               "dataclass-extensions bettermap dill")
+
+
+@pytest.fixture(scope="module")
+def olmo_tree(tmp_path_factory):
+    """Files of several lengths (none a multiple of S), in two buckets and three partitions."""
+    rng = np.random.default_rng(6)
+    files = {}
+    for rel, lengths in [("1024/p00_00000.npy", [5, 40, 17, 90, 3]), ("1024/p01_00000.npy", [64, 1, 30, 22]),
+                         ("1024/p02_00000.npy", [200, 9]), ("2048/p01_00000.npy", [1500])]:
+        files[rel] = [(f"{rel}:{i}", doc_tokens(rng, n, eos=EOS, high=EOS)) for i, n in enumerate(lengths)]
+    return write_bucketed_tree(str(tmp_path_factory.mktemp("olmo") / "tree"), files, eos=EOS, vocab_size=VOCAB)
+
+
+def olmo_dataset(tree, work_dir, seq_len):
+    pytest.importorskip("torch", reason=TORCH_REASON)
+    numpy_dataset = pytest.importorskip("olmo_core.data.numpy_dataset", reason=OLMO_REASON)
+    from olmo_core.data import NumpyDatasetDType, TokenizerConfig
+
+    config = numpy_dataset.NumpyFSLDatasetConfig(
+        tokenizer=TokenizerConfig(vocab_size=tree.stats.vocab_size, eos_token_id=tree.eos_id, pad_token_id=tree.eos_id),
+        paths=[tree.store.path(i) for i in range(len(tree.store.rel_paths))],  # the shard files, in storage order
+        sequence_length=seq_len, dtype=NumpyDatasetDType(tree.stats.dtype), generate_doc_lengths=True,
+        include_instance_metadata=False, work_dir=str(work_dir))
+    dataset = config.build()
+    dataset.prepare()
+    return dataset
+
+
+def test_olmo_core_reads_each_shard_file_as_the_reader_windows_it_alone(olmo_tree, tmp_path):
+    tree = open_tree(olmo_tree)
+    olmo = olmo_dataset(tree, tmp_path / "work", S)
+    assert len(olmo.offsets) == len(tree.store.rel_paths) == 4
+    for f, (rel, (first, end)) in enumerate(zip(tree.store.rel_paths, olmo.offsets, strict=True)):
+        bucket, name = rel.split("/")
+        # A selection of this file alone: its bucket, its partition (one file each here).
+        sampler = tree.sampler(S, split="all", buckets=[bucket], partitions=[int(name[1:3])])
+        n = tree.store.count(f)
+        assert sampler.tokens == n and n % S  # no file is a multiple of S: the statement's common case
+        # OLMo-core: N // S instances per file, the file's last N % S tokens dropped; the reader:
+        # (N - 1) // S windows, the same when S does not divide N.
+        assert end - first == n // S == len(sampler) == sampler.cuts[0].count
+        for j in range(end - first):
+            instance = olmo[first + j]
+            window = sampler.cuts[0].stream.window_at(sampler.cuts[0].start(j), S)
+            assert np.array_equal(instance["input_ids"].numpy(), window.inputs), (rel, j)
+            # Its document lengths (cut after each EOS) are the window's document pieces.
+            assert instance["doc_lens"].tolist() == np.diff(window.cu_seqlens).tolist(), (rel, j)
+        # And every window of an epoch is one of these instances, in the reader's own order.
+        starts = sorted(sampler.window(k).start for k in range(len(sampler)))
+        assert starts == [j * S for j in range(end - first)]
+
+
+def test_olmo_core_over_the_whole_tree_cuts_each_file_apart_where_the_reader_runs_on(olmo_tree, tmp_path):
+    tree = open_tree(olmo_tree)
+    olmo = olmo_dataset(tree, tmp_path / "work", S)
+    sampler = tree.sampler(S, split="all")
+    stream = sampler.cuts[0].stream
+    assert len(olmo) == sum(tree.store.count(f) // S for f in range(4)) < len(sampler) == (stream.tokens - 1) // S
+    for f, (first, end) in enumerate(olmo.offsets):
+        file_start = int(tree.store.starts[f])  # the stream is the files end to end: one file per run here
+        for j in range(end - first):
+            got = olmo[first + j]["input_ids"].numpy()
+            assert np.array_equal(got, stream.read(file_start + j * S, file_start + (j + 1) * S))
+            if file_start % S == 0:  # only there does an instance start where a reader's window does
+                assert np.array_equal(got, stream.window_at(file_start + j * S, S).inputs)
+    assert int(tree.store.starts[1]) % S != 0  # so after the first file, none does
