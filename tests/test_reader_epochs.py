@@ -546,8 +546,9 @@ README_SECTION = """\
 
 `shards.reader` opens a finished tree (local files are memory-mapped; any fsspec URL works) and
 cuts it into windows of S+1 tokens, epoch by epoch, with the document boundaries attention kernels
-take. It needs numpy only; torch is an extra. How to train from the tree with Hugging Face (a loop or
-a `Trainer`), Megatron-LM, OLMo-core and llm.c, and where their conventions differ: [docs/training.md](docs/training.md).
+take. It needs numpy only; torch is an extra. How to train from the tree with Hugging Face (a loop
+or a `Trainer`), Megatron-LM, OLMo-core and llm.c, and where their conventions differ:
+[docs/training.md](docs/training.md).
 
 ```python
 from shards.reader import open_tree
