@@ -19,7 +19,7 @@ What a batch holds, by ``convention``:
   labels at i + 1), with -100 where no loss is taken; ``position_ids`` (B, S); and, with
   ``attention_mask=True``, ``attention_mask`` (B, 1, S, S) bool, the block-causal mask of the
   documents in each window (for attention that takes neither ``position_ids`` boundaries nor
-  ``cu_seqlens``). A window is never padded, so there is no 2-D attention mask: Hugging Face's
+  ``cu_seqlens``; B * S * S bytes, 134 MB at B = 8, S = 4096). A window is never padded, so there is no 2-D attention mask: Hugging Face's
   flash-attention path finds packed documents from ``position_ids`` when it gets none.
   Masked at document boundaries: a document's first token gets label -100, so nothing predicts it
   from the document before (whose EOS is trained on as that document's last prediction).

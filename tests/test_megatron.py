@@ -11,7 +11,7 @@ import struct
 
 import numpy as np
 import pytest
-from conftest import SAMPLE_PARQUET
+from conftest import SAMPLE_PARQUET, import_trainer_module
 from test_reader import doc_tokens, llmc_doc, manifest_view, write_bucketed_tree, write_llmc
 
 from pipelines import bucketed, export, verify
@@ -226,8 +226,8 @@ def megatron_documents(prefixes_file, cwd):
     """Every document of the blend, as Megatron-LM reads ``--data-args-path``: the file split on
     whitespace into (weight, prefix) pairs (megatron.core's get_blend_from_list), each prefix opened
     by megatron.core's IndexedDataset from the trainer's working directory."""
-    datasets = pytest.importorskip("megatron.core.datasets.indexed_dataset",
-                                   reason="megatron-core is installed in CI: pip install --no-deps megatron-core")
+    datasets = import_trainer_module("megatron.core.datasets.indexed_dataset",
+                                     "megatron-core is installed in CI: make venv-trainers")
     from megatron.core.datasets.utils import get_blend_from_list
 
     prefixes, weights = get_blend_from_list(prefixes_file.read_text().split())

@@ -21,7 +21,7 @@ from collections import Counter, deque
 
 import numpy as np
 import pytest
-from conftest import REPO, SAMPLE_PARQUET
+from conftest import REPO, SAMPLE_PARQUET, import_trainer_module
 from test_reader import EOS, check_window, doc_tokens, manifest_view, stream_for, val_key, write_bucketed_tree
 
 from pipelines import bucketed
@@ -819,7 +819,7 @@ DATASET = dict(seq_len=64, batch_size=3, seed=0, split="train", val_fraction=0.2
     ("start_step", {"start_step": 2}),
 ])
 def test_a_window_dataset_state_is_refused_by_a_dataset_of_other_settings(mixed_root, field, change):
-    pytest.importorskip("torch", reason=TORCH_REASON)
+    import_trainer_module("torch", TORCH_REASON)
     from shards.torch_dataset import WindowDataset
 
     base = {**DATASET, "rank": 0, "world_size": 1}
@@ -840,7 +840,7 @@ def test_a_window_dataset_state_is_refused_by_a_dataset_of_other_settings(mixed_
 
 
 def test_a_rank_state_is_refused_by_another_rank(mixed_root):
-    pytest.importorskip("torch", reason=TORCH_REASON)
+    import_trainer_module("torch", TORCH_REASON)
     from shards.torch_dataset import WindowDataset
 
     state = WindowDataset(mixed_root, **DATASET, rank=0, world_size=2).state_dict()
@@ -849,8 +849,8 @@ def test_a_rank_state_is_refused_by_another_rank(mixed_root):
 
 
 def test_a_stateful_dataloader_refuses_a_state_of_other_settings(mixed_root):
-    pytest.importorskip("torch", reason=TORCH_REASON)
-    stateful = pytest.importorskip("torchdata.stateful_dataloader", reason=TORCHDATA_REASON)
+    import_trainer_module("torch", TORCH_REASON)
+    stateful = import_trainer_module("torchdata.stateful_dataloader", TORCHDATA_REASON)
     from shards.torch_dataset import WindowDataset
 
     def loader(seq_len, seed, split, workers):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import import_trainer_module
 from test_reader import doc_tokens, manifest_view, write_bucketed_tree
 
 from shards.reader import open_tree
@@ -83,8 +84,8 @@ def reference_loss(torch, model, stream, starts, n_predictions, mask_across_docs
 
 @pytest.fixture(scope="module")
 def gpt2():
-    torch = pytest.importorskip("torch", reason=TORCH_REASON)
-    transformers = pytest.importorskip("transformers", reason="transformers is in the hf extra")
+    torch = import_trainer_module("torch", reason=TORCH_REASON)
+    transformers = import_trainer_module("transformers", reason="transformers is in the hf extra")
     torch.manual_seed(0)
     config = transformers.GPT2Config(vocab_size=VOCAB, n_positions=2 * S, n_embd=32, n_layer=2, n_head=2,
                                      bos_token_id=EOS, eos_token_id=EOS)
@@ -136,7 +137,7 @@ def test_the_megatron_convention_is_shifted_with_a_loss_mask(small_root, gpt2):
 
 
 def test_a_convention_is_checked_before_any_worker_starts(small_root):
-    pytest.importorskip("torch", reason=TORCH_REASON)
+    import_trainer_module("torch", reason=TORCH_REASON)
     from shards.torch_dataset import WindowDataset
 
     with pytest.raises(ValueError, match="convention must be one of"):
@@ -165,8 +166,8 @@ def olmo_tree(tmp_path_factory):
 
 
 def olmo_dataset(tree, work_dir, seq_len):
-    pytest.importorskip("torch", reason=TORCH_REASON)
-    numpy_dataset = pytest.importorskip("olmo_core.data.numpy_dataset", reason=OLMO_REASON)
+    import_trainer_module("torch", reason=TORCH_REASON)
+    numpy_dataset = import_trainer_module("olmo_core.data.numpy_dataset", reason=OLMO_REASON)
     from olmo_core.data import NumpyDatasetDType, TokenizerConfig
 
     config = numpy_dataset.NumpyFSLDatasetConfig(
