@@ -198,7 +198,11 @@ class Window(NamedTuple):
 
 
 class Batch(NamedTuple):
-    """Windows stacked; ``cu_seqlens`` runs over the B*S tokens flattened, as flash-attn's varlen API takes."""
+    """Windows stacked; ``cu_seqlens`` runs over the B*S tokens flattened, as flash-attn's varlen API takes.
+
+    Shifted, as Megatron's: ``targets[:, i]`` is the token after ``inputs[:, i]``. Hugging Face's
+    convention (labels = the inputs, -100 where ``loss_mask`` is 0) is shards.torch_dataset.hf_labels.
+    """
 
     inputs: np.ndarray  # (B, S) int64
     targets: np.ndarray  # (B, S) int64
