@@ -19,8 +19,9 @@ What a batch holds, by ``convention``:
   labels at i + 1), with -100 where no loss is taken; ``position_ids`` (B, S); and, with
   ``attention_mask=True``, ``attention_mask`` (B, 1, S, S) bool, the block-causal mask of the
   documents in each window (for attention that takes neither ``position_ids`` boundaries nor
-  ``cu_seqlens``; B * S * S bytes, 134 MB at B = 8, S = 4096). A window is never padded, so there is no 2-D attention mask: Hugging Face's
-  flash-attention path finds packed documents from ``position_ids`` when it gets none.
+  ``cu_seqlens``; B * S * S bytes, 134 MB at B = 8, S = 4096). A window is never padded, so there
+  is no 2-D attention mask: Hugging Face's flash-attention path finds packed documents from
+  ``position_ids`` when it gets none.
   Masked at document boundaries: a document's first token gets label -100, so nothing predicts it
   from the document before (whose EOS is trained on as that document's last prediction).
   ``mask_across_docs`` makes every label after the window's first document -100 too. As Hugging
@@ -290,12 +291,19 @@ def _make_class():
                 return self._batches.state_dict()
             if self._loaded is not None:
                 return dict(self._loaded)
-            return {"next_step": None, "fingerprint": self.fingerprint()}  # not started: start_step + this worker
+            # Not started: the next step is start_step + this worker. A copy that has not opened its
+            # tree (a URL, in the main process of a loader whose workers do the reading) does not open
+            # it for this: such a state holds no position, so nothing can resume from it at a wrong one.
+            return {"next_step": None, "fingerprint": self.fingerprint() if self._sampler is not None else None}
 
         def load_state_dict(self, state: Mapping) -> None:
             """Continue, at the next ``iter()``, from a ``state_dict()`` of the same worker of a dataset
             of the same fingerprint; a state of another is refused here, naming the first field that
-            differs (the worker and the number of workers are checked at ``iter()``, where they are known)."""
+            differs (the worker and the number of workers are checked at ``iter()``, where they are known).
+            A state of a copy that had not started (``next_step`` None) starts at ``start_step``."""
+            if state.get("next_step") is None and state.get("fingerprint") is None:
+                self._loaded = self._batches = None
+                return
             refuse_other_fingerprint(state, self.fingerprint(), "loader")
             self._loaded = None if state.get("next_step") is None else dict(state)
             self._batches = None

@@ -843,9 +843,18 @@ def test_a_rank_state_is_refused_by_another_rank(mixed_root):
     import_trainer_module("torch", TORCH_REASON)
     from shards.torch_dataset import WindowDataset
 
-    state = WindowDataset(mixed_root, **DATASET, rank=0, world_size=2).state_dict()
+    ds = WindowDataset(mixed_root, **DATASET, rank=0, world_size=2)
+    next(iter(ds))
+    state = ds.state_dict()
     with pytest.raises(ValueError, match=r"another loader: rank 0 \(this loader: 1\)"):
         WindowDataset(mixed_root, **DATASET, rank=1, world_size=2).load_state_dict(state)
+    # A copy that never started (and never opened its tree) saves no position: loaded anywhere, it
+    # starts at start_step, as a fresh copy does.
+    fresh = WindowDataset(mixed_root, **DATASET, rank=0, world_size=2).state_dict()
+    assert fresh == {"next_step": None, "fingerprint": None}
+    other = WindowDataset(mixed_root, **DATASET, rank=1, world_size=2, start_step=3)
+    other.load_state_dict(fresh)
+    assert next(iter(other))["step"] == 3
 
 
 def test_a_stateful_dataloader_refuses_a_state_of_other_settings(mixed_root):
