@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 OUT    ?= out/sample
 
-.PHONY: help venv demo demo-scaffold test lint bench clean venv-cloud venv-torch engines prism flink-job-server spark-job-server
+.PHONY: help venv demo demo-scaffold test lint bench clean venv-cloud venv-torch venv-trainers engines prism flink-job-server spark-job-server
 
 help:
 	@echo "make demo   set up .venv and run the bucketed job on the bundled sample into $(OUT)"
@@ -37,6 +37,17 @@ $(VENV)/.installed-torch: $(VENV)/.installed
 	touch $@
 
 venv-torch: $(VENV)/.installed-torch
+
+# The trainers extra (pyproject.toml): megatron-core and OLMo-core for tests/test_megatron.py and
+# tests/test_trainers.py, which read the shards with each trainer's own dataset class. --no-deps, so
+# that OLMo-core's torch<2.14 and cached-path's pins never move the torch the torch extra installed.
+TRAINERS := megatron-core==0.16.1 ai2-olmo-core==3.0.0 cached-path==1.8.10 dataclass-extensions==0.5.0 \
+            bettermap==1.3.1 dill==0.4.1 accelerate==1.15.0 psutil
+$(VENV)/.installed-trainers: $(VENV)/.installed-torch
+	$(PY) -m pip install --quiet --no-deps $(TRAINERS)
+	touch $@
+
+venv-trainers: $(VENV)/.installed-trainers
 
 # The test extras plus bench (datatrove, py-spy, pyinstrument, psutil).
 $(VENV)/.installed-bench: $(VENV)/.installed

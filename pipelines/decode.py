@@ -1,7 +1,19 @@
-"""``pretokenize decode``: print the documents of llm.c scaffold shards back as text.
+"""``pretokenize decode``: print the documents of a bucketed tree, or of llm.c scaffold shards, back as text.
 
+    pretokenize decode out/sample --docs 3              # a bucketed tree: its first 3 documents
+    pretokenize decode out/sample --id '<urn:uuid:...>' # one document, by its original id
     pretokenize decode out/scaffold/train/shard_000.bin --docs 3 [--markers] [--tokenizer gpt2]
     pretokenize decode out/scaffold/val                 # every shard of a split, in order
+
+A bucketed tree (a directory with ``processed_spec.txt``; only a finished one, with its
+``dataset_stats.txt``, is read) is read through shards.reader in storage order (bucket, partition,
+file, as the manifest lists them), each document where the manifest says it is. It is decoded with
+the tokenizer its ``dataset_stats.txt`` names (the bundled jet-nemotron / qwen2.5 and gpt2 ranks:
+offline), or with ``--tokenizer``; each document is printed after a ``==> ID <==`` line, its final
+EOS left out (an EOS inside it, in a tree written with ``--special-tokens tokenizer``, is printed as
+the EOS's text).
+
+llm.c scaffold shards:
 
 Each document is split into words at its countdown tokens; each word's BPE ids are decoded on
 their own, and the words are joined with single spaces (the dataset card's "How to Decode").
@@ -27,9 +39,9 @@ from typing import NamedTuple, TextIO
 import numpy as np
 
 from pipelines.help_format import DefaultsHelpFormatter
-from shards import llmc, storage
-from shards.reader import TokenStore
-from transforms.core.records import BadInputError
+from shards import layout, llmc, storage
+from shards.reader import ShardTree, TokenStore, open_tree
+from transforms.core.records import BadInputError, UsageError
 
 # Tokens read at a time from a stream: memory stays small, and --docs N reads little more than N documents.
 _BLOCK_TOKENS = 1 << 20
@@ -242,13 +254,73 @@ def decode(paths: Sequence[str], token_bytes, docs: int | None, markers: bool, o
     return written
 
 
+def is_bucketed_tree(path: str) -> bool:
+    """Whether ``path`` is a bucketed output tree (a directory holding a manifest), finished or not."""
+    fs, p = storage.filesystem(storage.normalize(path))
+    return fs.isdir(p) and fs.exists(posixpath.join(p.rstrip("/"), layout.MANIFEST_NAME))
+
+
+def tree_token_bytes(spec: str, eos_id: int, where: str) -> Callable[[Sequence[int]], bytes]:
+    """The bytes of ids for the job's tokenizer ``spec`` (load_encoder's specs), EOS included.
+
+    tiktoken-backed tokenizers (jet-nemotron, qwen2.5, gpt2, tiktoken:, trained:) decode offline
+    from their ranks; hf: ones through Hugging Face tokenizers."""
+    from transforms.core.encoders import load_encoder
+
+    try:
+        encoder = load_encoder(spec)
+    except (ImportError, OSError, ValueError) as e:
+        raise BadInputError(where, f"its tokenizer {spec!r} cannot be loaded here ({e}); give --tokenizer") from None
+    if encoder.eos_id != eos_id:
+        raise BadInputError(where, f"was written with EOS {eos_id}, but the tokenizer {spec!r} has EOS "
+                                   f"{encoder.eos_id}: give the tokenizer the tree was written with")
+    backend = encoder.backend
+    if hasattr(backend, "decode_bytes"):  # tiktoken.Encoding
+        return lambda ids: backend.decode_bytes(list(ids))
+    return lambda ids: backend.decode(list(ids), skip_special_tokens=False).encode("utf-8")
+
+
+def tree_documents(tree: ShardTree, docs: int | None, doc_id: str | None) -> Iterator[tuple[str, np.ndarray]]:
+    """(id, tokens without the final EOS) of the tree's first ``docs`` documents, or of ``doc_id``."""
+    if doc_id is not None:
+        try:
+            rows: Iterator[int] | range = iter([tree.row(doc_id)])
+        except KeyError:
+            raise BadInputError(tree.url, f"holds no document with id {doc_id!r}") from None
+    else:
+        rows = range(len(tree) if docs is None else min(docs, len(tree)))
+    for i in rows:
+        tokens = tree.document(i)
+        yield tree.documents.id(i), tokens[:-1]  # a document's last token is its EOS: the format's and the manifest's
+
+
+def decode_tree(path: str, tokenizer: str | None, docs: int | None, doc_id: str | None, out: TextIO) -> int:
+    """Write documents of the bucketed tree at ``path`` to ``out``, each after ``==> ID <==``; the number written."""
+    try:
+        tree = open_tree(path)
+    except (FileNotFoundError, ValueError) as e:  # unfinished (IncompleteTreeError), damaged
+        raise BadInputError(path, str(e)) from None
+    token_bytes = tree_token_bytes(tokenizer or tree.stats.tokenizer, tree.eos_id, path)
+    written = 0
+    for doc, tokens in tree_documents(tree, docs, doc_id):
+        out.write(f"==> {doc} <==\n{token_bytes(tokens.tolist()).decode('utf-8', errors='replace')}\n")
+        written += 1
+    return written
+
+
 def make_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="pretokenize decode", description="Print llm.c scaffold shards back as text.",
+    p = argparse.ArgumentParser(prog="pretokenize decode",
+                                description="Print a bucketed tree's documents, or llm.c scaffold shards, as text.",
                                 formatter_class=DefaultsHelpFormatter)
-    p.add_argument("paths", nargs="+", metavar="SHARD", help="shard files (in order) or split directories")
+    p.add_argument("paths", nargs="+", metavar="PATH",
+                   help="a bucketed output tree; or llm.c shard files (in order) or split directories")
     p.add_argument("--docs", type=int, default=None, help="print only the first N documents")
+    p.add_argument("--id", dest="doc_id", default=None, metavar="ID",
+                   help="a bucketed tree: print only the document with this original id")
     p.add_argument("--markers", action="store_true", help="print each word's <ff_N> countdown marker before it")
-    p.add_argument("--tokenizer", default="gpt2", help="gpt2 | tiktoken:PATH | hf:NAME_OR_PATH (as the job used)")
+    p.add_argument("--tokenizer", default=None,
+                   help="a bucketed tree: the tokenizer its dataset_stats.txt names unless given (any --tokenizer "
+                        "spec of the jobs); llm.c shards: gpt2 | tiktoken:PATH | hf:NAME_OR_PATH, default gpt2")
     return p
 
 
@@ -256,5 +328,17 @@ def run(argv: list[str] | None = None) -> int:
     args = make_parser().parse_args(argv or [])
     if args.docs is not None and args.docs < 0:
         raise SystemExit("pretokenize decode: --docs must be >= 0")
-    decode(args.paths, load_token_bytes(args.tokenizer), args.docs, args.markers, sys.stdout, sys.stderr)
+    if len(args.paths) == 1 and is_bucketed_tree(args.paths[0]):
+        if args.markers:
+            raise UsageError("--markers is for the scaffold's countdown tokens, not a bucketed tree")
+        if args.doc_id is not None and args.docs is not None:
+            raise UsageError("give --docs N or --id ID, not both")
+        decode_tree(args.paths[0], args.tokenizer, args.docs, args.doc_id, sys.stdout)
+        return 0
+    if any(is_bucketed_tree(p) for p in args.paths):
+        raise UsageError("give one bucketed tree at a time, not with other paths")
+    if args.doc_id is not None:
+        raise UsageError("--id reads a bucketed tree (its documents have ids); llm.c shards are read by "
+                         "position (--docs N)")
+    decode(args.paths, load_token_bytes(args.tokenizer or "gpt2"), args.docs, args.markers, sys.stdout, sys.stderr)
     return 0

@@ -1,6 +1,6 @@
 """The export job: let other trainers read a finished tree in place, without copying a token.
 
-    pretokenize export megatron --output DIR [--check]
+    pretokenize export megatron --output DIR [--mount PATH] [--check]
 
 ``megatron`` mirrors the tree's shards under ``DIR/megatron/``: for each shard a Megatron-LM
 ``.idx`` (format in shards/megatron.py) and a ``.bin`` that is a relative symlink to the shard, so
@@ -8,6 +8,11 @@ Megatron reads ``DIR/megatron/1024/p00_00000`` straight from ``DIR/1024/p00_0000
 ``DIR/megatron/train/shard_000`` from an llm.c shard, its header skipped by the byte pointers).
 ``DIR/megatron/data_args.txt`` lists every prefix with its token count as the blend weight, for
 Megatron's ``--data-args-path`` (an llm.c tree's ``val/`` shards go to ``valid_data_args.txt``).
+The prefixes there travel with the tree: relative to the tree's root (``megatron/1024/p00_00000``,
+so Megatron is run from the tree's directory), or, with ``--mount PATH``, under the path the tree
+will be mounted at for training (``PATH/megatron/1024/p00_00000``). Nothing in the export names the
+directory it was written in, so a copied or moved tree is still current (``--check``, given the
+same ``--mount`` as the export).
 
 The export lives in its own directory so the tree's own directories stay exactly the format's
 (``pretokenize verify`` checks them, and the jobs rewrite them). Every file it writes is listed in the
@@ -48,6 +53,7 @@ class ExportOptions:
     target: str
     output: str
     check: bool = False
+    mount: str | None = None  # where the blend's prefixes say the tree is; None: relative to its root
 
 
 class ShardIndex(NamedTuple):
@@ -70,13 +76,33 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("target", choices=["megatron"],
                    help=f"megatron: a Megatron-LM .idx and a .bin link per shard, under DIR/{EXPORT_DIR}/")
     p.add_argument("--output", required=True, help="the finished output tree (a local directory)")
+    p.add_argument("--mount", metavar="PATH", default=None,
+                   help="write the blend's prefixes under PATH, where the tree is mounted for training "
+                        "(PATH/megatron/1024/p00_00000); default: relative to the tree's root, for Megatron "
+                        "run from the tree's directory. With --check: the PATH the export was written for")
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 if the export is stale or missing")
     return p
 
 
+def check_mount(mount: str | None) -> str | None:
+    """``mount`` without its trailing slashes; ValueError when Megatron could not read it back (its
+    --data-args-path file is split on whitespace, so a prefix must hold none)."""
+    if mount is None:
+        return None
+    if not mount.strip() or any(c.isspace() for c in mount):
+        raise ValueError(f"--mount {mount!r}: Megatron splits its data-args file on whitespace, so the mount "
+                         "point must be a path without spaces")
+    return mount.rstrip("/") or "/"
+
+
 def parse_args(argv: list[str]) -> ExportOptions:
-    ns = make_parser().parse_args(argv)
-    return ExportOptions(target=ns.target, output=storage.normalize(ns.output), check=ns.check)
+    parser = make_parser()
+    ns = parser.parse_args(argv)
+    try:
+        mount = check_mount(ns.mount)
+    except ValueError as e:
+        parser.error(str(e))
+    return ExportOptions(target=ns.target, output=storage.normalize(ns.output), check=ns.check, mount=mount)
 
 
 def shard_indexes(tree: ShardTree) -> list[ShardIndex]:
@@ -109,15 +135,20 @@ def shard_indexes(tree: ShardTree) -> list[ShardIndex]:
     return out
 
 
-def data_args(tree: ShardTree, indexes: list[ShardIndex], split: str) -> str:
-    """``tokens prefix`` per shard: a blend whose weights are the shards' sizes, uniform over tokens."""
-    return "".join(f"{x.tokens} {storage.join(tree.url, x.prefix)}\n" for x in indexes if x.split == split and x.tokens)
+def data_args(indexes: list[ShardIndex], split: str, mount: str | None = None) -> str:
+    """``tokens prefix`` per shard: a blend whose weights are the shards' sizes, uniform over tokens.
+
+    A prefix is the shard's rel path under the export (``megatron/1024/p00_00000``), relative to
+    the tree's root, or under ``mount`` when given: never the directory the tree is in now.
+    """
+    return "".join(f"{x.tokens} {x.prefix if mount is None else posixpath.join(mount, x.prefix)}\n"
+                   for x in indexes if x.split == split and x.tokens)
 
 
-def _args_files(tree: ShardTree, indexes: list[ShardIndex]) -> dict[str, str]:
-    files = {posixpath.join(EXPORT_DIR, DATA_ARGS_NAME): data_args(tree, indexes, "")}
+def _args_files(tree: ShardTree, indexes: list[ShardIndex], mount: str | None = None) -> dict[str, str]:
+    files = {posixpath.join(EXPORT_DIR, DATA_ARGS_NAME): data_args(indexes, "", mount)}
     if tree.kind == "llmc":
-        files[posixpath.join(EXPORT_DIR, VALID_DATA_ARGS_NAME)] = data_args(tree, indexes, "val")
+        files[posixpath.join(EXPORT_DIR, VALID_DATA_ARGS_NAME)] = data_args(indexes, "val", mount)
     return files
 
 
@@ -153,8 +184,9 @@ def _orphans(tree: ShardTree, indexes: list[ShardIndex]) -> list[str]:
     )
 
 
-def export_megatron(tree: ShardTree) -> list[ShardIndex]:
-    """Write every index (atomically), the .bin links and the data-args files; remove orphans.
+def export_megatron(tree: ShardTree, mount: str | None = None) -> list[ShardIndex]:
+    """Write every index (atomically), the .bin links and the data-args files (prefixes as
+    ``data_args`` gives them for ``mount``); remove orphans.
 
     The tree's ownership record lists every file before it is written, so a later run of a job
     deletes exactly these (shards/tree.py); the export never deletes a file it did not record.
@@ -174,14 +206,14 @@ def export_megatron(tree: ShardTree) -> list[ShardIndex]:
         out.link(x.prefix + megatron.BIN_SUFFIX, _link_target(x))
     out.remove_files(stale)
     ownership.record_files(tree.url, record, drop_derived=stale)
-    for rel, text in _args_files(tree, indexes).items():
+    for rel, text in _args_files(tree, indexes, mount).items():
         out.write(rel, text.encode())
     out.remove_temp_if_empty()
     return indexes
 
 
-def check_megatron(tree: ShardTree) -> list[str]:
-    """Problems with the tree's Megatron export, one line each; empty when it is current."""
+def check_megatron(tree: ShardTree, mount: str | None = None) -> list[str]:
+    """Problems with the tree's Megatron export (written for ``mount``), one line each; empty when it is current."""
     root = _local_root(tree)
     indexes = shard_indexes(tree)
     problems = []
@@ -195,9 +227,10 @@ def check_megatron(tree: ShardTree) -> list[str]:
         if not os.path.islink(bin_path) or os.readlink(bin_path) != _link_target(x):
             problems.append(f"{x.prefix}{megatron.BIN_SUFFIX}: not a link to {x.shard}")
     problems += [f"{rel}: left from a shard that no longer exists" for rel in _orphans(tree, indexes)]
-    for rel, text in _args_files(tree, indexes).items():
+    for rel, text in _args_files(tree, indexes, mount).items():
         if _read_bytes(posixpath.join(root, rel)) != text.encode():
-            problems.append(f"{rel}: missing or stale")
+            said = "relative to the tree's root" if mount is None else f"under --mount {mount}"
+            problems.append(f"{rel}: missing or stale (its prefixes, {said}, are not the shards' now)")
     return problems
 
 
@@ -222,16 +255,17 @@ def run(argv: list[str] | None = None) -> int:
         print(f"pretokenize export: {e}", file=sys.stderr, flush=True)
         return 2
     if options.check:
-        problems = check_megatron(tree)
+        problems = check_megatron(tree, options.mount)
         for line in problems:
             print(f"  {line}")
         if problems:
+            mount = "" if options.mount is None else f" --mount {options.mount}"
             print(f"export megatron --check: {len(problems)} problem(s); run 'pretokenize export megatron "
-                  f"--output {options.output}' to bring the export up to date", flush=True)
+                  f"--output {options.output}{mount}' to bring the export up to date", flush=True)
             return 1
         print(f"export megatron --check: all {len(tree.store.rel_paths)} indexes are current", flush=True)
         return 0
-    indexes = export_megatron(tree)
+    indexes = export_megatron(tree, options.mount)
     seconds = time.monotonic() - start
     print(
         f"wrote {len(indexes)} Megatron indexes ({sum(x.sequences for x in indexes):,} sequences, "
@@ -241,4 +275,9 @@ def run(argv: list[str] | None = None) -> int:
     )
     for rel in _args_files(tree, indexes):
         print(f"blend for --data-args-path: {storage.join(tree.url, rel)}", flush=True)
+    if options.mount is None:
+        print(f"its prefixes are relative to the tree's root: run Megatron in {tree.url}, or export with "
+              "--mount PATH for a tree mounted at PATH", flush=True)
+    else:
+        print(f"its prefixes are under {options.mount}, where the tree is to be mounted", flush=True)
     return 0

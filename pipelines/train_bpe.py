@@ -13,8 +13,9 @@ What happens, in order:
    shards and the run's counts (documents, drops, characters, pre-tokens) into the run directory.
 3. The launcher reads the counted words and learns the merges (transforms.bpe.learn).
 4. It publishes: the record lists the files first; the old ``training_stats.txt`` goes, then
-   tokenizer.tiktoken, tokenizer.json, merges.txt and tokenizer_info.json are written (each
-   atomically), then ``training_stats.txt``, the commit point. The run directory is removed.
+   tokenizer.tiktoken, tokenizer.json, merges.txt, tokenizer_config.json, special_tokens_map.json
+   and tokenizer_info.json are written (each atomically), then ``training_stats.txt``, the commit
+   point. The run directory is removed.
 
 A run that fails or is interrupted before step 4 leaves the previous tokenizer as it was.
 Flags this job does not know go to Beam's PipelineOptions (--runner, --direct_num_workers, ...).
@@ -52,7 +53,9 @@ def make_parser() -> argparse.ArgumentParser:
     d, flag = TrainBpeSettings("", "", merges=0), common.add_flag
     p = common.job_parser("train-bpe", "Learn a byte-pair-encoding tokenizer from parquet/JSONL documents: words "
                           "counted on Beam, merges learnt on the launcher; writes tokenizer.tiktoken, tokenizer.json, "
-                          "merges.txt, tokenizer_info.json and training_stats.txt into --output.",
+                          "merges.txt, tokenizer_config.json and special_tokens_map.json (AutoTokenizer."
+                          "from_pretrained loads the directory), tokenizer_info.json and training_stats.txt "
+                          "into --output.",
                           ".parquet/.jsonl files", resumable=False)
     size = p.add_mutually_exclusive_group(required=True)
     size.add_argument("--vocab-size", dest="vocab_size", type=int,
@@ -184,6 +187,8 @@ def learn_and_publish(options: TrainBpeSettings, run_id: str,
         files.TIKTOKEN_NAME: files.tiktoken_text(tokens),
         files.HF_NAME: files.hf_json(tokens, learned.merges, options.pattern, regex, options.eos_token),
         files.MERGES_NAME: files.merges_text(tokens, learned.merges, header),
+        files.HF_CONFIG_NAME: files.hf_config_json(options.eos_token, eos_id),
+        files.HF_SPECIAL_NAME: files.hf_special_json(options.eos_token),
     }
     info = files.TokenizerInfo(
         pattern=options.pattern, regex=regex, alphabet=options.alphabet, ranks=len(tokens),

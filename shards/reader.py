@@ -49,6 +49,7 @@ import bisect
 import functools
 import hashlib
 import itertools
+import json
 import posixpath
 from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -197,7 +198,11 @@ class Window(NamedTuple):
 
 
 class Batch(NamedTuple):
-    """Windows stacked; ``cu_seqlens`` runs over the B*S tokens flattened, as flash-attn's varlen API takes."""
+    """Windows stacked; ``cu_seqlens`` runs over the B*S tokens flattened, as flash-attn's varlen API takes.
+
+    Shifted, as Megatron's: ``targets[:, i]`` is the token after ``inputs[:, i]``. Hugging Face's
+    convention (labels = the inputs, -100 where ``loss_mask`` is 0) is shards.torch_dataset.hf_labels.
+    """
 
     inputs: np.ndarray  # (B, S) int64
     targets: np.ndarray  # (B, S) int64
@@ -371,9 +376,24 @@ class ShardTree:
         self.documents = documents
         self.eos_id = eos_id
         self.stats = stats
+        self._fingerprint: str | None = None
 
     def __len__(self) -> int:
         return len(self.documents)
+
+    @property
+    def fingerprint(self) -> str:
+        """What the tree holds, in 32 hex digits: a BLAKE2b of its kind, its dataset_stats, its token
+        files with their token counts and every document's length. Not its URL: a copied or moved tree
+        keeps it; a re-run that changes a document, or a removal, does not."""
+        if self._fingerprint is None:
+            h = hashlib.blake2b(digest_size=16, person=b"tree")
+            h.update(f"{self.kind}\n{self.stats.to_text() if self.stats is not None else ''}\n".encode())
+            for i, rel in enumerate(self.store.rel_paths):
+                h.update(f"{rel} {self.store.count(i)}\n".encode())
+            h.update(np.ascontiguousarray(self.documents.length, dtype="<i8").tobytes())
+            self._fingerprint = h.hexdigest()
+        return self._fingerprint
 
     @property
     def dtype(self) -> np.dtype:
@@ -688,30 +708,57 @@ class EpochMix:
         return b, q, r
 
 
+def as_json(value: object) -> object:
+    """``value`` as JSON gives it back (tuples as lists, ints as keys as strings), so that a
+    fingerprint compares equal to its own copy read back from a JSON or pickled checkpoint."""
+    return json.loads(json.dumps(value))
+
+
+def refuse_other_fingerprint(state: Mapping, fingerprint: Mapping, what: str) -> None:
+    """A ValueError, in one line naming the first field that differs, unless ``state["fingerprint"]``
+    holds every field of ``fingerprint`` with the same value."""
+    saved = state.get("fingerprint")
+    if not isinstance(saved, Mapping):
+        raise ValueError(f"the state has no fingerprint of what made its {what}s (saved by an older version, or "
+                         "not a state of this loader); start a new run at a step instead")
+    for field, here in fingerprint.items():
+        if field not in saved:
+            raise ValueError(f"the state was saved without {field} (this {what}: {here!r}); it is not this "
+                             f"{what}'s state")
+        if as_json(saved[field]) != here:
+            raise ValueError(f"the state was saved by another {what}: {field} {saved[field]!r} (this {what}: "
+                             f"{here!r})")
+
+
 class _Epochs:
     """What both samplers share: each source's windows in a fresh permutation per pass, and
     iteration from a position, with the position as state (torchdata's ``Stateful`` protocol).
 
     A sampler is a pure function of the index; its iterators hand out indices from ``position``
-    and advance it, so ``state_dict()`` is that position (with what identifies the sampler), and
-    ``load_state_dict`` puts the iteration back there.
+    and advance it, so ``state_dict()`` is that position with the sampler's ``fingerprint()``
+    (everything that decides which windows come at which index), and ``load_state_dict`` puts the
+    iteration back there, refusing a state of another fingerprint (naming the first field that differs).
     """
 
     position: int
+    tree: ShardTree
+    selection: dict
 
-    def _identity(self) -> dict:
+    def _settings(self) -> dict:
         raise NotImplementedError
 
+    def fingerprint(self) -> dict:
+        """What decides the windows, JSON-ready, in the order a mismatch is looked for: the tree,
+        the sampler's kind and shape, the seed, the selection, the weights, the masking, and the
+        epoch's size it all gives."""
+        return as_json({"tree": self.tree.fingerprint, **self._settings()})
+
     def state_dict(self) -> dict:
-        return {"position": self.position, **self._identity()}
+        return {"position": self.position, "fingerprint": self.fingerprint()}
 
     def load_state_dict(self, state: Mapping) -> None:
-        mine = self._identity()
-        differ = {k: (state.get(k), v) for k, v in mine.items() if state.get(k) != v}
-        if differ:
-            said = ", ".join(f"{k} {a!r} (this sampler: {b!r})" for k, (a, b) in differ.items())
-            raise ValueError(f"the state was saved by a different sampler: {said}")
-        position = state["position"]
+        refuse_other_fingerprint(state, self.fingerprint(), "sampler")
+        position = state.get("position")
         if not isinstance(position, (int, np.integer)) or position < 0:
             raise ValueError(f"state position must be an integer >= 0, got {position!r}")
         self.position = int(position)
@@ -756,6 +803,8 @@ class WindowSampler(_Epochs):
         self.replacement = replacement
         self.mask_across_docs = mask_across_docs
         buckets = None if buckets is None else list(buckets)
+        partitions = None if partitions is None else list(partitions)
+        self.selection = _selection(split, val_fraction, buckets, partitions)
         rows = tree.select(split, val_fraction, buckets, partitions)
         if weights is None:
             self.streams = [DocumentStream(tree, rows)]
@@ -799,8 +848,10 @@ class WindowSampler(_Epochs):
         """Windows in one epoch."""
         return len(self.mix)
 
-    def _identity(self) -> dict:
-        return {"sampler": "windows", "seq_len": self.seq_len, "seed": self.seed, "replacement": self.replacement,
+    def _settings(self) -> dict:
+        return {"sampler": "windows", "seq_len": self.seq_len, "seed": self.seed, **self.selection,
+                "weights": self.weights, "align_to_docs": self.align_to_docs,
+                "mask_across_docs": self.mask_across_docs, "replacement": self.replacement,
                 "epoch_windows": len(self), "tokens": self.tokens}
 
     def place(self, index: int) -> tuple[DocumentStream, int]:
@@ -889,7 +940,11 @@ class LengthSampler(_Epochs):
         self.tokens_per_batch = tokens_per_batch
         self.seed = seed
         self.mask_across_docs = mask_across_docs
-        rows = tree.select(split, val_fraction, None if buckets is None else list(buckets), partitions)
+        self.align_to_docs = align_to_docs
+        buckets = None if buckets is None else list(buckets)
+        partitions = None if partitions is None else list(partitions)
+        self.selection = _selection(split, val_fraction, buckets, partitions)
+        rows = tree.select(split, val_fraction, buckets, partitions)
         bucket_of_row = tree.documents.bucket[rows]
         if weights is not None:
             names = _check_weights(weights)
@@ -925,6 +980,7 @@ class LengthSampler(_Epochs):
                     f"{self.seq_lens[b]} + 1{' aligned to documents' if align_to_docs else ''}; a batch takes {g}. "
                     "Leave the bucket out (buckets=...) or give it a shorter sequence (seq_lens=...)"
                 )
+        self.weights = None if weights is None else {b: float(weights[b]) for b in names}
         self.mix = EpochMix(counts, seed, None if weights is None else [float(weights[b]) for b in names])
         self._perms: dict[tuple[int, int], Permutation] = {}
         self.position = 0
@@ -941,9 +997,10 @@ class LengthSampler(_Epochs):
         """Batches in one epoch."""
         return len(self.mix)
 
-    def _identity(self) -> dict:
-        return {"sampler": "lengths", "tokens_per_batch": self.tokens_per_batch, "seq_lens": dict(self.seq_lens),
-                "seed": self.seed, "epoch_batches": len(self), "tokens": self.tokens}
+    def _settings(self) -> dict:
+        return {"sampler": "lengths", "tokens_per_batch": self.tokens_per_batch, "seed": self.seed, **self.selection,
+                "weights": self.weights, "seq_lens": dict(self.seq_lens), "align_to_docs": self.align_to_docs,
+                "mask_across_docs": self.mask_across_docs, "epoch_batches": len(self), "tokens": self.tokens}
 
     def batch(self, index: int) -> Batch:
         """Batch ``index``: ``index // len(self)`` is its epoch."""
@@ -966,6 +1023,17 @@ class LengthSampler(_Epochs):
         batch = self.batch(self.position)
         self.position += 1
         return batch
+
+
+def _selection(split: str, val_fraction: float, buckets: list[str] | None, partitions: list[int] | None) -> dict:
+    """The documents a sampler draws from, as its fingerprint names them."""
+    return {"split": split, "val_fraction": float(val_fraction),
+            "buckets": None if buckets is None else sorted(buckets, key=_bucket_order),
+            "partitions": None if partitions is None else sorted(int(p) for p in partitions)}
+
+
+def _bucket_order(name: str) -> tuple[int, str]:
+    return (layout.BUCKET_NAMES.index(name), name) if name in layout.BUCKET_NAMES else (len(layout.BUCKET_NAMES), name)
 
 
 def _check_weights(weights: Mapping[str, float]) -> list[str]:

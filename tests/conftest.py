@@ -74,3 +74,18 @@ def tree_hashes(root, skip: tuple[str, ...] = ()) -> dict[str, str]:
                 with open(path, "rb") as f:
                     out[rel] = hashlib.sha256(f.read()).hexdigest()
     return out
+
+
+def import_trainer_module(name: str, reason: str):
+    """Import ``name`` (a trainer's package: torch, torchdata, transformers, megatron.core, olmo_core,
+    accelerate) or skip saying ``reason``; with PRETOKENIZE_REQUIRE_TRAINERS set (`.ci/run` sets it),
+    a missing one fails the test instead, so CI never passes these checks by skipping them."""
+    import importlib
+    import os
+
+    try:
+        return importlib.import_module(name)
+    except ImportError as e:
+        if os.environ.get("PRETOKENIZE_REQUIRE_TRAINERS"):
+            pytest.fail(f"{name} is not installed ({e}); {reason} (required by PRETOKENIZE_REQUIRE_TRAINERS)")
+        pytest.skip(reason)

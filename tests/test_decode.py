@@ -3,16 +3,25 @@
 from __future__ import annotations
 
 import io
+import os
+import re
+import shutil
+import subprocess
+import sys
+import unicodedata
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
+from conftest import REPO, SAMPLE_PARQUET
 
 from pipelines import cli, decode
-from shards import llmc
+from shards import layout, llmc
 from transforms.core.encoders import load_encoder
 from transforms.core.records import BadInputError
 from transforms.scaffold.encode import countdown_tokens
 
+SAMPLE = pq.read_table(SAMPLE_PARQUET, columns=["id", "text"])
 DOCS = [
     ["Toda", "a", "pessoa", "tem", "direito", "à", "educação", "."],
     ["Ninguém", "será", "arbitrariamente", "preso", "."],
@@ -89,3 +98,84 @@ def test_a_missing_path_is_bad_input(tmp_path):
         decode.expand_paths([str(tmp_path)])
     with pytest.raises(ValueError, match="GPT-2 tokenizer"):
         decode.load_token_bytes("jet-nemotron")
+
+
+# --------------------------------------------------------------------------------------------
+# A bucketed tree: decoded with its own tokenizer (from its stats), by position and by id.
+
+
+@pytest.fixture(scope="module")
+def sample_tree(tmp_path_factory):
+    from pipelines import bucketed
+
+    out = tmp_path_factory.mktemp("decode_tree") / "out"
+    bucketed.run(["--input", str(SAMPLE_PARQUET), "--output", str(out), "--runner=FnApiRunner",
+                  "--partitions", "4", "--max-shard-bytes", "120000"])
+    return out
+
+
+def tree_printout(capsys, *args):
+    code = cli.main(["decode", *map(str, args)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    return captured.out
+
+
+def printed_documents(out):
+    """[(id, text)] of decode's printout: each document after its ``==> ID <==`` line."""
+    parts = re.split(r"^==> (.*) <==\n", out, flags=re.M)
+    assert parts[0] == ""
+    return [(doc_id, text[:-1]) for doc_id, text in zip(parts[1::2], parts[2::2], strict=True)]
+
+
+def storage_order(root):
+    """The tree's document ids in storage order, from its manifest alone: bucket, partition, file, row."""
+    rows = [line.split(" | ") for line in (root / layout.MANIFEST_NAME).read_text().splitlines()[1:]]
+    return [doc_id for _, doc_id, _ in sorted(rows, key=lambda r: (layout.BUCKET_NAMES.index(r[0].split("/")[0]),
+                                                                  r[0]))]
+
+
+def test_a_bucketed_tree_decodes_by_position_to_its_source_texts(sample_tree, capsys):
+    texts = dict(zip(SAMPLE.column("id").to_pylist(), SAMPLE.column("text").to_pylist(), strict=True))
+    got = printed_documents(tree_printout(capsys, sample_tree, "--docs", "5"))
+    order = storage_order(sample_tree)
+    assert [doc_id for doc_id, _ in got] == order[:5]
+    for doc_id, text in got:
+        assert text == unicodedata.normalize("NFC", texts[doc_id])  # jet-nemotron encodes NFC text
+    every = printed_documents(tree_printout(capsys, sample_tree))
+    assert [doc_id for doc_id, _ in every] == order and every[:5] == got
+    assert tree_printout(capsys, sample_tree, "--docs", "0") == ""
+
+
+def test_a_bucketed_tree_decodes_one_document_by_id(sample_tree, capsys):
+    texts = dict(zip(SAMPLE.column("id").to_pylist(), SAMPLE.column("text").to_pylist(), strict=True))
+    doc_id = storage_order(sample_tree)[-1]  # the last stored, in the longest bucket
+    assert printed_documents(tree_printout(capsys, sample_tree, "--id", doc_id)) == [
+        (doc_id, unicodedata.normalize("NFC", texts[doc_id]))]
+    assert cli.main(["decode", str(sample_tree), "--id", "no-such-id"]) == 2
+    assert f"{sample_tree}: holds no document with id 'no-such-id'" in capsys.readouterr().err
+
+
+def test_a_bucketed_tree_decodes_offline_with_the_tokenizer_its_stats_name(sample_tree, tmp_path):
+    """In a fresh interpreter with no network and no Hugging Face hub: the bundled ranks alone."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "NO_PROXY": "*",
+           "HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9",
+           "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    first = storage_order(sample_tree)[0]
+    done = subprocess.run([sys.executable, "-m", "pipelines.cli", "decode", str(sample_tree), "--id", first],
+                          capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"==> {first} <==\n")
+    assert "jet-nemotron" in (sample_tree / layout.STATS_NAME).read_text()
+
+
+def test_decoding_a_tree_refuses_what_it_cannot_do(sample_tree, tmp_path, capsys):
+    unfinished = tmp_path / "unfinished"
+    shutil.copytree(sample_tree, unfinished)
+    (unfinished / layout.STATS_NAME).unlink()
+    assert cli.main(["decode", str(unfinished)]) == 2
+    assert "no dataset_stats.txt" in capsys.readouterr().err
+    assert cli.main(["decode", str(sample_tree), "--tokenizer", "gpt2"]) == 2
+    assert "was written with EOS 151643, but the tokenizer 'gpt2' has EOS 50256" in capsys.readouterr().err
+    assert cli.main(["decode", str(sample_tree), "--docs", "1", "--id", "x"]) == 2
+    assert "give --docs N or --id ID, not both" in capsys.readouterr().err

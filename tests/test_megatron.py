@@ -11,7 +11,7 @@ import struct
 
 import numpy as np
 import pytest
-from conftest import SAMPLE_PARQUET
+from conftest import SAMPLE_PARQUET, import_trainer_module
 from test_reader import doc_tokens, llmc_doc, manifest_view, write_bucketed_tree, write_llmc
 
 from pipelines import bucketed, export, verify
@@ -94,7 +94,7 @@ def test_the_export_reads_back_token_for_token_through_the_shards(tree_copy, cap
     assert {rel: os.path.getsize(tree_copy / rel) for rel in sizes_before} == sizes_before
     blend = (tree_copy / "megatron" / "data_args.txt").read_text().split()
     weights, prefixes = [int(w) for w in blend[0::2]], blend[1::2]
-    assert prefixes == [str(tree_copy / "megatron" / rel[: -len(".npy")]) for rel in per_file]
+    assert prefixes == ["megatron/" + rel[: -len(".npy")] for rel in per_file]  # relative to the tree's root
     assert weights == [sum(len(t) for t in per_file[rel]) for rel in per_file]
 
 
@@ -127,7 +127,8 @@ def test_check_finds_stale_and_orphaned_indexes_and_a_re_export_fixes_them(tree_
     assert f"{stem}.idx: stale (does not describe {changed} as it is now)" in problems
     assert f"{gone_stem}.idx: left from a shard that no longer exists" in problems
     assert f"{gone_stem}.bin: left from a shard that no longer exists" in problems
-    assert "megatron/data_args.txt: missing or stale" in problems
+    assert ("megatron/data_args.txt: missing or stale (its prefixes, relative to the tree's root, are not the "
+            "shards' now)") in problems
     assert len(problems) == 4
     assert export.run(["megatron", "--output", str(tree_copy), "--check"]) == 1
     assert "4 problem(s)" in capsys.readouterr().out
@@ -188,7 +189,7 @@ def test_llmc_shards_are_indexed_past_their_header(tmp_path):
     assert np.concatenate(first + second).tolist() == stream
     assert os.path.samefile(tmp_path / "megatron" / "train" / "shard_000.bin", tmp_path / "train" / "shard_000.bin")
     valid = (tmp_path / "megatron" / "valid_data_args.txt").read_text().split()
-    assert valid[1::2] == [str(tmp_path / "megatron" / "val" / "shard_000")]
+    assert valid[1::2] == ["megatron/val/shard_000"]
     assert export.check_megatron(open_tree(str(tmp_path))) == []
 
 
@@ -215,3 +216,86 @@ def test_the_derived_names_publish_removes_are_the_ones_the_tools_write():
     from shards import layout
 
     assert set(layout.DERIVED_NAMES) == {export.EXPORT_DIR, stats.TABLE_NAME, stats.PNG_NAME}
+
+
+# --------------------------------------------------------------------------------------------
+# Megatron-core's own IndexedDataset, on an exported tree moved elsewhere (issue 25).
+
+
+def megatron_documents(prefixes_file, cwd):
+    """Every document of the blend, as Megatron-LM reads ``--data-args-path``: the file split on
+    whitespace into (weight, prefix) pairs (megatron.core's get_blend_from_list), each prefix opened
+    by megatron.core's IndexedDataset from the trainer's working directory."""
+    datasets = import_trainer_module("megatron.core.datasets.indexed_dataset",
+                                     "megatron-core is installed in CI: make venv-trainers")
+    from megatron.core.datasets.utils import get_blend_from_list
+
+    prefixes, weights = get_blend_from_list(prefixes_file.read_text().split())
+    here = os.getcwd()
+    os.chdir(cwd)
+    try:
+        out = {}
+        for prefix in prefixes:
+            ds = datasets.IndexedDataset(prefix)
+            out[prefix] = [np.asarray(ds[d], dtype=np.int64) for d in range(len(ds))]
+        return out, weights
+    finally:
+        os.chdir(here)
+
+
+def shards_by_prefix(root, mount=None):
+    per_file = {}
+    for _, rel, _, tokens in manifest_view(root):
+        prefix = "megatron/" + rel[: -len(".npy")]
+        per_file.setdefault(prefix if mount is None else f"{mount}/{prefix}", []).append(tokens.astype(np.int64))
+    return per_file
+
+
+def cli(*args):
+    from pipelines.cli import main
+
+    return main(list(args))
+
+
+def test_megatron_core_reads_a_moved_tree_through_its_relative_prefixes(tree_copy, tmp_path, capsys):
+    assert cli("export", "megatron", "--output", str(tree_copy)) == 0
+    moved = tmp_path / "elsewhere" / "finepdfs"
+    moved.parent.mkdir()
+    shutil.move(tree_copy, moved)
+    assert not tree_copy.exists()
+    assert cli("export", "megatron", "--output", str(moved), "--check") == 0
+    out = capsys.readouterr().out
+    assert "its prefixes are relative to the tree's root" in out and "indexes are current" in out
+    got, weights = megatron_documents(moved / "megatron" / "data_args.txt", cwd=moved)
+    want = shards_by_prefix(moved)
+    assert list(got) == list(want)
+    assert weights == [sum(len(t) for t in docs) for docs in want.values()]
+    for prefix, docs in want.items():
+        assert len(got[prefix]) == len(docs)
+        assert all(np.array_equal(a, b) for a, b in zip(got[prefix], docs, strict=True)), prefix
+
+
+def test_megatron_core_reads_a_tree_exported_for_its_mount_point(tree_copy, tmp_path, capsys):
+    mount = tmp_path / "mnt" / "data"
+    assert cli("export", "megatron", "--output", str(tree_copy), "--mount", f"{mount}/") == 0
+    assert f"under {mount}, where the tree is to be mounted" in capsys.readouterr().out
+    mount.parent.mkdir()
+    shutil.copytree(tree_copy, mount, symlinks=True)
+    assert cli("export", "megatron", "--output", str(mount), "--check", "--mount", str(mount)) == 0
+    # Checked for another root than it was written for, the blend is stale, and says for which.
+    assert cli("export", "megatron", "--output", str(mount), "--check") == 1
+    assert "relative to the tree's root, are not the shards' now" in capsys.readouterr().out
+    got, _ = megatron_documents(mount / "megatron" / "data_args.txt", cwd=tmp_path)  # any working directory
+    want = shards_by_prefix(mount, mount=str(mount))
+    assert list(got) == list(want)
+    for prefix, docs in want.items():
+        assert all(np.array_equal(a, b) for a, b in zip(got[prefix], docs, strict=True)), prefix
+
+
+@pytest.mark.parametrize("mount", ["", " ", "/mnt/my data"])
+def test_a_mount_point_megatron_would_split_is_refused(tree_copy, mount, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli("export", "megatron", "--output", str(tree_copy), "--mount", mount)
+    assert e.value.code == 2
+    assert "the mount point must be a path without spaces" in capsys.readouterr().err
+    assert not (tree_copy / "megatron").exists()

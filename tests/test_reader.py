@@ -18,7 +18,7 @@ from conftest import SAMPLE_PARQUET
 from pipelines import bucketed
 from shards import layout, llmc, manifest, reader
 from shards.reader import IncompleteTreeError, open_llmc, open_tree
-from shards.torch_dataset import global_batch, worker_steps
+from shards.torch_dataset import global_batch, hf_labels, worker_steps
 
 EOS = 151643
 SEQ = 256
@@ -518,7 +518,7 @@ def test_the_torch_dataset_is_the_same_with_any_number_of_workers(sample_tree, t
     for b in one:
         want = sampler.batch(global_batch(b["step"], 1, 2), 3)
         assert np.array_equal(b["input_ids"].numpy(), want.inputs)
-        assert np.array_equal(b["labels"].numpy(), want.targets)
+        assert np.array_equal(b["labels"].numpy(), hf_labels(want))  # the inputs, -100 at document starts
         assert np.array_equal(b["cu_seqlens"].numpy(), want.cu_seqlens) and b["cu_seqlens"].dtype == torch.int32
     for other in (batches(2, sample_tree), batches(2, tree)):
         assert [b["step"] for b in other] == [b["step"] for b in one]

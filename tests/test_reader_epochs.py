@@ -21,13 +21,13 @@ from collections import Counter, deque
 
 import numpy as np
 import pytest
-from conftest import REPO, SAMPLE_PARQUET
+from conftest import REPO, SAMPLE_PARQUET, import_trainer_module
 from test_reader import EOS, check_window, doc_tokens, manifest_view, stream_for, val_key, write_bucketed_tree
 
 from pipelines import bucketed
 from shards import layout
 from shards.reader import Permutation, open_tree
-from shards.torch_dataset import WorkerBatches, global_batch
+from shards.torch_dataset import WorkerBatches, global_batch, hf_labels
 
 S = 100  # not a power of two, and not a divisor of any stream's length
 TORCH_REASON = "torch is optional (the 'torch' extra) and not installed here; WorkerBatches is tested without it"
@@ -280,7 +280,7 @@ def test_a_sampler_resumes_from_its_state_dict(mixed_root, mixed):
 
 def test_a_state_from_another_sampler_is_refused(mixed):
     state = mixed.sampler(S, seed=1).state_dict()
-    with pytest.raises(ValueError, match=r"different sampler: seed 1 \(this sampler: 2\)"):
+    with pytest.raises(ValueError, match=r"another sampler: seed 1 \(this sampler: 2\)"):
         mixed.sampler(S, seed=2).load_state_dict(state)
     with pytest.raises(ValueError, match="seq_len"):
         mixed.sampler(S + 1, seed=1).load_state_dict(state)
@@ -343,11 +343,21 @@ def test_resuming_gives_the_batches_of_an_uninterrupted_run(mixed, world, num_wo
 def test_a_worker_state_fits_only_its_own_worker(mixed):
     sampler = mixed.sampler(S, seed=8)
     state = WorkerBatches(lambda g: sampler.batch(g, 2), worker=1, num_workers=2).state_dict()
-    with pytest.raises(ValueError, match=r"another split of the batches: worker 1 \(here: 0\)"):
+    with pytest.raises(ValueError, match=r"^the state was saved by another loader: worker 1 \(this loader: 0\)$"):
         WorkerBatches(lambda g: sampler.batch(g, 2), worker=0, num_workers=2).load_state_dict(state)
+    with pytest.raises(ValueError, match="num_workers 2 \\(this loader: 3\\)"):
+        WorkerBatches(lambda g: sampler.batch(g, 2), worker=1, num_workers=3).load_state_dict(state)
+    with pytest.raises(ValueError, match="start_step 0 \\(this loader: 5\\)"):
+        WorkerBatches(lambda g: sampler.batch(g, 2), worker=1, num_workers=2, start_step=5).load_state_dict(state)
     with pytest.raises(ValueError, match="is not a step of worker 1 of 2"):
         WorkerBatches(lambda g: sampler.batch(g, 2), worker=1, num_workers=2).load_state_dict(
             {**state, "next_step": 4})
+    # From an odd start step, worker 1 of 2 makes the even steps: its state is its own.
+    odd = WorkerBatches(lambda g: sampler.batch(g, 2), worker=1, num_workers=2, start_step=5)
+    next(odd)
+    again = WorkerBatches(lambda g: sampler.batch(g, 2), worker=1, num_workers=2, start_step=5)
+    again.load_state_dict(json.loads(json.dumps(odd.state_dict())))
+    assert next(again)[0] == 8
 
 
 @pytest.mark.parametrize("world", [1, 2])
@@ -374,8 +384,8 @@ def test_window_dataset_resumes_in_a_stateful_dataloader(mixed_root, mixed, worl
     for b in head + tail:
         want = sampler.batch(global_batch(b["step"], rank, world), 3)
         assert np.array_equal(b["input_ids"].numpy(), want.inputs)
-        assert np.array_equal(b["labels"].numpy(), want.targets)
-        assert np.array_equal(b["loss_mask"].numpy(), want.loss_mask) and b["loss_mask"].dtype == torch.float32
+        assert np.array_equal(b["labels"].numpy(), hf_labels(want))
+        assert b["labels"].dtype == torch.int64 and "loss_mask" not in b  # -100 in labels is the loss mask
         assert np.array_equal(b["cu_seqlens"].numpy(), want.cu_seqlens)
     second = loader()
     second.load_state_dict(state)
@@ -536,7 +546,9 @@ README_SECTION = """\
 
 `shards.reader` opens a finished tree (local files are memory-mapped; any fsspec URL works) and
 cuts it into windows of S+1 tokens, epoch by epoch, with the document boundaries attention kernels
-take. It needs numpy only; torch is an extra.
+take. It needs numpy only; torch is an extra. How to train from the tree with Hugging Face (a loop
+or a `Trainer`), Megatron-LM, OLMo-core and llm.c, and where their conventions differ:
+[docs/training.md](docs/training.md).
 
 ```python
 from shards.reader import open_tree
@@ -585,7 +597,11 @@ Beside its tokens, a window carries what attention and the loss need:
 
 A sampler's iterators hand out windows from `sampler.position` and advance it. `state_dict()` and
 `load_state_dict()` save and restore that position (the protocol of torchdata's `StatefulDataLoader`),
-so a resumed run gets exactly the batches the interrupted one would have:
+so a resumed run gets exactly the batches the interrupted one would have. The state carries a
+fingerprint of what decides the windows (the tree's contents, not its path; seq_len, seed, split,
+buckets, partitions, weights, masking, ...): a sampler of other settings refuses it in one line
+naming the first field that differs, as `WindowDataset` does its workers' states (batch size, world
+size, rank, number of workers too):
 
 ```python
 import json
@@ -614,8 +630,11 @@ print(len(stage), batch.inputs.shape)      # (8, 32768), (4, 65536), (2, 131072)
 assert batch.inputs.size == 262144 and batch.windows[0].bucket in stage.buckets
 ```
 
-With the `torch` extra, `shards.torch_dataset.WindowDataset` yields the batches as tensors
-(`input_ids`, `labels`, `position_ids`, `loss_mask`, `cu_seqlens`, `max_seqlen`, `step`), rank by
+With the `torch` extra, `shards.torch_dataset.WindowDataset` yields the batches as tensors, by
+default in Hugging Face's convention: `input_ids`, `labels` (the same tokens, which the model shifts;
+-100 on each document's first token, so no loss crosses a document boundary), `position_ids`,
+`cu_seqlens`, `max_seqlen`, `step`; `convention="megatron"` gives Megatron's shifted `tokens`,
+`labels`, `loss_mask` instead (`docs/training.md`: each framework, step by step). Rank by
 rank: at its step j, rank r of R takes the sampler's batch `j * R + r`, and DataLoader worker w of W
 makes the steps w, w + W, w + 2W, ..., so each rank gets the same batches, in order, with any number
 of workers. Resuming needs torchdata's `StatefulDataLoader` (`pip install torchdata`) and the same
@@ -631,7 +650,7 @@ def loader():
 
 first = loader()
 for step, batch in zip(range(3), first):
-    assert batch["step"] == step and batch["loss_mask"].shape == (8, 1024)
+    assert batch["step"] == step and batch["labels"].shape == (8, 1024)
 checkpoint = first.state_dict()                 # the step each worker makes next
 
 resumed = loader()
@@ -646,10 +665,12 @@ assert next(iter(resumed))["step"] == 3
 .venv/bin/pretokenize stats --output out/sample --json --png none  # the same figures as one JSON object on stdout
 ```
 
-Megatron-LM reads the shards in place: `--data-args-path out/sample/megatron/data_args.txt` (each
-shard weighted by its tokens). The indexes live under `megatron/`, beside links named `.bin` that
-point at the `.npy` shards, so the shard directories hold only shards; run the export again after
-a re-run or a `pretokenize remove`.
+Megatron-LM reads the shards in place: `--data-args-path megatron/data_args.txt` (each shard
+weighted by its tokens), run from the tree's directory: the blend's prefixes are relative to the
+tree's root, so a copied or moved tree still reads (and `--check` passes there); `--mount /data/x`
+writes them for a tree mounted at /data/x instead (check it with the same `--mount`). The indexes
+live under `megatron/`, beside relative links named `.bin` that point at the `.npy` shards, so the
+shard directories hold only shards; run the export again after a re-run or a `pretokenize remove`.
 """
 
 
@@ -717,3 +738,144 @@ def test_readme_holds_the_tested_section():
     if "length_sampler" not in section:
         pytest.skip("README.md still has the section before issue 16; paste README_SECTION into it")
     assert section == README_SECTION
+
+
+# --------------------------------------------------------------------------------------------
+# 6. Fingerprinted states (issue 25): every state names what decides its batches, and a loader of
+#    other settings refuses it in one line naming the first field that differs.
+
+SAMPLER = dict(seq_len=S, seed=1, split="train", val_fraction=0.2)
+
+
+@pytest.mark.parametrize(("field", "change"), [
+    ("seq_len", {"seq_len": S + 1}),
+    ("seed", {"seed": 7}),
+    ("split", {"split": "val"}),
+    ("val_fraction", {"val_fraction": 0.3}),
+    ("buckets", {"buckets": ["1024", "2048"]}),
+    ("partitions", {"partitions": [0, 1]}),
+    ("weights", {"weights": {"1024": 1, "2048": 2}}),
+    ("align_to_docs", {"align_to_docs": True}),
+    ("mask_across_docs", {"mask_across_docs": True}),
+    ("replacement", {"replacement": True}),
+])
+def test_a_sampler_state_is_refused_by_a_sampler_of_other_settings(mixed, field, change):
+    sampler = mixed.sampler(**SAMPLER)
+    next(sampler.batches(4))
+    state = json.loads(json.dumps(sampler.state_dict()))
+    other = mixed.sampler(**{**SAMPLER, **change})
+    with pytest.raises(ValueError, match=rf"^the state was saved by another sampler: {field} ") as refused:
+        other.load_state_dict(state)
+    assert "\n" not in str(refused.value)
+    assert other.position == 0
+    mixed.sampler(**SAMPLER).load_state_dict(state)  # the same settings take it
+
+
+def test_a_state_is_refused_by_the_same_settings_over_another_tree(mixed_root, mixed, tmp_path):
+    state = mixed.sampler(**SAMPLER).state_dict()
+    moved = tmp_path / "moved"
+    shutil.copytree(mixed_root, moved)
+    open_tree(str(moved)).sampler(**SAMPLER).load_state_dict(state)  # a copy is the same tree
+    # A tree that lost one document (a removal) is another tree.
+    lengths = mixed_lengths()
+    lengths["1024"] = lengths["1024"][1:]
+    removed = write_tree(tmp_path / "removed", lengths)
+    with pytest.raises(ValueError, match=r"^the state was saved by another sampler: tree '[0-9a-f]{32}' \(this"):
+        open_tree(removed).sampler(**SAMPLER).load_state_dict(state)
+    assert open_tree(removed).fingerprint != mixed.fingerprint == open_tree(str(moved)).fingerprint
+
+
+def test_a_length_sampler_state_is_refused_by_other_settings(mixed):
+    stage = dict(tokens_per_batch=2048, seed=1, buckets=["1024", "2048"])
+    state = mixed.length_sampler(**stage).state_dict()
+    for field, change in [("tokens_per_batch", {"tokens_per_batch": 4096}), ("seed", {"seed": 2}),
+                          ("buckets", {"buckets": ["1024"]}), ("weights", {"weights": {"1024": 1, "2048": 3}}),
+                          ("seq_lens", {"seq_lens": {"1024": 512}}), ("mask_across_docs", {"mask_across_docs": True})]:
+        with pytest.raises(ValueError, match=rf"^the state was saved by another sampler: {field} "):
+            mixed.length_sampler(**{**stage, **change}).load_state_dict(state)
+    with pytest.raises(ValueError, match=r"another sampler: sampler 'lengths' \(this sampler: 'windows'\)"):
+        mixed.sampler(**SAMPLER).load_state_dict(state)
+
+
+def test_a_state_without_a_fingerprint_is_refused(mixed):
+    with pytest.raises(ValueError, match="the state has no fingerprint"):
+        mixed.sampler(**SAMPLER).load_state_dict({"position": 3, "seq_len": S, "seed": 1})
+
+
+DATASET = dict(seq_len=64, batch_size=3, seed=0, split="train", val_fraction=0.2)
+
+
+@pytest.mark.parametrize(("field", "change"), [
+    ("seq_len", {"seq_len": 32, "seed": 7, "split": "val"}),  # the issue's case: the first that differs is named
+    ("seed", {"seed": 7}),
+    ("split", {"split": "val"}),
+    ("weights", {"weights": {"1024": 1, "2048": 1}}),
+    ("mask_across_docs", {"mask_across_docs": True}),
+    ("batch_size", {"batch_size": 4}),
+    ("convention", {"convention": "megatron"}),
+    ("attention_mask", {"attention_mask": True}),
+    ("world_size", {"world_size": 2}),
+    ("rank", {"rank": 1, "world_size": 1 + 1}),
+    ("start_step", {"start_step": 2}),
+])
+def test_a_window_dataset_state_is_refused_by_a_dataset_of_other_settings(mixed_root, field, change):
+    import_trainer_module("torch", TORCH_REASON)
+    from shards.torch_dataset import WindowDataset
+
+    base = {**DATASET, "rank": 0, "world_size": 1}
+    ds = WindowDataset(mixed_root, **base)
+    it = iter(ds)
+    next(it)
+    state = pickle.loads(pickle.dumps(ds.state_dict()))
+    assert state["next_step"] == 1 and state["fingerprint"]["seq_len"] == 64
+    if field == "rank":
+        field = "world_size"  # world_size comes before rank: it is the first that differs
+    other = WindowDataset(mixed_root, **{**base, **change})
+    with pytest.raises(ValueError, match=rf"^the state was saved by another loader: {field} ") as refused:
+        other.load_state_dict(state)
+    assert "\n" not in str(refused.value)
+    same = WindowDataset(mixed_root, **base)
+    same.load_state_dict(state)
+    assert next(iter(same))["step"] == 1
+
+
+def test_a_rank_state_is_refused_by_another_rank(mixed_root):
+    import_trainer_module("torch", TORCH_REASON)
+    from shards.torch_dataset import WindowDataset
+
+    ds = WindowDataset(mixed_root, **DATASET, rank=0, world_size=2)
+    next(iter(ds))
+    state = ds.state_dict()
+    with pytest.raises(ValueError, match=r"another loader: rank 0 \(this loader: 1\)"):
+        WindowDataset(mixed_root, **DATASET, rank=1, world_size=2).load_state_dict(state)
+    # A copy that never started (and never opened its tree) saves no position: loaded anywhere, it
+    # starts at start_step, as a fresh copy does.
+    fresh = WindowDataset(mixed_root, **DATASET, rank=0, world_size=2).state_dict()
+    assert fresh == {"next_step": None, "fingerprint": None}
+    other = WindowDataset(mixed_root, **DATASET, rank=1, world_size=2, start_step=3)
+    other.load_state_dict(fresh)
+    assert next(iter(other))["step"] == 3
+
+
+def test_a_stateful_dataloader_refuses_a_state_of_other_settings(mixed_root):
+    import_trainer_module("torch", TORCH_REASON)
+    stateful = import_trainer_module("torchdata.stateful_dataloader", TORCHDATA_REASON)
+    from shards.torch_dataset import WindowDataset
+
+    def loader(seq_len, seed, split, workers):
+        ds = WindowDataset(mixed_root, seq_len=seq_len, batch_size=2, seed=seed, split=split, val_fraction=0.2)
+        return stateful.StatefulDataLoader(ds, batch_size=None, num_workers=workers)
+
+    for workers in (0, 2):
+        first = loader(64, 0, "train", workers)
+        it = iter(first)
+        for _ in range(3):
+            next(it)
+        state = pickle.loads(pickle.dumps(first.state_dict()))
+        resumed = loader(32, 7, "val", workers)
+        resumed.load_state_dict(state)
+        with pytest.raises(ValueError, match=r"the state was saved by another loader: seq_len 64 \(this loader: 32\)"):
+            next(iter(resumed))
+        good = loader(64, 0, "train", workers)
+        good.load_state_dict(state)
+        assert next(iter(good))["step"] == 3

@@ -112,6 +112,35 @@ def test_tiktoken_and_hf_files_give_the_same_ids(trained):
     assert hf.decode(got[0]) == texts[0] and enc.decode(want[-3]) == texts[-3]
 
 
+def test_auto_tokenizer_loads_the_directory_with_its_eos_and_encodes_as_tiktoken(trained):
+    from transformers import AutoTokenizer
+
+    pattern, out = trained
+    info = json.loads((out / files.INFO_NAME).read_text())
+    tok = AutoTokenizer.from_pretrained(str(out))
+    assert tok.eos_token == "<|endoftext|>" and tok.eos_token_id == info["eos_id"] == 2999
+    for name in ("tokenizer_config.json", "special_tokens_map.json"):  # listed with their sha256, as every file
+        assert info["sha256"][name] == files.sha256((out / name).read_bytes())
+    assert tok.bos_token is None and tok.all_special_tokens == ["<|endoftext|>"]
+    assert tok.convert_ids_to_tokens(2999) == "<|endoftext|>" and len(tok) == 3000
+    ranks = ranks_of(out)
+    enc = tiktoken.Encoding("trained", pat_str=pt.PATTERNS[pattern], mergeable_ranks=ranks,
+                            special_tokens={"<|endoftext|>": len(ranks)})
+    texts, size = [], 0
+    for text in SAMPLE_TEXTS:  # real text: the sample's documents, in order, until 100 kB
+        texts.append(text)
+        size += len(text.encode("utf-8"))
+        if size >= 100_000:
+            break
+    assert size >= 100_000
+    want = [enc.encode_ordinary(t) for t in texts]
+    assert [tok.encode(t) for t in texts] == want  # the defaults: nothing added around a text
+    assert tok(texts, add_special_tokens=True)["input_ids"] == want
+    assert tok.decode(want[0]) == texts[0]
+    # The EOS a job appends is the tokenizer's EOS, and decodes as its text.
+    assert tok.decode([*want[1], enc.eot_token]) == texts[1] + "<|endoftext|>"
+
+
 def test_the_same_files_with_two_worker_processes_and_other_count_shards(tmp_path):
     one = train(tmp_path / "one", "--vocab-size", "1200")
     two = train(tmp_path / "two", "--vocab-size", "1200", "--direct_running_mode=multi_processing",

@@ -8,6 +8,10 @@
                           added special token with id R
     merges.txt            the merges in order, one ``left right`` line each, in the byte-level spelling
                           of tokenizer.json, after a ``#version`` line that names the tool and flags
+    tokenizer_config.json Hugging Face transformers' settings: a PreTrainedTokenizerFast whose
+                          eos_token is the EOS, no BOS, nothing added around a text
+    special_tokens_map.json  the EOS as transformers' special-tokens map, so that
+                          ``AutoTokenizer.from_pretrained(DIR)`` gives ``eos_token`` and ``eos_token_id``
     tokenizer_info.json   what loading the directory needs (pattern, alphabet, EOS) and its provenance:
                           the tool and its version, every flag, the sha256 of each file above
     training_stats.txt    characters, pre-tokens, distinct words, symbols before and after the merges,
@@ -34,7 +38,9 @@ HF_NAME = "tokenizer.json"
 MERGES_NAME = "merges.txt"
 INFO_NAME = "tokenizer_info.json"
 STATS_NAME = "training_stats.txt"
-FILES = (TIKTOKEN_NAME, HF_NAME, MERGES_NAME, INFO_NAME, STATS_NAME)
+HF_CONFIG_NAME = "tokenizer_config.json"
+HF_SPECIAL_NAME = "special_tokens_map.json"
+FILES = (TIKTOKEN_NAME, HF_NAME, MERGES_NAME, HF_CONFIG_NAME, HF_SPECIAL_NAME, INFO_NAME, STATS_NAME)
 SHOWN_MERGES = 50
 
 
@@ -140,6 +146,37 @@ def hf_json(tokens: Sequence[bytes], merges: Sequence[tuple[int, int]], pattern:
         },
     }
     return (json.dumps(config, ensure_ascii=False, indent=1) + "\n").encode()
+
+
+def _eos_entry(eos_token: str) -> dict:
+    """The EOS as transformers writes an AddedToken: matched whole, never normalised."""
+    return {"content": eos_token, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False}
+
+
+def hf_config_json(eos_token: str, eos_id: int) -> bytes:
+    """tokenizer_config.json: AutoTokenizer loads tokenizer.json as a PreTrainedTokenizerFast with
+    this EOS. No BOS, and ``add_bos_token``/``add_eos_token`` off, so ``encode(text)`` gives the
+    text's ids alone, as tokenizer.tiktoken's ``encode_ordinary`` (tokenizer.json has no post-processor).
+    As any Hugging Face tokenizer, it takes a literal EOS string inside a text as the EOS; the jobs'
+    ``--special-tokens text`` (the default) and tiktoken's ``encode_ordinary`` take it as text."""
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "added_tokens_decoder": {str(eos_id): {**_eos_entry(eos_token), "special": True}},
+        "eos_token": eos_token,
+        "bos_token": None,
+        "pad_token": None,
+        "unk_token": None,
+        "add_bos_token": False,
+        "add_eos_token": False,
+        "clean_up_tokenization_spaces": False,
+        "model_input_names": ["input_ids", "attention_mask"],
+    }
+    return (json.dumps(config, ensure_ascii=False, indent=1) + "\n").encode()
+
+
+def hf_special_json(eos_token: str) -> bytes:
+    """special_tokens_map.json: the EOS, the only special token a trained tokenizer has."""
+    return (json.dumps({"eos_token": _eos_entry(eos_token)}, ensure_ascii=False, indent=1) + "\n").encode()
 
 
 def merges_text(tokens: Sequence[bytes], merges: Sequence[tuple[int, int]], header: str) -> bytes:
