@@ -109,6 +109,9 @@ def test_a_marker_is_data_its_keys_and_values_come_back_as_they_went(tmp_path):
     lambda d: {**d, "main": [[0, d["main"][0][1], 0, 10 ** 9, 1]]},  # past the size it recorded
     lambda d: {**d, "main": [[0, d["main"][0][1], -1, 1, 1]]},
     lambda d: {**d, "side": {"dropped": [{"py/object": "os.system"}]}},
+    lambda d: {**d, "side": {"records": ["five"]}},
+    lambda d: {**d, "side": {"dropped": [["lid_score", -2]]}},
+    lambda d: {**d, "files": {k: v for k, v in d["files"].items() if k.endswith(".refs")}},  # no spill file
     lambda d: {**d, "extra": 1},
 ])
 def test_a_marker_that_does_not_validate_is_refused(tmp_path, edit):

@@ -275,7 +275,7 @@ def check_name(name, where: str) -> str:
 
 
 def decode_marker(data: bytes, root: str) -> UnitOutputs:
-    from transforms.core.spill import RefPointer
+    from transforms.core.spill import RefPointer, spill_path_of
 
     try:
         doc = json.loads(data.decode("utf-8"))
@@ -300,12 +300,37 @@ def decode_marker(data: bytes, root: str) -> UnitOutputs:
             raise MarkerError(f"a reference points past what it recorded of {name}")
         main.append((_unplain(key, "a group key"),
                      RefPointer(f"{root}/{name}", offset, size, _count(documents, "a document count", 1))))
+    for _, pointer in main:
+        twin = spill_path_of(pointer.path)[len(root) + 1:]
+        if twin not in files:
+            raise MarkerError(f"it records no size of {twin}, the spill file its references point into")
     side = {}
     for tag, values in doc["side"].items():
         if not isinstance(values, list):
             raise MarkerError(f"the {tag} outputs are not a list")
         side[tag] = [_unplain(v, f"a {tag} output") for v in values]
+        shape = SIDE_SHAPES.get(tag)
+        if shape is not None and not all(_fits(v, shape) for v in side[tag]):
+            raise MarkerError(f"a {tag} output is not {shape!r}")
     return UnitOutputs(main, side, {f"{root}/{name}": size for name, size in files.items()})
+
+
+# What the side outputs the jobs give hold (a tag not here is only checked to be plain data):
+# "count" an int >= 0, "int" any int, "str" a string, a tuple the same of each item.
+SIDE_SHAPES = {
+    "dropped": ("str", "count"),  # transforms.core.drops: (reason, documents)
+    "records": "count",  # transforms.core.read: records read
+    "matched": "str",  # transforms.bucketed.removal: a listed id seen
+    "counts": ("str", ("count", "count", "count", "count", "count")),  # transforms.scaffold.encode
+}
+
+
+def _fits(value, shape) -> bool:
+    if isinstance(shape, tuple):
+        return isinstance(value, tuple) and len(value) == len(shape) and all(map(_fits, value, shape))
+    if shape == "str":
+        return isinstance(value, str)
+    return type(value) is int and (shape == "int" or value >= 0)
 
 
 def load_marker(fs, marker_path: str, root: str | None = None) -> UnitOutputs | None:
