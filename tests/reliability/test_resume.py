@@ -274,3 +274,34 @@ def test_planted_markers_and_references_never_run_their_units_are_redone(inputs,
     assert len(redone) == 2, rerun.stderr[-3000:]
     assert "older format" in redone[0] + redone[1] and "not a references file this tool wrote" in rerun.stderr
     assert tree_hashes(out) == clean["bucketed"]
+
+
+def test_a_tokenizer_file_changed_between_kill_and_resume_starts_afresh(inputs, tmp_path):
+    """Saved work is keyed by the tokenizer files' sha256: two ranks swapped between a kill and the
+    resume (a swap the probe text does not see) start afresh, so the tree is the new tokenizer's
+    alone, byte for byte what a clean run with it writes, never a mix of two encodings."""
+    import shutil
+
+    from tokenizer_swaps import swap_ranks, unseen_by_the_probe
+
+    from transforms.core.encoders import gpt2_ranks_path
+
+    ranks = tmp_path / "ranks.tiktoken"
+    shutil.copyfile(gpt2_ranks_path(), ranks)
+    texts = [json.loads(line)["text"] for f in sorted(inputs.iterdir()) for line in f.open(encoding="utf-8")]
+    a, b = unseen_by_the_probe(ranks, texts)
+    flags = ("--tokenizer", f"tiktoken:{ranks}")
+    out, note = tmp_path / "out", tmp_path / "note.txt"
+    proc = subprocess.Popen(command("bucketed", inputs, out, *flags, faults=("--marker-delay", "0.4", "--marker-note",
+                                                                             str(note))),
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    assert kill_when(proc, lambda: markers(out) >= 2)
+    swap_ranks(ranks, a, b)
+    again = tmp_path / "again.txt"
+    rerun = run_cli("bucketed", inputs, out, *flags, faults=("--marker-note", str(again)))
+    lines = [line for line in rerun.stderr.splitlines() if "starting afresh" in line]
+    assert len(lines) == 1 and "the tokenizer encodes differently (its files changed)" in lines[0], rerun.stderr
+    assert notes(again) == FILES and "resuming" not in rerun.stderr
+    fresh = tmp_path / "fresh"
+    run_cli("bucketed", inputs, fresh, *flags)
+    assert tree_hashes(out) == tree_hashes(fresh)

@@ -74,9 +74,12 @@ def tool_version() -> str:
 
 
 def tokenizer_probe(encoder) -> str:
-    """A hash of what ``encoder`` makes of PROBE_TEXT, with its EOS and vocabulary size."""
+    """A hash of what ``encoder`` makes of PROBE_TEXT, with its EOS and vocabulary size, and of the
+    sha256 of each file it was built from: two ranks swapped between a kill and the resume change
+    the files, whatever they do to the probe, so the saved work is not mixed with the new encoding."""
     tokens, _ = encoder.encode_tokens([PROBE_TEXT])
-    data = f"{encoder.eos_id} {encoder.vocab_size} ".encode() + tokens.astype("<u4").tobytes()
+    files = json.dumps(sorted(getattr(encoder, "files", ()))).encode()
+    data = f"{encoder.eos_id} {encoder.vocab_size} ".encode() + tokens.astype("<u4").tobytes() + b" " + files
     return hashlib.sha256(data).hexdigest()[:16]
 
 
