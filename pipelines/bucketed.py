@@ -77,6 +77,7 @@ def build(pipeline: beam.Pipeline, options: BucketedSettings, run_id: str | None
     output = storage.normalize(options.output)
     tokenizer = options.tokenizer_config()
     encoder = tokenizer.load()
+    tokenizer = tokenizer.pinned(encoder)  # each worker checks it loads these very files
     lid = options.lid_filter()
     shards = options.shard_config(run_id or common.new_run_id())
     read_config = options.read_config()

@@ -73,6 +73,7 @@ def build(pipeline: beam.Pipeline, options: ScaffoldSettings, run_id: str | None
     scaffold = options.scaffold_config()
     shards = options.shard_config(run_id or common.new_run_id())
     encoder = scaffold.load()
+    scaffold = scaffold.pinned(encoder)  # each worker checks it loads these very files
     read_config = options.read_config()
     progress_dir = common.progress_dir(pipeline.options, run_id)
     read = ReadDocuments(read_config, progress_dir=progress_dir)

@@ -4,7 +4,10 @@ key gives; markers that no longer match their files are not trusted."""
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 
+import numpy as np
 import pytest
 from fsspec.implementations.local import LocalFileSystem
 
@@ -51,21 +54,92 @@ def test_a_change_gives_another_key_and_says_what_changed(change, said):
     assert said in new.difference(old)
 
 
+def spilled_unit(work):
+    """A unit's outputs as SpillTokensFn gives them, its files under ``work``/spill."""
+    import types
+
+    from transforms.core.batches import TokenBatch
+    from transforms.core.spill import SpillTokensFn
+
+    fn = SpillTokensFn(types.SimpleNamespace(spill_url=str(work / "spill")),
+                       lambda b, _: ([("train", i % 2) for i in range(b.size)], np.arange(b.size, dtype=np.int64)))
+    fn.setup()
+    fn.start_bundle()
+    batch = TokenBatch("/in/a.jsonl", ["a", "b", "c"], np.arange(3, dtype=np.int64), np.array([2, 1, 3]),
+                       np.arange(6, dtype=np.uint32))
+    main = list(fn.process(batch))
+    fn.finish_bundle()
+    files = {path: os.path.getsize(path) for path in fn.written_files()}
+    return resume.UnitOutputs(main, {"dropped": [("lid_score", 2)], "records": [5]}, files)
+
+
 def test_a_marker_is_trusted_only_while_its_files_have_their_sizes(tmp_path):
     fs = LocalFileSystem()
-    spill = tmp_path / "x.bin"
-    spill.write_bytes(b"12345678")
-    marker = tmp_path / "000000.done"
-    saved = resume.UnitOutputs([(3, "pointer")], {"dropped": [("lid_score", 2)]}, {str(spill): 8})
-    marker.write_bytes(saved.to_bytes())
+    saved = spilled_unit(tmp_path)
+    marker = tmp_path / resume.UNITS_DIR / "000000.done"
+    marker.parent.mkdir()
+    marker.write_bytes(saved.to_bytes(str(tmp_path)))
     assert resume.load_marker(fs, str(marker)) == saved
-    spill.write_bytes(b"1234")
+    spill = next(path for path in saved.files if path.endswith(".bin"))
+    with open(spill, "ab") as f:
+        f.write(b"1234")
     assert resume.load_marker(fs, str(marker)) is None
-    spill.unlink()
+    os.unlink(spill)
     assert resume.load_marker(fs, str(marker)) is None
-    marker.write_bytes(b"not a pickle")
+    marker.write_bytes(b"not a marker")
     assert resume.load_marker(fs, str(marker)) is None
     assert resume.load_marker(fs, str(tmp_path / "missing.done")) is None
+
+
+def test_a_marker_is_data_its_keys_and_values_come_back_as_they_went(tmp_path):
+    saved = spilled_unit(tmp_path)
+    data = saved.to_bytes(str(tmp_path))
+    doc = json.loads(data)
+    assert all(not name.startswith("/") for name in doc["files"])  # names, relative to the work directory
+    again = resume.UnitOutputs.from_bytes(data, str(tmp_path))
+    assert again == saved
+    assert sorted(k for k, _ in again.main) == [("train", 0), ("train", 1)]
+
+
+@pytest.mark.parametrize("edit", [
+    lambda d: {**d, "version": 1},
+    lambda d: {**d, "files": {"../../victim.bin": 3}},
+    lambda d: {**d, "files": {"/etc/passwd": 3}},
+    lambda d: {**d, "main": [[0, "../x.refs", 0, 1, 1]]},
+    lambda d: {**d, "main": [[0, d["main"][0][1], 0, 10 ** 9, 1]]},  # past the size it recorded
+    lambda d: {**d, "main": [[0, d["main"][0][1], -1, 1, 1]]},
+    lambda d: {**d, "side": {"dropped": [{"py/object": "os.system"}]}},
+    lambda d: {**d, "side": {"records": ["five"]}},
+    lambda d: {**d, "side": {"dropped": [["lid_score", -2]]}},
+    lambda d: {**d, "files": {k: v for k, v in d["files"].items() if k.endswith(".refs")}},  # no spill file
+    lambda d: {**d, "extra": 1},
+])
+def test_a_marker_that_does_not_validate_is_refused(tmp_path, edit):
+    data = spilled_unit(tmp_path).to_bytes(str(tmp_path))
+    with pytest.raises(resume.MarkerError):
+        resume.UnitOutputs.from_bytes(json.dumps(edit(json.loads(data))).encode(), str(tmp_path))
+
+
+def test_an_old_pickled_marker_is_redone_never_unpickled(tmp_path, caplog):
+    import pickle
+
+    planted = tmp_path / "ran"
+    marker = tmp_path / resume.UNITS_DIR / "000000.done"
+    marker.parent.mkdir()
+    marker.write_bytes(pickle.dumps(Payload(str(planted))))
+    assert resume.load_marker(LocalFileSystem(), str(marker)) is None
+    assert not planted.exists()
+    assert "older format" in caplog.text
+
+
+class Payload:
+    """What a planted pickle would run when unpickled: it creates a file."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
 
 
 def test_done_units_are_the_whole_markers(tmp_path):

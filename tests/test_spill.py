@@ -148,3 +148,48 @@ def test_spilled_references_come_back_through_their_pointers(tmp_path):
         refs = Refs.concat([ref])
         got = np.concatenate([t for _, _, t in SpillReader(fs, np.uint32).chunks(refs, np.arange(refs.size))])
         assert got.tolist() == [t for i in ref.ids for t in docs[i]]
+
+
+def _ref(ids, **extra):
+    from transforms.core.batches import RefBatch
+
+    n = len(ids)
+    return RefBatch("/w/spill/abc.bin", "/in/a.jsonl", list(ids), np.arange(n, dtype=np.int64) * 3,
+                    np.arange(1, n + 1, dtype=np.int64), np.arange(n, dtype=np.int64) * 8,
+                    np.arange(n, dtype=np.int64), extra)
+
+
+@pytest.mark.parametrize("ref", [
+    _ref(["a", "b", "ü-日本"]),
+    _ref([]),
+    _ref(["with\0nul", "x"]),  # a NUL in an id: the strings go as a JSON array
+    _ref(["d1", "d2"], split=np.array([0, 1], np.int8), words=np.array([5, 7], np.int64),
+         doc_id=np.array(["s1", "s1"], dtype=object)),
+])
+def test_references_are_data_that_come_back_as_they_went(ref):
+    from transforms.core.spill import RefPointer, decode_refs, encode_refs
+
+    data = encode_refs(ref)
+    back = decode_refs(data, RefPointer("/w/spill/abc.refs", 0, len(data), ref.size))
+    assert back.spill_path == "/w/spill/abc.bin" and back.source == ref.source and back.ids == ref.ids
+    for name in ("sort_keys", "lengths", "offsets", "rows"):
+        assert np.array_equal(getattr(back, name), getattr(ref, name)) and getattr(back, name).dtype == np.int64
+    assert sorted(back.extra) == sorted(ref.extra)
+    for name, values in ref.extra.items():
+        assert back.extra[name].dtype == values.dtype and back.extra[name].tolist() == values.tolist()
+
+
+def test_references_that_do_not_check_are_refused_never_run():
+    import pickle
+
+    from transforms.core.records import BadInputError
+    from transforms.core.spill import RefPointer, decode_refs, encode_refs
+
+    good = encode_refs(_ref(["a", "b"]))
+    bad_length = bytearray(good)
+    lengths_at = len(good) - 4 - 8 * 2 * 3  # the lengths column: 3 columns of 2 int64 before the 4 id bytes
+    bad_length[lengths_at:lengths_at + 8] = (0).to_bytes(8, "little")
+    for data, documents in [(pickle.dumps(_ref(["a", "b"])), 2), (b"", 2), (good, 3), (good[:-1] + b"\xff", 2),
+                            (bytes(bad_length), 2), (good + b"x", 2)]:
+        with pytest.raises(BadInputError, match="not a references file this tool wrote"):
+            decode_refs(data, RefPointer("/w/spill/abc.refs", 0, len(data), documents))

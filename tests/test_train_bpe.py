@@ -257,3 +257,62 @@ def test_scaffold_job_takes_a_tokenizer_with_gpt2_id_layout(tmp_path):
     stats = common.read_stats(str(out))
     assert stats.tokenizer == f"trained:{tok}" and stats.raw_documents == sum(1 for _ in plain.open())
     assert (tokens == 50256).sum() == stats.kept_documents == stats.raw_documents - 1  # one over 1,000 words
+
+
+def _one_line_refusal(capsys, argv) -> str:
+    capsys.readouterr()
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err[-3000:]
+    return err
+
+
+@pytest.mark.parametrize("trained", ["gpt2"], indirect=True)
+def test_a_trained_tokenizer_is_used_only_whole(trained, tmp_path, capsys):
+    """trained:DIR needs train-bpe's commit point and every file tokenizer_info.json records with
+    its sha256: a half-published directory (a train-bpe killed while publishing: no
+    training_stats.txt, a new tokenizer.tiktoken beside the old files) and a one-byte hand edit of
+    any recorded file are refused in one line naming the file, exit 2, nothing written."""
+    import shutil
+
+    _, tok = trained
+
+    def bucketed(directory, out):
+        return ["bucketed", "--input", str(SAMPLE_PARQUET), "--output", str(tmp_path / out), "--tokenizer",
+                f"trained:{directory}", FNAPI]
+
+    half = tmp_path / "half"
+    shutil.copytree(tok, half)
+    other = train(tmp_path / "other", "--merges", "40", "--pattern", "gpt2")
+    (half / files.STATS_NAME).unlink()  # train-bpe removes the commit point first, then writes the files
+    shutil.copyfile(other / files.TIKTOKEN_NAME, half / files.TIKTOKEN_NAME)
+    err = _one_line_refusal(capsys, bucketed(half, "a"))
+    assert f"{half / files.STATS_NAME} not found" in err and "did not finish publishing" in err
+    assert not (tmp_path / "a" / "dataset_stats.txt").exists()
+    # The commit point back, the ranks still not those recorded.
+    shutil.copyfile(tok / files.STATS_NAME, half / files.STATS_NAME)
+    err = _one_line_refusal(capsys, bucketed(half, "b"))
+    assert f"{half / files.TIKTOKEN_NAME} has sha256" in err and "tokenizer_info.json records" in err
+
+    for name in (files.TIKTOKEN_NAME, files.HF_NAME, files.MERGES_NAME):
+        edited = tmp_path / f"edited-{name}"
+        shutil.copytree(tok, edited)
+        data = bytearray((edited / name).read_bytes())
+        at = len(data) - 4  # one byte near the end (a rank's digit, a merge's letter, JSON's last brace)
+        data[at] = ord("7") if data[at] != ord("7") else ord("8")
+        (edited / name).write_bytes(bytes(data))
+        err = _one_line_refusal(capsys, bucketed(edited, f"c-{name}"))
+        assert f"{edited / name} has sha256" in err and "Traceback" not in err, err
+
+    # Whatever files tokenizer_info.json records are checked: one more (as tokenizer_config.json).
+    extra = tmp_path / "extra"
+    shutil.copytree(tok, extra)
+    (extra / "tokenizer_config.json").write_text('{"model_max_length": 4096}\n')
+    info = json.loads((extra / files.INFO_NAME).read_text())
+    info["sha256"]["tokenizer_config.json"] = files.sha256(b'{"model_max_length": 1}\n')
+    (extra / files.INFO_NAME).write_text(json.dumps(info))
+    err = _one_line_refusal(capsys, bucketed(extra, "d"))
+    assert f"{extra / 'tokenizer_config.json'} has sha256" in err
+    info["sha256"]["tokenizer_config.json"] = files.sha256((extra / "tokenizer_config.json").read_bytes())
+    (extra / files.INFO_NAME).write_text(json.dumps(info))
+    assert len(load_encoder(f"trained:{extra}").files) == 5  # the info, and the four files it records

@@ -178,7 +178,7 @@ def test_a_unit_whose_spill_file_is_gone_is_redone(inputs, clean, tmp_path):
     marker = next(os.path.join(d, f) for d, _, files in os.walk(out) if d.endswith(resume.UNITS_DIR)
                   for f in sorted(files) if f.endswith(resume.MARKER_SUFFIX))
     with open(marker, "rb") as f:
-        saved = resume.UnitOutputs.from_bytes(f.read())
+        saved = resume.UnitOutputs.from_bytes(f.read(), os.path.dirname(os.path.dirname(marker)))
     spill = next(p for p in saved.files if p.endswith(".bin"))
     os.truncate(spill, os.path.getsize(spill) // 2)
     again = tmp_path / "again.txt"
@@ -225,3 +225,83 @@ def test_resumed_with_two_worker_processes_gives_the_clean_bytes(inputs, clean, 
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert f"resuming: {done} of {FILES} input units" in rerun.stderr
     assert tree_hashes(out) == clean["scaffold"]
+
+
+class _CreatesFile:
+    """A planted pickle: unpickling it creates ``path`` (as any code a payload could run)."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def _marker_files(out) -> list[str]:
+    return sorted(os.path.join(d, f) for d, _, files in os.walk(out) if d.endswith(resume.UNITS_DIR)
+                  for f in files if f.endswith(resume.MARKER_SUFFIX))
+
+
+def test_planted_markers_and_references_never_run_their_units_are_redone(inputs, clean, tmp_path):
+    """Saved work is data: a marker and a references file planted with a pickle payload (the size
+    the marker recorded, so only its contents differ) run nothing; their units are redone and the
+    bytes are the clean run's."""
+    import pickle
+
+    out = tmp_path / "out"
+    done = _killed_with_units_done("bucketed", inputs, out, tmp_path / "note.txt")
+    planted_marker, other = _marker_files(out)[:2]
+    ran = tmp_path / "payload-ran"
+    with open(planted_marker, "wb") as f:
+        f.write(pickle.dumps(_CreatesFile(ran)))
+    # The references file the other marker points to first: its first record becomes the payload.
+    with open(other, "rb") as f:
+        data = f.read()
+    spill = os.path.join(os.path.dirname(os.path.dirname(other)), "spill")
+    target = next(os.path.join(spill, name) for name in sorted(os.listdir(spill))
+                  if name.endswith(".refs") and name.encode() in data)
+    with open(target, "rb") as f:
+        original = f.read()
+    payload = pickle.dumps(_CreatesFile(ran))
+    assert len(payload) < len(original)
+    with open(target, "wb") as f:
+        f.write(payload + original[len(payload):])
+    again = tmp_path / "again.txt"
+    rerun = run_cli("bucketed", inputs, out, faults=("--marker-note", str(again)))
+    assert not ran.exists(), "a planted payload ran"
+    assert notes(again) == FILES - done + 2, rerun.stderr[-3000:]
+    redone = [line for line in rerun.stderr.splitlines() if "redoing the unit" in line]
+    assert len(redone) == 2, rerun.stderr[-3000:]
+    assert "older format" in redone[0] + redone[1] and "not a references file this tool wrote" in rerun.stderr
+    assert tree_hashes(out) == clean["bucketed"]
+
+
+def test_a_tokenizer_file_changed_between_kill_and_resume_starts_afresh(inputs, tmp_path):
+    """Saved work is keyed by the tokenizer files' sha256: two ranks swapped between a kill and the
+    resume (a swap the probe text does not see) start afresh, so the tree is the new tokenizer's
+    alone, byte for byte what a clean run with it writes, never a mix of two encodings."""
+    import shutil
+
+    from tokenizer_swaps import swap_ranks, unseen_by_the_probe
+
+    from transforms.core.encoders import gpt2_ranks_path
+
+    ranks = tmp_path / "ranks.tiktoken"
+    shutil.copyfile(gpt2_ranks_path(), ranks)
+    texts = [json.loads(line)["text"] for f in sorted(inputs.iterdir()) for line in f.open(encoding="utf-8")]
+    a, b = unseen_by_the_probe(ranks, texts)
+    flags = ("--tokenizer", f"tiktoken:{ranks}")
+    out, note = tmp_path / "out", tmp_path / "note.txt"
+    proc = subprocess.Popen(command("bucketed", inputs, out, *flags, faults=("--marker-delay", "0.4", "--marker-note",
+                                                                             str(note))),
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    assert kill_when(proc, lambda: markers(out) >= 2)
+    swap_ranks(ranks, a, b)
+    again = tmp_path / "again.txt"
+    rerun = run_cli("bucketed", inputs, out, *flags, faults=("--marker-note", str(again)))
+    lines = [line for line in rerun.stderr.splitlines() if "starting afresh" in line]
+    assert len(lines) == 1 and "the tokenizer encodes differently (its files changed)" in lines[0], rerun.stderr
+    assert notes(again) == FILES and "resuming" not in rerun.stderr
+    fresh = tmp_path / "fresh"
+    run_cli("bucketed", inputs, fresh, *flags)
+    assert tree_hashes(out) == tree_hashes(fresh)

@@ -14,7 +14,7 @@ import numpy as np
 
 from shards.layout import DEFAULT_DTYPE, check_dtype
 from transforms.core.batches import DocBatch, TokenBatch
-from transforms.core.encoders import BACKENDS, SPECIAL_TOKEN_MODES, Encoder, load_encoder
+from transforms.core.encoders import BACKENDS, SPECIAL_TOKEN_MODES, Encoder, check_unchanged, load_encoder
 from transforms.core.progress import Progress
 
 
@@ -23,7 +23,9 @@ class TokenizerConfig:
     """``backend``: auto, quicktok or tiktoken (see transforms.core.encoders); ``threads``: the
     threads of quicktok's batch call (1 per worker; more only for a local run on a large machine);
     ``special_tokens``: text (an added-token string in a document is text) or tokenizer (its id, as
-    the tokenizer's Hugging Face release gives it; then an EOS may appear inside a document)."""
+    the tokenizer's Hugging Face release gives it; then an EOS may appear inside a document);
+    ``files``: the (name, sha256) of the tokenizer's files as the launch loaded them (``pinned``),
+    which each worker's load checks (encoders.check_unchanged)."""
 
     spec: str = "jet-nemotron"
     dtype: str = DEFAULT_DTYPE
@@ -32,6 +34,7 @@ class TokenizerConfig:
     backend: str = "auto"
     threads: int = 1
     special_tokens: str = "text"
+    files: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self):
         if self.batch_docs < 1:
@@ -47,10 +50,14 @@ class TokenizerConfig:
     def load(self) -> Encoder:
         """The encoder, checked against the dtype (and a quicktok one against tiktoken, by the probe):
         the launcher calls this once to fail early, each worker once in setup()."""
-        encoder = load_encoder(self.spec, self.eos_token, backend=self.backend, threads=self.threads,
-                               special_tokens=self.special_tokens)
+        encoder = check_unchanged(self.spec, self.files, lambda: load_encoder(
+            self.spec, self.eos_token, backend=self.backend, threads=self.threads, special_tokens=self.special_tokens))
         check_dtype(self.dtype, encoder.max_token_id)
         return encoder
+
+    def pinned(self, encoder: Encoder) -> TokenizerConfig:
+        """This config, its workers held to the files ``encoder`` (the launch's) was built from."""
+        return dataclasses.replace(self, files=encoder.files)
 
 
 def encode_batch(encoder: Encoder, batch: DocBatch, dtype: np.dtype, batch_docs: int) -> TokenBatch:

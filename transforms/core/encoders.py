@@ -48,6 +48,7 @@ import importlib.resources
 import json
 import logging
 import os
+import posixpath
 import re
 import shutil
 import struct
@@ -57,6 +58,8 @@ import unicodedata
 from collections.abc import Callable, Sequence
 
 import numpy as np
+
+from transforms.core.records import BadInputError
 
 ENDOFTEXT = "<|endoftext|>"
 
@@ -108,7 +111,9 @@ class Encoder:
     or a ``quicktok.Tokenizer``), for benchmarks that time the library's own call; ``splitter`` cuts
     its long texts (None: never cut); ``library`` names the library and its version, as the stats
     record it (``quicktok 0.4.0``); ``encode_flat``, when the library has one, is ``encode_tokens``;
-    ``special_tokens`` is the mode of SPECIAL_TOKEN_MODES it encodes in.
+    ``special_tokens`` is the mode of SPECIAL_TOKEN_MODES it encodes in; ``files`` the (name,
+    sha256) of each file it was built from, hashed from the bytes it read (a worker checks them
+    against the launch's: TokenizerChanged).
     """
 
     spec: str
@@ -120,6 +125,7 @@ class Encoder:
     library: str = ""
     encode_flat: EncodeFlat | None = None
     special_tokens: str = "text"
+    files: tuple[tuple[str, str], ...] = ()
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         return [ids.tolist() for ids in self.encode_arrays(texts)]
@@ -500,30 +506,48 @@ def _tiktoken_encoder(
 
     enc = tiktoken.Encoding(name, pat_str=pattern, mergeable_ranks=ranks, special_tokens={ENDOFTEXT: eos_id})
     splitter = LongTextSplitter(cuts, _token_bytes({rank: len(b) for b, rank in ranks.items()}, len(ranks)))
-    return _from_tiktoken(spec, enc, eos_id, vocab_size, nfc, splitter)
+    encoder = _from_tiktoken(spec, enc, eos_id, vocab_size, nfc, splitter)
+    return dataclasses.replace(encoder, files=ranks.files) if isinstance(ranks, Ranks) else encoder
 
 
-def _load_ranks(path: str) -> dict[bytes, int]:
+class Ranks(dict):
+    """A ranks file's ranks (token bytes -> rank), with the file's name and the sha256 of the bytes
+    they were parsed from: what an encoder built on them records in ``Encoder.files``."""
+
+    name: str = ""
+    sha256: str = ""
+
+    @property
+    def files(self) -> tuple[tuple[str, str], ...]:
+        return ((self.name, self.sha256),) if self.sha256 else ()
+
+
+def _load_ranks(path: str) -> Ranks:
     """A tiktoken ranks file: one ``base64(token bytes) rank`` pair a line.
 
     Read here rather than with tiktoken's loader, which caches files by their path in a shared
     directory and would serve a stale copy after the file at that path is replaced.
     """
+    import fsspec
+
+    try:
+        with fsspec.open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"tokenizer ranks file not found: {path}") from None
+    return _parse_ranks(data, path)
+
+
+def _parse_ranks(data: bytes, path: str) -> Ranks:
     import binascii
     import sys
-
-    import fsspec
 
     # binascii's strict mode checks the alphabet in C, as base64.b64decode(validate=True) does with a
     # regex per line: a quarter of the load time of a 151,643-line file. (Python 3.10 lacks it.)
     strict = {"strict_mode": True} if sys.version_info >= (3, 11) else {}
-    ranks: dict[bytes, int] = {}
-    try:
-        with fsspec.open(path, "rb") as f:
-            lines = f.read().split(b"\n")
-    except FileNotFoundError:
-        raise FileNotFoundError(f"tokenizer ranks file not found: {path}") from None
-    for line_no, line in enumerate(lines, start=1):
+    ranks = Ranks()
+    ranks.name, ranks.sha256 = posixpath.basename(path.rstrip("/")), hashlib.sha256(data).hexdigest()
+    for line_no, line in enumerate(data.split(b"\n"), start=1):
         if not line.strip():
             continue
         try:
@@ -614,7 +638,11 @@ def _hf(spec: str, name: str, eos_token: str | None, special_tokens: str = "text
         from transformers import AutoTokenizer
     except ImportError:
         raise ImportError("--tokenizer hf:... needs transformers: pip install 'beam-pretokenize[hf]'") from None
+    before = _hf_files(name)
     tok = AutoTokenizer.from_pretrained(name)
+    files = _hf_files(name)
+    if files != before:
+        raise ValueError(f"--tokenizer {spec}: its files changed while they were loaded; try again")
     backend = getattr(tok, "backend_tokenizer", None)
     if backend is None:
         raise ValueError(f"{name} has no fast (Rust) tokenizer; only fast tokenizers are supported")
@@ -667,7 +695,46 @@ def _hf(spec: str, name: str, eos_token: str | None, special_tokens: str = "text
         return out
 
     return Encoder(spec, int(eos_id), len(tok), encode_arrays, backend=backend, splitter=splitter,
-                   library=_library("tokenizers"), special_tokens=special_tokens)
+                   library=_library("tokenizers"), special_tokens=special_tokens, files=files)
+
+
+def _hf_files(name: str) -> tuple[tuple[str, str], ...]:
+    """(name, sha256) of the tokenizer files AutoTokenizer reads from a local directory ``name``
+    (none for a Hub name: its files are the cache's, fixed by their revision)."""
+    from transforms.core.provenance import HF_TOKENIZER_FILES
+
+    if not os.path.isdir(name):
+        return ()
+    out = []
+    for file in HF_TOKENIZER_FILES:
+        path = os.path.join(name, file)
+        if os.path.isfile(path):
+            with open(path, "rb") as f:
+                out.append((file, hashlib.sha256(f.read()).hexdigest()))
+    return tuple(out)
+
+
+class TokenizerChanged(BadInputError):
+    """A worker's tokenizer is not the one the launch loaded: its files' sha256 differ."""
+
+
+def check_unchanged(spec: str, launched: tuple[tuple[str, str], ...], load: Callable[[], Encoder]) -> Encoder:
+    """``load()``'s encoder, when its files are those ``launched`` records (a worker's check, in setup);
+    else a TokenizerChanged naming the file: the job fails, nothing is published. With nothing
+    recorded (the launch itself), the encoder as it loads."""
+    if not launched:
+        return load()
+    where = f"--tokenizer {spec}"
+    try:
+        encoder = load()
+    except (ValueError, OSError) as e:
+        raise TokenizerChanged(where, f"its files changed since the launch ({e})") from None
+    if encoder.files != launched:
+        now, then = dict(encoder.files), dict(launched)
+        name = next(n for n in sorted(set(now) | set(then)) if now.get(n) != then.get(n))
+        raise TokenizerChanged(where, f"{name} has sha256 {(now.get(name) or 'none')[:16]}, the launch read "
+                                      f"{(then.get(name) or 'none')[:16]}: the tokenizer changed while the job ran")
+    return encoder
 
 
 # --- quicktok -------------------------------------------------------------------------------------------------
@@ -730,7 +797,8 @@ def _quicktok_encoder(spec: str, ranks: dict[bytes, int], eos_id: int, vocab_siz
         return np.split(tokens, offsets[1:-1])
 
     return Encoder(spec, eos_id, vocab_size, encode_arrays, backend=tok, splitter=None,
-                   library=f"quicktok {quicktok_version()}", encode_flat=encode_flat)
+                   library=f"quicktok {quicktok_version()}", encode_flat=encode_flat,
+                   files=ranks.files if isinstance(ranks, Ranks) else ())
 
 
 # --- The probe ------------------------------------------------------------------------------------------------
@@ -905,24 +973,77 @@ def _load_text_encoder(spec: str, eos_token: str | None, backend: str, threads: 
 _NO_CUTS = CutRules("none", re.compile(r"(?!)"), ())
 
 
+# Whole or not at all: train-bpe writes training_stats.txt last (its commit point), and
+# tokenizer_info.json records the sha256 of every other file it wrote. A directory without the
+# commit point (a train-bpe killed while publishing) or with a file whose bytes are not those
+# recorded (half published, or edited by hand) is refused in one line, whatever files it records.
+COMMIT_NAME = "training_stats.txt"
+INFO_NAME = "tokenizer_info.json"
+RANKS_NAME = "tokenizer.tiktoken"
+
+
 def _trained_info(spec: str, directory: str) -> dict:
     """The tokenizer_info.json of a trained:DIR spec, its fields checked."""
     import fsspec
 
-    info_path = directory.rstrip("/") + "/tokenizer_info.json"
+    info_path = directory.rstrip("/") + "/" + INFO_NAME
     try:
         with fsspec.open(info_path, "rb") as f:
-            info = json.loads(f.read())
+            data = f.read()
+        info = json.loads(data)
         for key in ("regex", "alphabet", "eos_token"):
             if not isinstance(info[key], str):
                 raise TypeError(f"{key} is not a string")
         info["eos_id"], info["ranks"] = int(info["eos_id"]), int(info["ranks"])
+        recorded = info.get("sha256")
+        if not isinstance(recorded, dict) or RANKS_NAME not in recorded:
+            raise TypeError(f"it records no sha256 of {RANKS_NAME}")
+        for name, digest in recorded.items():
+            if not (isinstance(digest, str) and re.fullmatch(r"[0-9a-f]{64}", digest)):
+                raise TypeError(f"its sha256 of {name!r} is not one")
+            if not _plain_file_name(name) or name in (INFO_NAME, COMMIT_NAME):
+                raise TypeError(f"it records a sha256 of {name!r}, not a file train-bpe writes beside it")
     except FileNotFoundError:
         raise FileNotFoundError(f"--tokenizer {spec}: {info_path} not found; train-bpe writes it") from None
     except (ValueError, KeyError, TypeError) as e:
         raise ValueError(f"--tokenizer {spec}: {info_path} is not train-bpe's tokenizer_info.json ({e})") from None
     info["path"] = info_path
+    info["info_sha256"] = hashlib.sha256(data).hexdigest()
     return info
+
+
+def _plain_file_name(name) -> bool:
+    """A file name of the directory itself: no separator, not "." or "..", nothing hidden."""
+    return isinstance(name, str) and bool(name) and "/" not in name and "\\" not in name and "\0" not in name \
+        and not name.startswith(".")
+
+
+def _trained_files(spec: str, directory: str, info: dict) -> dict[str, bytes]:
+    """Every file tokenizer_info.json records, read and checked against its sha256, after the
+    commit point is checked to be there: the directory whole, or a ValueError naming the file."""
+    import fsspec
+
+    root = directory.rstrip("/")
+    fs, commit = fsspec.core.url_to_fs(f"{root}/{COMMIT_NAME}")
+    if not fs.isfile(commit):
+        raise ValueError(f"--tokenizer {spec}: {root}/{COMMIT_NAME} not found: train-bpe did not finish "
+                         "publishing this tokenizer (it writes that file last); run it again")
+    out = {}
+    for name, want in sorted(info["sha256"].items()):
+        path = f"{root}/{name}"
+        try:
+            with fsspec.open(path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            raise ValueError(f"--tokenizer {spec}: {path} not found, though {INFO_NAME} records it: the "
+                             "directory is not whole; train it again") from None
+        got = hashlib.sha256(data).hexdigest()
+        if got != want:
+            raise ValueError(f"--tokenizer {spec}: {path} has sha256 {got[:16]}..., {INFO_NAME} records "
+                             f"{want[:16]}...: it is not the file train-bpe wrote (half published or edited); "
+                             "train it again")
+        out[name] = data
+    return out
 
 
 def _trained(spec: str, directory: str, eos_token: str | None) -> Encoder:
@@ -937,13 +1058,17 @@ def _trained(spec: str, directory: str, eos_token: str | None) -> Encoder:
         raise ValueError(f"--tokenizer {spec} has the EOS {eos!r} (id {eos_id}), not {eos_token!r}: "
                          "train with --eos-token to choose another")
     cuts = {QWEN2_PATTERN: QWEN2_CUTS, GPT2_PATTERN: GPT2_CUTS}.get(regex, _NO_CUTS)
-    path = directory.rstrip("/") + "/tokenizer.tiktoken"
+    # Checked on every load (the launch's and each worker's), the ranks parsed from the bytes checked.
+    data = _trained_files(spec, directory, info)
+    files = tuple(sorted([(INFO_NAME, info["info_sha256"])] + [(n, info["sha256"][n]) for n in data]))
+    path = directory.rstrip("/") + "/" + RANKS_NAME
 
     def build() -> Encoder:
-        ranks = _load_ranks(path)
+        ranks = _parse_ranks(data[RANKS_NAME], path)
         if len(ranks) != n_ranks or eos_id != n_ranks:
             raise ValueError(f"--tokenizer {spec}: {path} holds {len(ranks)} ranks, {info_path} says {n_ranks} "
                              f"with the EOS at {eos_id}: the directory is damaged, train it again")
-        return _tiktoken_encoder(spec, "trained", regex, cuts, ranks, eos_id, eos_id + 1, nfc=False)
+        encoder = _tiktoken_encoder(spec, "trained", regex, cuts, ranks, eos_id, eos_id + 1, nfc=False)
+        return dataclasses.replace(encoder, files=files)
 
-    return _loaded(f"{spec}|{eos}", path, build)
+    return _loaded(f"{spec}|{eos}|{hashlib.sha256(repr(files).encode()).hexdigest()}", path, build)

@@ -32,7 +32,6 @@ import dataclasses
 import hashlib
 import json
 import logging
-import pickle
 import posixpath
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -50,7 +49,7 @@ WORK_PREFIX = tree.Tree.WORK_PREFIX
 DESCRIPTION_NAME = "work.json"
 UNITS_DIR = "units"
 MARKER_SUFFIX = ".done"
-MARKER_VERSION = 1
+MARKER_VERSION = 2  # 1 was a pickle: saved work of that format is redone, never unpickled
 # Tokenized once at launch: the ids say whether a tokenizer (whatever its spec names) still
 # encodes as the saved work's did.
 PROBE_TEXT = ("Resume probe: The quick brown fox jumps over 13 lazy dogs; naïve café, Ünïcödé, 日本語, "
@@ -75,9 +74,12 @@ def tool_version() -> str:
 
 
 def tokenizer_probe(encoder) -> str:
-    """A hash of what ``encoder`` makes of PROBE_TEXT, with its EOS and vocabulary size."""
+    """A hash of what ``encoder`` makes of PROBE_TEXT, with its EOS and vocabulary size, and of the
+    sha256 of each file it was built from: two ranks swapped between a kill and the resume change
+    the files, whatever they do to the probe, so the saved work is not mixed with the new encoding."""
     tokens, _ = encoder.encode_tokens([PROBE_TEXT])
-    data = f"{encoder.eos_id} {encoder.vocab_size} ".encode() + tokens.astype("<u4").tobytes()
+    files = json.dumps(sorted(getattr(encoder, "files", ()))).encode()
+    data = f"{encoder.eos_id} {encoder.vocab_size} ".encode() + tokens.astype("<u4").tobytes() + b" " + files
     return hashlib.sha256(data).hexdigest()[:16]
 
 
@@ -195,21 +197,22 @@ def read_description(work_url: str) -> WorkDescription | None:
 
 @dataclasses.dataclass(frozen=True)
 class UnitOutputs:
-    """Everything one unit gave: its main outputs and, by tag, its side outputs; and the size of each
-    file the outputs point into, checked before the marker is trusted again."""
+    """Everything one unit gave: its main outputs ((group key, RefPointer)s) and, by tag, its side
+    outputs; and the size of each file the outputs point into, checked before the marker is
+    trusted again. Paths are those of this run's work directory."""
 
     main: list
     side: dict[str, list]
     files: dict[str, int]
 
-    def to_bytes(self) -> bytes:
-        return pickle.dumps((MARKER_VERSION, self.main, self.side, self.files), protocol=pickle.HIGHEST_PROTOCOL)
+    def to_bytes(self, root: str) -> bytes:
+        """The marker: JSON, the paths as names relative to the work directory ``root``."""
+        return encode_marker(self, root)
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> UnitOutputs | None:
-        # The tool's own file, written by ProcessUnitsFn under the output's temporary directory.
-        version, main, side, files = pickle.loads(data)  # noqa: S301
-        return cls(main, side, files) if version == MARKER_VERSION else None
+    def from_bytes(cls, data: bytes, root: str) -> UnitOutputs:
+        """A marker read back under ``root``; a MarkerError when it is not one this tool wrote."""
+        return decode_marker(data, root)
 
     def emit(self):
         yield from self.main
@@ -218,17 +221,135 @@ class UnitOutputs:
                 yield beam.pvalue.TaggedOutput(tag, value)
 
 
-def load_marker(fs, marker_path: str) -> UnitOutputs | None:
-    """A unit's saved outputs, or None when the marker or any file it points into is missing or
-    not the size it had when the unit finished (then the unit is redone)."""
+class MarkerError(ValueError):
+    """A marker that is not one this tool wrote (another format, a bad value): its unit is redone."""
+
+
+# A marker is JSON, data only: {"version": 2, "files": {name: size}, "main": [[key, name, offset,
+# size, documents], ...], "side": {tag: [value, ...]}}. Names are relative to the work directory;
+# a group key or side value is an int, a float, a string, a bool, null, or a tuple of those (a JSON
+# array: NamedTuples come back as plain tuples).
+def encode_marker(saved: UnitOutputs, root: str) -> bytes:
+    def name(path: str) -> str:
+        prefix = root.rstrip("/") + "/"
+        if not path.startswith(prefix):
+            raise ValueError(f"{path} is not under the work directory {root}")
+        return path[len(prefix):]
+
+    main = [[_plain(key), name(p.path), p.offset, p.size, p.documents] for key, p in saved.main]
+    side = {tag: [_plain(v) for v in values] for tag, values in saved.side.items()}
+    files = {name(path): size for path, size in saved.files.items()}
+    return json.dumps({"version": MARKER_VERSION, "files": files, "main": main, "side": side},
+                      ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def _plain(value):
+    """``value`` as JSON data: a tuple (or NamedTuple) as a list; anything but plain values refused."""
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise TypeError(f"a marker holds ints, floats, strings and tuples of them, not {type(value).__name__}")
+
+
+def _unplain(value, where: str):
+    """The value ``_plain`` made, checked: a list back to a tuple."""
+    if isinstance(value, list):
+        return tuple(_unplain(v, where) for v in value)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise MarkerError(f"{where} holds a {type(value).__name__}")
+
+
+def _count(value, where: str, least: int = 0) -> int:
+    if type(value) is not int or value < least:
+        raise MarkerError(f"{where} is not a count >= {least}: {value!r}")
+    return value
+
+
+def check_name(name, where: str) -> str:
+    """A name read from saved work: a plain relative name (parts joined by /, none empty, "." or
+    ".."; no backslash or NUL). It is only a name: shards.tree decides what it may reach."""
+    if not isinstance(name, str) or not name or name.startswith("/") or "\\" in name or "\0" in name:
+        raise MarkerError(f"{where} is not a relative name: {name!r}")
+    if any(part in ("", ".", "..") for part in name.split("/")):
+        raise MarkerError(f"{where} is not a plain relative name: {name!r}")
+    return name
+
+
+def decode_marker(data: bytes, root: str) -> UnitOutputs:
+    from transforms.core.spill import RefPointer, spill_path_of
+
     try:
-        saved = UnitOutputs.from_bytes(fs.cat_file(marker_path))
+        doc = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raise MarkerError("it is not JSON (saved work of an older format is not reused)") from None
+    if not isinstance(doc, dict) or set(doc) != {"version", "files", "main", "side"}:
+        raise MarkerError("it is not a marker")
+    if doc["version"] != MARKER_VERSION:
+        raise MarkerError(f"it is of version {doc['version']!r}, not {MARKER_VERSION}")
+    if not isinstance(doc["files"], dict) or not isinstance(doc["main"], list) or not isinstance(doc["side"], dict):
+        raise MarkerError("it is not a marker")
+    root = root.rstrip("/")
+    files = {check_name(name, "a file"): _count(size, f"the size of {name}") for name, size in doc["files"].items()}
+    main = []
+    for entry in doc["main"]:
+        if not isinstance(entry, list) or len(entry) != 5:
+            raise MarkerError(f"a reference is not [key, file, offset, size, documents]: {entry!r}")
+        key, name, offset, size, documents = entry
+        name = check_name(name, "a reference's file")
+        offset, size = _count(offset, "an offset"), _count(size, "a size", 1)
+        if name not in files or offset + size > files[name]:
+            raise MarkerError(f"a reference points past what it recorded of {name}")
+        main.append((_unplain(key, "a group key"),
+                     RefPointer(f"{root}/{name}", offset, size, _count(documents, "a document count", 1))))
+    for _, pointer in main:
+        twin = spill_path_of(pointer.path)[len(root) + 1:]
+        if twin not in files:
+            raise MarkerError(f"it records no size of {twin}, the spill file its references point into")
+    side = {}
+    for tag, values in doc["side"].items():
+        if not isinstance(values, list):
+            raise MarkerError(f"the {tag} outputs are not a list")
+        side[tag] = [_unplain(v, f"a {tag} output") for v in values]
+        shape = SIDE_SHAPES.get(tag)
+        if shape is not None and not all(_fits(v, shape) for v in side[tag]):
+            raise MarkerError(f"a {tag} output is not {shape!r}")
+    return UnitOutputs(main, side, {f"{root}/{name}": size for name, size in files.items()})
+
+
+# What the side outputs the jobs give hold (a tag not here is only checked to be plain data):
+# "count" an int >= 0, "int" any int, "str" a string, a tuple the same of each item.
+SIDE_SHAPES = {
+    "dropped": ("str", "count"),  # transforms.core.drops: (reason, documents)
+    "records": "count",  # transforms.core.read: records read
+    "matched": "str",  # transforms.bucketed.removal: a listed id seen
+    "counts": ("str", ("count", "count", "count", "count", "count")),  # transforms.scaffold.encode
+}
+
+
+def _fits(value, shape) -> bool:
+    if isinstance(shape, tuple):
+        return isinstance(value, tuple) and len(value) == len(shape) and all(map(_fits, value, shape))
+    if shape == "str":
+        return isinstance(value, str)
+    return type(value) is int and (shape == "int" or value >= 0)
+
+
+def load_marker(fs, marker_path: str, root: str | None = None) -> UnitOutputs | None:
+    """A unit's saved outputs, or None when the marker is missing or not one this tool wrote (then
+    the unit is redone): any file it points into missing or not the size it had when the unit
+    finished, or a references record that does not parse. ``root``: the work directory (by default
+    the marker's ``units/`` directory's parent)."""
+    from transforms.core.spill import check_refs
+
+    root = root if root is not None else posixpath.dirname(posixpath.dirname(marker_path))
+    try:
+        saved = UnitOutputs.from_bytes(fs.cat_file(marker_path), root)
     except FileNotFoundError:
         return None
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, ImportError) as e:
-        log.warning("redoing the unit of %s: its marker cannot be read (%s)", marker_path, e)
-        return None
-    if saved is None:
+    except MarkerError as e:
+        log.warning("redoing the unit of %s: its marker cannot be used (%s)", marker_path, e)
         return None
     for path, size in saved.files.items():
         try:
@@ -238,6 +359,10 @@ def load_marker(fs, marker_path: str) -> UnitOutputs | None:
         if now != size:
             log.warning("redoing the unit of %s: %s is %s bytes, it was %d", marker_path, path, now, size)
             return None
+    problem = check_refs(fs, [pointer for _, pointer in saved.main])
+    if problem:
+        log.warning("redoing the unit of %s: %s", marker_path, problem)
+        return None
     return saved
 
 
@@ -262,7 +387,7 @@ class ProcessUnitsFn(beam.DoFn):
         # The steps (a tokenizer among them) are set up for the first unit that is not done: a
         # worker that only replays markers never loads them.
         self._ready = False
-        self._fs, _ = storage.filesystem(self._work.url)
+        self._fs, self._root = storage.filesystem(self._work.url)
 
     def _set_up_steps(self):
         if not self._ready:
@@ -279,7 +404,7 @@ class ProcessUnitsFn(beam.DoFn):
         index, unit, done = element
         marker = storage.filesystem(self._work.marker_url(index))[1]
         if done:
-            saved = load_marker(self._fs, marker)
+            saved = load_marker(self._fs, marker, self._root)
             if saved is not None:
                 self._resumed.inc()
                 yield from saved.emit()
@@ -298,7 +423,7 @@ class ProcessUnitsFn(beam.DoFn):
                 self._route(step, out, main, side)
         files = {path: self._fs.size(path) for path in spill.written_files()}
         saved = UnitOutputs(main, dict(side), files)
-        storage.write_atomic(self._work.marker_url(index), saved.to_bytes())
+        storage.write_atomic(self._work.marker_url(index), saved.to_bytes(self._root))
         self._processed.inc()
         yield from saved.emit()
 

@@ -11,12 +11,18 @@
 
 A retried bundle writes a new spill file, and the runner keeps only the references of the attempt
 that committed, so a retry can neither lose nor duplicate a document.
+
+A references file is data, never code: each RefBatch is one record of fixed-width numpy columns
+and UTF-8 strings under a JSON header (encode_refs), read back only through decode_refs, which
+checks its columns, their types and ranges, and refuses (a BadInputError naming the file) anything
+else. Its spill file is not read from it: it is the
+references file's own twin (same name, ``.bin``), so a references file cannot point elsewhere.
 """
 
 from __future__ import annotations
 
 import hashlib
-import pickle
+import json
 import posixpath
 import uuid
 from collections.abc import Callable, Iterator
@@ -30,6 +36,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from shards import storage
 from transforms.core.batches import RefBatch, Refs, TokenBatch
+from transforms.core.records import BadInputError
 
 # key_fn(batch, config) -> (a group key per document, a 63-bit sort key per document)
 KeyFn = Callable[[TokenBatch, object], tuple[list, np.ndarray]]
@@ -106,7 +113,7 @@ class SpillTokensFn(beam.DoFn):
             ref = RefBatch(self._path, batch.source, [batch.ids[i] for i in members],
                            sort_keys[index], batch.lengths[index], offsets[index], batch.rows[index],
                            {k: v[index] for k, v in batch.extra.items()})
-            data = pickle.dumps(ref, protocol=pickle.HIGHEST_PROTOCOL)
+            data = encode_refs(ref)
             self._refs.write(data)
             yield key, RefPointer(self._refs_path, self._refs_offset, len(data), len(members))
             self._refs_offset += len(data)
@@ -140,21 +147,171 @@ def load_refs(fs, pointers) -> list[RefBatch]:
                         handle.close()
                     handle, current = open(p.path, "rb"), p.path
                 handle.seek(p.offset)
-                out.append(_unpickle(handle.read(p.size), p))
+                out.append(decode_refs(handle.read(p.size), p))
         finally:
             if handle is not None:
                 handle.close()
         return out
     data = fs.cat_ranges([p.path for p in pointers], [p.offset for p in pointers],
                          [p.offset + p.size for p in pointers], on_error="raise")
-    return [_unpickle(d, p) for d, p in zip(data, pointers, strict=True)]
+    return [decode_refs(d, p) for d, p in zip(data, pointers, strict=True)]
 
 
-def _unpickle(data: bytes, pointer: RefPointer) -> RefBatch:
+# A references file holds RefBatches back to back, each one record (encode_refs):
+#
+#     REFS_MAGIC | header length (uint32 LE) | header (JSON, padded to 8 bytes) | body
+#
+# The header: {"source": str, "documents": n, "numbers": [[column, dtype], ...],
+# "strings": [[column, encoding, bytes], ...]}. The body: each number column's n values (raw,
+# little-endian), then each string column's bytes: its values UTF-8, joined by NUL ("nul"), or,
+# when a value holds a NUL, as a JSON array ("json"). Columns: sort_keys, lengths, offsets and rows
+# (int64), ids (strings), and the job's extra columns as ``extra.<name>``.
+REFS_MAGIC = b"PTREFS1\n"
+REFS_NUMBERS = ("sort_keys", "lengths", "offsets", "rows")
+EXTRA_PREFIX = "extra."
+# The dtypes a number column may have: nothing read decides more than a fixed-size number's width.
+NUMBER_DTYPES = {np.dtype(t).str: np.dtype(t) for t in
+                 ("<i1", "<i2", "<i4", "<i8", "<u1", "<u2", "<u4", "<u8", "<f4", "<f8", "?")}
+# Upper bounds no real spill reaches, that keep the reader's offset arithmetic far from overflow.
+MAX_LENGTH = 1 << 40
+MAX_OFFSET = 1 << 56
+
+
+def spill_path_of(refs_path: str) -> str:
+    """The spill file a references file's RefBatches point into: its twin, ``<name>.bin``."""
+    return (refs_path[:-len(".refs")] if refs_path.endswith(".refs") else refs_path) + ".bin"
+
+
+def _encode_strings(values: list) -> tuple[str, bytes]:
+    joined = "\0".join(values)
+    if joined.count("\0") == max(len(values) - 1, 0):
+        return "nul", joined.encode("utf-8")
+    return "json", json.dumps(values, ensure_ascii=False).encode("utf-8")
+
+
+def encode_refs(ref: RefBatch) -> bytes:
+    """One RefBatch as one record of a references file (the layout above). Its spill path is not
+    written: spill_path_of gives it back, so a references file cannot point at another file."""
+    numbers = [(name, np.ascontiguousarray(getattr(ref, name), "<i8")) for name in REFS_NUMBERS]
+    strings = [("ids", list(ref.ids))]
+    for name, values in sorted(ref.extra.items()):
+        if values.dtype == object:
+            strings.append((EXTRA_PREFIX + name, values.tolist()))
+        else:
+            numbers.append((EXTRA_PREFIX + name, np.ascontiguousarray(values, values.dtype.newbyteorder("<"))))
+    encoded = [(name, *_encode_strings(values)) for name, values in strings]
+    header = json.dumps({
+        "source": ref.source, "documents": len(ref.ids),
+        "numbers": [[name, values.dtype.str] for name, values in numbers],
+        "strings": [[name, kind, len(data)] for name, kind, data in encoded],
+    }, ensure_ascii=False).encode("utf-8")
+    header += b" " * (-(len(REFS_MAGIC) + 4 + len(header)) % 8)
+    return b"".join([REFS_MAGIC, len(header).to_bytes(4, "little"), header,
+                     *(values.tobytes() for _, values in numbers), *(data for _, _, data in encoded)])
+
+
+class _BadRefs(ValueError):
+    pass
+
+
+def parse_refs(data: bytes, pointer: RefPointer) -> tuple[str, dict[str, np.ndarray], dict[str, list]]:
+    """(source, number columns, string columns) of one record, checked: the layout above, the columns
+    encode_refs writes with their dtypes, ``pointer.documents`` values each, lengths in 1..MAX_LENGTH,
+    offsets in 0..MAX_OFFSET, rows and sort keys >= 0. Anything else is a BadInputError naming the
+    references file: it is refused, never trusted."""
     if len(data) != pointer.size:
         raise OSError(f"references file {pointer.path} is short: needed {pointer.size} bytes at {pointer.offset}")
-    # The tool's own temporary file, written by SpillTokensFn under the run's directory.
-    return pickle.loads(data)  # noqa: S301
+    try:
+        return _parse_refs(data, pointer.documents)
+    except (_BadRefs, ValueError, TypeError, KeyError) as e:
+        raise BadInputError(f"{pointer.path} at byte {pointer.offset}",
+                            f"not a references file this tool wrote ({e})") from None
+
+
+def _parse_refs(data: bytes, documents: int):
+    start = len(REFS_MAGIC) + 4
+    if data[:len(REFS_MAGIC)] != REFS_MAGIC or len(data) < start:
+        raise _BadRefs("no references header")
+    end = start + int.from_bytes(data[len(REFS_MAGIC):start], "little")
+    header = json.loads(data[start:end].decode("utf-8"))
+    if not isinstance(header, dict) or set(header) != {"source", "documents", "numbers", "strings"}:
+        raise _BadRefs("an unknown header")
+    source, n = header["source"], header["documents"]
+    if not isinstance(source, str) or type(n) is not int or n != documents:
+        raise _BadRefs(f"{n!r} documents, its pointer says {documents}")
+    numbers, strings = {}, {}
+    at = end
+    for name, dtype in _entries(header["numbers"], 2):
+        dtype = NUMBER_DTYPES.get(dtype) if isinstance(dtype, str) else None
+        if dtype is None or at + n * dtype.itemsize > len(data):
+            raise _BadRefs(f"column {name}: a bad type or short")
+        numbers[name] = np.frombuffer(data, dtype, n, at)
+        at += n * dtype.itemsize
+    for name, kind, size in _entries(header["strings"], 3):
+        if type(size) is not int or not 0 <= size <= len(data) - at or kind not in ("nul", "json"):
+            raise _BadRefs(f"column {name}: a bad encoding or size")
+        text = data[at:at + size].decode("utf-8")
+        if kind == "nul":
+            values = text.split("\0") if n else []  # strings, whatever the bytes were
+        else:
+            values = json.loads(text)
+            if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+                raise _BadRefs(f"column {name}: not strings")
+        if len(values) != n or (n == 0 and size):
+            raise _BadRefs(f"column {name}: not {n} strings")
+        strings[name] = values
+        at += size
+    if at != len(data):
+        raise _BadRefs(f"{len(data) - at} bytes after its columns")
+    if set(numbers) & set(strings) or "ids" not in strings or "ids" in numbers:
+        raise _BadRefs("no ids")
+    for name in REFS_NUMBERS:
+        if name not in numbers or numbers[name].dtype != np.dtype("<i8"):
+            raise _BadRefs(f"no int64 column {name}")
+    if any(not name.startswith(EXTRA_PREFIX) for name in [*numbers, *strings] if name not in (*REFS_NUMBERS, "ids")):
+        raise _BadRefs("an unknown column")
+    if n:
+        lengths, offsets = numbers["lengths"], numbers["offsets"]
+        if not (1 <= int(lengths.min()) and int(lengths.max()) <= MAX_LENGTH):
+            raise _BadRefs("a length out of range")
+        if not (0 <= int(offsets.min()) and int(offsets.max()) <= MAX_OFFSET):
+            raise _BadRefs("an offset out of range")
+        if int(numbers["rows"].min()) < 0 or int(numbers["sort_keys"].min()) < 0:
+            raise _BadRefs("a negative row or sort key")
+    return source, numbers, strings
+
+
+def _entries(value, width: int) -> list:
+    """A header's list of column entries: lists of ``width`` items, a column name first, each once."""
+    if not isinstance(value, list) or not all(isinstance(e, list) and len(e) == width for e in value):
+        raise _BadRefs("a bad column list")
+    names = [e[0] for e in value]
+    if not all(isinstance(name, str) for name in names) or len(set(names)) != len(names):
+        raise _BadRefs("a bad column name")
+    return value
+
+
+def check_refs(fs, pointers) -> str:
+    """What keeps the pointers' references from being read back ("" when nothing): a resumed
+    unit's are checked at launch, so that one that does not parse is redone, not trusted."""
+    try:
+        load_refs(fs, pointers)
+    except (BadInputError, OSError) as e:
+        return str(e)
+    return ""
+
+
+def decode_refs(data: bytes, pointer: RefPointer) -> RefBatch:
+    """The RefBatch ``pointer`` names, from the bytes read at its range (checked by parse_refs)."""
+    source, numbers, strings = parse_refs(data, pointer)
+    extra = {name[len(EXTRA_PREFIX):]: values for name, values in numbers.items() if name.startswith(EXTRA_PREFIX)}
+    for name, values in strings.items():
+        if name.startswith(EXTRA_PREFIX):
+            column = np.empty(len(values), dtype=object)
+            column[:] = values
+            extra[name[len(EXTRA_PREFIX):]] = column
+    return RefBatch(spill_path_of(pointer.path), source, strings["ids"], numbers["sort_keys"], numbers["lengths"],
+                    numbers["offsets"], numbers["rows"], dict(sorted(extra.items())))
 
 
 def gather_ranges(source: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:

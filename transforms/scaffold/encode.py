@@ -39,7 +39,7 @@ import regex
 from shards import llmc
 from transforms.core.batches import DocBatch, TokenBatch
 from transforms.core.drops import Drops
-from transforms.core.encoders import Encoder, load_encoder
+from transforms.core.encoders import Encoder, check_unchanged, load_encoder
 from transforms.core.progress import Progress
 from transforms.core.records import Document
 
@@ -211,6 +211,7 @@ class ScaffoldConfig:
     val_fraction: float = llmc.DEFAULT_VAL_FRACTION
     max_word_chars: int = DEFAULT_MAX_WORD_CHARS
     word_cache_size: int = 200_000
+    tokenizer_files: tuple[tuple[str, str], ...] = ()  # the launch's (``pinned``): each worker's load checks them
 
     def __post_init__(self):
         if self.long_docs not in LONG_DOC_POLICIES:
@@ -223,10 +224,15 @@ class ScaffoldConfig:
             raise ValueError("word_cache_size must be >= 0")
 
     def load(self) -> Encoder:
-        """The encoder, checked to be GPT-2's vocabulary: the launcher calls this once to fail early."""
-        encoder = load_encoder(self.tokenizer)
+        """The encoder, checked to be GPT-2's vocabulary: the launcher calls this once to fail early,
+        each worker in setup() (then its files must be the launch's: encoders.check_unchanged)."""
+        encoder = check_unchanged(self.tokenizer, self.tokenizer_files, lambda: load_encoder(self.tokenizer))
         check_gpt2_vocabulary(encoder)
         return encoder
+
+    def pinned(self, encoder: Encoder) -> ScaffoldConfig:
+        """This config, its workers held to the files ``encoder`` (the launch's) was built from."""
+        return dataclasses.replace(self, tokenizer_files=encoder.files)
 
 
 class Encoded(NamedTuple):

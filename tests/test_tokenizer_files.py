@@ -1,0 +1,47 @@
+"""A job's workers use the tokenizer files the launch loaded: a file rewritten while the job runs
+fails it in one line, and nothing is published."""
+
+from __future__ import annotations
+
+import shutil
+
+import pyarrow.parquet as pq
+from conftest import SAMPLE_PARQUET
+from tokenizer_swaps import swap_ranks, unseen_by_the_probe
+
+from pipelines import bucketed, cli
+from shards import layout
+from transforms.core.encoders import gpt2_ranks_path, load_encoder
+from transforms.core.resume import PROBE_TEXT
+
+FNAPI = "--runner=FnApiRunner"
+
+
+def test_a_tokenizer_file_rewritten_while_the_job_runs_fails_it_in_one_line(tmp_path, monkeypatch, capsys):
+    ranks = tmp_path / "ranks.tiktoken"
+    shutil.copyfile(gpt2_ranks_path(), ranks)
+    texts = pq.read_table(SAMPLE_PARQUET, columns=["text"]).column("text").to_pylist()
+    a, b = unseen_by_the_probe(ranks, texts)
+    before = load_encoder(f"tiktoken:{ranks}").encode_batch([PROBE_TEXT])
+
+    launch = bucketed.build
+
+    def build_then_rewrite(pipeline, options, run_id=None):
+        built = launch(pipeline, options, run_id)  # the launch has loaded the tokenizer and recorded its files
+        swap_ranks(ranks, a, b)  # before any worker loads it
+        return built
+
+    monkeypatch.setattr(bucketed, "build", build_then_rewrite)
+    out = tmp_path / "out"
+    capsys.readouterr()
+    code = cli.main(["bucketed", "--input", str(SAMPLE_PARQUET), "--output", str(out), "--tokenizer",
+                     f"tiktoken:{ranks}", "--dtype", "uint16", FNAPI])
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err[-3000:]
+    last = err.splitlines()[-1]
+    assert "Traceback" not in err and last.startswith("pretokenize bucketed: bad input: --tokenizer tiktoken:")
+    assert "ranks.tiktoken has sha256" in last and "the tokenizer changed while the job ran" in last, last
+    assert last.endswith("nothing was published")
+    assert not (out / layout.STATS_NAME).exists() and not list(out.rglob("*.npy"))
+    # The swap is one the probe text alone does not see.
+    assert load_encoder(f"tiktoken:{ranks}").encode_batch([PROBE_TEXT]) == before
