@@ -50,6 +50,7 @@ import os
 import posixpath
 import shlex
 import socket
+import stat
 import sys
 import threading
 import time
@@ -211,21 +212,24 @@ class _LocalStore:
 
     def read(self) -> tuple[bytes, object, float | None] | None:
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW)
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except FileNotFoundError:
             return None
-        except OSError as e:  # a symlink (ELOOP) or a directory at the lock's name: not ours
+        except OSError as e:  # a symlink (ELOOP) at the lock's name: not ours
             return f"not a file ({e.strerror})".encode(), None, None
         try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):  # a directory, a fifo: not ours, and never read
+                return b"not a file", None, None
             data = self._read_fd(fd)
-            return data, data, os.fstat(fd).st_mtime
+            return data, data, st.st_mtime
         finally:
             os.close(fd)
 
     def renew(self, data: bytes, version: object) -> object | None:
         """Touch the lock if it is still ``version``; None when it is not (it was taken)."""
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW)
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError:
             return None
         try:
@@ -248,7 +252,7 @@ class _LocalStore:
             return False
         try:
             try:
-                fd = os.open(aside, os.O_RDONLY | os.O_NOFOLLOW)
+                fd = os.open(aside, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
             except OSError:  # a symlink: judged as "not a file" (version None); the link goes, never its target
                 mine = version is None
             else:
@@ -458,6 +462,9 @@ def _acquire(url: str, command: str, break_lock: bool, make_root: bool, lease_se
                 raise TreeLocked(_refusal(url, found)) from None
             if store.remove(found.version):
                 print(f"pretokenize: {url}: {why}", file=sys.stderr, flush=True)
+            elif found.holder is None:  # a directory at the lock's name: never removed
+                raise TreeLocked(f"{storage.join(url, LOCK_NAME)} is {found.problem} and not a file: the tool removes "
+                                 "no directory; move it away by hand")
             continue
         return Lock(url, store, me, version, made_root)
     raise TreeLocked(f"{url}: could not take its lock ({LOCK_NAME}): other commands keep taking it")

@@ -415,3 +415,18 @@ def test_a_submit_only_launch_says_it_cannot_hold_the_lock_for_the_jobs_life(sou
     assert printed[-1] == (f"warning: the job outlives this launcher, which frees its lock on {out} now: until "
                            f"{layout.STATS_NAME} appears, start no other command that writes there")
     assert not (out / LOCK_NAME).exists()
+
+
+def test_a_symlink_or_a_directory_at_the_locks_name_is_never_followed(out, tmp_path, capsys):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("not yours\n")
+    (out / LOCK_NAME).symlink_to(victim)
+    assert cli.main(stats_of(out)) == 2
+    assert "is not a lock this tool wrote" in capsys.readouterr().err
+    assert cli.main(stats_of(out, "--break-lock")) == 0  # the link goes, never its target
+    assert not os.path.lexists(out / LOCK_NAME) and victim.read_text() == "not yours\n"
+    (out / LOCK_NAME).mkdir()
+    (out / LOCK_NAME / "keep.txt").write_text("mine\n")
+    assert cli.main(stats_of(out, "--break-lock")) == 2  # a directory is never a lock, never removed
+    assert "not a file: the tool removes no directory" in capsys.readouterr().err
+    assert (out / LOCK_NAME / "keep.txt").read_text() == "mine\n"
