@@ -464,7 +464,7 @@ def _acquire(url: str, command: str, break_lock: bool, make_root: bool, lease_se
                 print(f"pretokenize: {url}: {why}", file=sys.stderr, flush=True)
             elif found.holder is None:  # a directory at the lock's name: never removed
                 raise TreeLocked(f"{storage.join(url, LOCK_NAME)} is {found.problem} and not a file: the tool removes "
-                                 "no directory; move it away by hand")
+                                 "no directory; move it away by hand") from None
             continue
         return Lock(url, store, me, version, made_root)
     raise TreeLocked(f"{url}: could not take its lock ({LOCK_NAME}): other commands keep taking it")
