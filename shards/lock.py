@@ -215,12 +215,12 @@ class _LocalStore:
             fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except FileNotFoundError:
             return None
-        except OSError as e:  # a symlink (ELOOP) at the lock's name: not ours
-            return f"not a file ({e.strerror})".encode(), None, None
+        except OSError:  # a symlink (ELOOP) at the lock's name: not ours
+            return b"not a file (a symbolic link)", None, None
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):  # a directory, a fifo: not ours, and never read
-                return b"not a file", None, None
+                return b"not a file (a directory)" if stat.S_ISDIR(st.st_mode) else b"not a file", None, None
             data = self._read_fd(fd)
             return data, data, st.st_mtime
         finally:
@@ -363,6 +363,8 @@ def _read(store) -> Found | None:
     if got is None:
         return None
     data, version, modified = got
+    if version is None:  # not a regular file: what it is, said
+        return Found(None, data.decode(), None, modified)
     try:
         return Found(Holder.from_json(data), "", version, modified)
     except ValueError as e:
@@ -463,8 +465,8 @@ def _acquire(url: str, command: str, break_lock: bool, make_root: bool, lease_se
             if store.remove(found.version):
                 print(f"pretokenize: {url}: {why}", file=sys.stderr, flush=True)
             elif found.holder is None:  # a directory at the lock's name: never removed
-                raise TreeLocked(f"{storage.join(url, LOCK_NAME)} is {found.problem} and not a file: the tool removes "
-                                 "no directory; move it away by hand") from None
+                raise TreeLocked(f"{storage.join(url, LOCK_NAME)} is {found.problem}: the tool removes no directory; "
+                                 "move it away by hand") from None
             continue
         return Lock(url, store, me, version, made_root)
     raise TreeLocked(f"{url}: could not take its lock ({LOCK_NAME}): other commands keep taking it")

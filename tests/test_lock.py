@@ -422,11 +422,11 @@ def test_a_symlink_or_a_directory_at_the_locks_name_is_never_followed(out, tmp_p
     victim.write_text("not yours\n")
     (out / LOCK_NAME).symlink_to(victim)
     assert cli.main(stats_of(out)) == 2
-    assert "is not a lock this tool wrote" in capsys.readouterr().err
+    assert f"{LOCK_NAME} is not a file (a symbolic link); if no pretokenize command" in capsys.readouterr().err
     assert cli.main(stats_of(out, "--break-lock")) == 0  # the link goes, never its target
     assert not os.path.lexists(out / LOCK_NAME) and victim.read_text() == "not yours\n"
     (out / LOCK_NAME).mkdir()
     (out / LOCK_NAME / "keep.txt").write_text("mine\n")
     assert cli.main(stats_of(out, "--break-lock")) == 2  # a directory is never a lock, never removed
-    assert "not a file: the tool removes no directory" in capsys.readouterr().err
+    assert "is not a file (a directory): the tool removes no directory" in capsys.readouterr().err
     assert (out / LOCK_NAME / "keep.txt").read_text() == "mine\n"
