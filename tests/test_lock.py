@@ -316,14 +316,34 @@ def test_a_lock_file_that_is_not_ours_is_refused_and_broken_only_on_request(out,
     assert "broke a lock file that is not a lock this tool wrote" in capsys.readouterr().err
 
 
-def test_the_lock_is_freed_on_error_and_on_success(out, tmp_path, capsys):
+def test_the_lock_is_freed_on_error_and_on_success(out, tmp_path, capsys, monkeypatch):
+    from pipelines import remove
     from shards import lock
 
+    seen = []
+    real_prepare = remove.prepare
+
+    def prepare(options):  # what remove does next, once it holds the lock
+        seen.append(lock.holder(str(out)).holder.command)
+        return real_prepare(options)
+
+    monkeypatch.setattr(remove, "prepare", prepare)
     # An error after the lock was taken (a removal list that does not exist).
-    assert cli.main(removal_args(out, str(tmp_path / "missing.txt"))) == 2
-    assert not (out / LOCK_NAME).exists()
+    args = removal_args(out, str(tmp_path / "missing.txt"))
+    assert cli.main(args) == 2
+    assert seen == ["pretokenize " + " ".join(args)] and not (out / LOCK_NAME).exists()
     assert cli.main(["export", "megatron", "--output", str(out)]) == 0
     assert not (out / LOCK_NAME).exists() and lock.holder(str(out)) is None
+
+
+def test_ctrl_c_frees_the_lock(out, source, tmp_path):
+    args = ["bucketed", "--input", str(source), "--output", str(out), "--partitions", "2", *RUNNER]
+    first = Paused(args, PIPELINE_RUN, tmp_path)
+    assert (out / LOCK_NAME).exists()
+    first.proc.send_signal(signal.SIGINT)
+    _, err = first.proc.communicate(timeout=120)
+    assert first.proc.returncode == 2 and "pretokenize bucketed: interrupted" in err, err
+    assert not (out / LOCK_NAME).exists()
 
 
 def test_verify_says_when_a_writer_holds_the_tree_and_takes_no_lock(out, capsys):
