@@ -110,9 +110,7 @@ LOCAL_RUNNERS = ("DirectRunner", "FnApiRunner", "SwitchingDirectRunner", "Bundle
 
 
 def add_break_lock_flag(parser: argparse.ArgumentParser) -> None:
-    add_flag(parser, "break-lock", action="store_true",
-             help="take the output's lock from the command that holds it (one that is dead: a live one's "
-             "work would be corrupted); a dead holder on this host, or one whose lease expired, needs no flag")
+    add_flag(parser, "break-lock", action="store_true", help=lock.BREAK_HELP)
 
 
 def add_workers_flag(parser: argparse.ArgumentParser) -> None:

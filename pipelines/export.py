@@ -71,8 +71,7 @@ def make_parser() -> argparse.ArgumentParser:
                    help=f"megatron: a Megatron-LM .idx and a .bin link per shard, under DIR/{EXPORT_DIR}/")
     p.add_argument("--output", required=True, help="the finished output tree (a local directory)")
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 if the export is stale or missing")
-    p.add_argument(lock.BREAK_FLAG, action="store_true", help="take the tree's lock from the command that holds it "
-                   "(one that is dead); a dead holder on this host, or one whose lease expired, needs no flag")
+    p.add_argument(lock.BREAK_FLAG, action="store_true", help=lock.BREAK_HELP)
     return p
 
 

@@ -67,8 +67,7 @@ def parse_args(argv: list[str]) -> StatsOptions:
     p.add_argument("--val-fraction", "--val_fraction", dest="val_fraction", type=float, default=0.0,
                    help="the validation fraction that defines --split for a bucketed tree")
     p.add_argument("--bins", type=int, default=40, help="histogram bins per panel")
-    p.add_argument(lock.BREAK_FLAG, action="store_true", help="take the tree's lock from the command that holds "
-                   "it (one that is dead); a dead holder on this host, or one whose lease expired, needs no flag")
+    p.add_argument(lock.BREAK_FLAG, action="store_true", help=lock.BREAK_HELP)
     p.add_argument("--json", action="store_true",
                    help="print the table as one JSON object on stdout (the files are still written)")
     ns = p.parse_args(argv)

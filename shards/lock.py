@@ -61,6 +61,8 @@ from shards import storage
 LOCK_NAME = ".pretokenize-lock"
 LEASE_SECONDS = 90.0  # a holder that has not renewed its lease for this long is taken to be gone
 BREAK_FLAG = "--break-lock"
+BREAK_HELP = ("take the tree's lock from the command that holds it (only one that is dead: a live one's work would "
+              "be corrupted); a dead holder on this host, or one whose lease expired, needs no flag")
 
 log = logging.getLogger("pretokenize.lock")
 
