@@ -437,7 +437,12 @@ class Lock:
         self._thread.join()
         with self._guard:
             if not self.lost:
-                self.store.remove(self.version)
+                try:
+                    self.store.remove(self.version)
+                except Exception as e:  # noqa: BLE001 - the command's own outcome must not be lost to this
+                    log.warning("could not free the lock of %s (%s): the next command frees it once this process "
+                                "has ended (from another host, once its lease has expired)",
+                                self.url, storage.unreachable_problem(e) or e)
         if self.made_root is not None:
             with contextlib.suppress(OSError):
                 os.rmdir(self.made_root)  # only if it is still empty
