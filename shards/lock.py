@@ -471,7 +471,7 @@ def _acquire(url: str, command: str, break_lock: bool, make_root: bool, lease_se
                 raise TreeLocked(_refusal(url, found)) from None
             if store.remove(found.version):
                 print(f"pretokenize: {url}: {why}", file=sys.stderr, flush=True)
-            elif found.holder is None:  # a directory at the lock's name: never removed
+            elif isinstance(store, _LocalStore) and os.path.isdir(store.path) and not os.path.islink(store.path):
                 raise TreeLocked(f"{storage.join(url, LOCK_NAME)} is {found.problem}: the tool removes no directory; "
                                  "move it away by hand") from None
             continue
