@@ -18,7 +18,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import common, plan
-from shards import layout, storage, tree
+from shards import layout, lock, storage, tree
 from shards.manifest import DatasetStats
 from shards.removal import REMOVALS_NAME, read_removal_list
 from transforms.bucketed.filter import DROPPED, FilterLanguageFn
@@ -173,5 +173,6 @@ def summary_table(stats: DatasetStats, output: str, seconds: float) -> str:
     return "\n".join(lines)
 
 
+@lock.command("bucketed")
 def run(argv: list[str] | None = None) -> DatasetStats:
     return common.run_job(argv or [], parse_args, build, summary_table, plan=plan.bucketed)

@@ -23,7 +23,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.help_format import DefaultsHelpFormatter
-from shards import layout, storage, tree
+from shards import layout, lock, storage, tree
 from transforms.core import resume
 from transforms.core.records import UsageError
 
@@ -53,6 +53,8 @@ def parse_job_args(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[ar
         del known.workers
     if hasattr(known, "plan"):  # run_job reads it from the command line (wants_plan)
         del known.plan
+    if hasattr(known, "break_lock"):  # the command's lock scope reads it from the command line (shards.lock)
+        del known.break_lock
     return known, rest
 
 
@@ -91,6 +93,7 @@ def job_parser(job: str, description: str, inputs: str, resumable: bool = True) 
     add_flag(p, "input", required=True, help=f"glob, file or directory of {inputs}; local or fsspec URL")
     add_flag(p, "output", required=True, help="output directory; local or fsspec URL (gs://, s3://)")
     add_workers_flag(p)
+    add_break_lock_flag(p)
     if not resumable:
         return p
     add_flag(p, "plan", action="store_true",
@@ -104,6 +107,10 @@ def job_parser(job: str, description: str, inputs: str, resumable: bool = True) 
 
 # Runners that run the pipeline in this process or in processes it starts on this machine.
 LOCAL_RUNNERS = ("DirectRunner", "FnApiRunner", "SwitchingDirectRunner", "BundleBasedDirectRunner", "PrismRunner")
+
+
+def add_break_lock_flag(parser: argparse.ArgumentParser) -> None:
+    add_flag(parser, "break-lock", action="store_true", help=lock.BREAK_HELP)
 
 
 def add_workers_flag(parser: argparse.ArgumentParser) -> None:
@@ -191,8 +198,9 @@ def prepare_output(output: str, kind: str, inputs: list[str] = (), keep: tuple[s
     inside it. Leftovers are the entries of the tree's temporary directory, but those named in
     ``keep`` (a pending removal's journal) and the saved work made for the same description
     (transforms.core.resume), unless ``restart``. Saved work made for another description is
-    removed with a one-line warning saying what changed. Two runs into one output at the same time
-    are not supported; this is where they would collide.
+    removed with a one-line warning saying what changed. Before anything changes, the output's
+    lock is taken (shards.lock): a second command writing into it is refused, naming the first. A
+    dry run takes no lock and changes nothing.
     """
     import logging
 
@@ -203,6 +211,9 @@ def prepare_output(output: str, kind: str, inputs: list[str] = (), keep: tuple[s
     dry_run = dry_run_scratch() is not None
     out = tree.Tree(output)
     try:
+        tree.claim(output, kind, write=False)  # refused before the lock is put into someone else's directory
+        if not dry_run:
+            lock.take(output, make_root=True)
         record = tree.claim(output, kind, write=not dry_run)
         # Before anything changes: every name the run may write or delete is inside the tree and
         # reached through no link (shards.tree.Tree), the temporary directory included.
@@ -462,6 +473,9 @@ def run_job(
             result = pipeline.run()
             if _SUBMIT_ONLY.get():
                 print(submitted_line(result, output, pipeline_options), flush=True)
+                if not dry_run:
+                    print(f"warning: the job outlives this launcher, which frees its lock on {output} now: until "
+                          f"{layout.STATS_NAME} appears, start no other command that writes there", flush=True)
                 return None
             if dry_run:
                 print(end_dry_run(output, pipeline_options), flush=True)

@@ -39,7 +39,7 @@ from typing import NamedTuple
 import numpy as np
 
 from pipelines.help_format import DefaultsHelpFormatter
-from shards import llmc, megatron, storage
+from shards import llmc, lock, megatron, storage
 from shards import tree as ownership
 from shards.reader import ShardTree, open_tree
 
@@ -81,6 +81,7 @@ def make_parser() -> argparse.ArgumentParser:
                         "(PATH/megatron/1024/p00_00000); default: relative to the tree's root, for Megatron "
                         "run from the tree's directory. With --check: the PATH the export was written for")
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 if the export is stale or missing")
+    p.add_argument(lock.BREAK_FLAG, action="store_true", help=lock.BREAK_HELP)
     return p
 
 
@@ -241,12 +242,15 @@ def _read_bytes(path: str) -> bytes | None:
         return f.read()
 
 
+@lock.command("export")
 def run(argv: list[str] | None = None) -> int:
     """0 when done (or, with --check, when the export is current); 1 when --check finds problems;
     2 when the tree cannot be exported (unfinished, or not local)."""
     options = parse_args(argv or [])
     start = time.monotonic()
     try:
+        if not options.check and ownership.read_record(options.output) is not None:
+            lock.take(options.output)  # one writer at a time: before the tree is read for its export
         tree = open_tree(options.output)
         _local_root(tree)
         if not options.check:

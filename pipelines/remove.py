@@ -18,9 +18,9 @@ import uuid
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.common import add_flag, add_workers_flag, launching, parse_job_args
+from pipelines.common import add_break_lock_flag, add_flag, add_workers_flag, launching, parse_job_args
 from pipelines.help_format import DefaultsHelpFormatter
-from shards import layout, storage, tree
+from shards import layout, lock, storage, tree
 from shards.manifest import DatasetStats
 from shards.removal import read_removal_list
 from transforms.tools.surgery import RemovalPlan, RemoveDocuments, load_journal, make_plan, write_journal
@@ -44,6 +44,7 @@ def parse_args(argv: list[str]) -> tuple[RemoveOptions, PipelineOptions]:
     add_flag(p, "output", required=True, help="the output tree of pretokenize bucketed")
     add_flag(p, "removal-list", required=True, help="ids to remove, one a line, no comments; path or URL")
     add_workers_flag(p)
+    add_break_lock_flag(p)
     ours, beam_args = parse_job_args(p, argv)
     return RemoveOptions(storage.normalize(ours.output), storage.normalize(ours.removal_list)), PipelineOptions(
         beam_args
@@ -88,6 +89,7 @@ def build(pipeline: beam.Pipeline, options: RemoveOptions, plan: RemovalPlan):
     return pipeline | "RemoveDocuments" >> RemoveDocuments(options.output, plan, itemsize)
 
 
+@lock.command("remove")
 def run(argv: list[str] | None = None) -> RemovalPlan | None:
     with launching():
         options, pipeline_options = parse_args(argv or [])
@@ -95,6 +97,7 @@ def run(argv: list[str] | None = None) -> RemovalPlan | None:
         if not fs.isdir(path):
             raise FileNotFoundError(f"--output {options.output} is not a directory")
         tree.owned(options.output, "bucketed")  # never rewrite files this tool did not write
+        lock.take(options.output)  # one writer at a time: before the journal is read or anything changes
         plan = prepare(options)
     if plan is None:
         print("nothing to remove: no listed id is in the output; nothing was changed", flush=True)

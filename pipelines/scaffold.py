@@ -15,7 +15,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import common, plan
-from shards import llmc
+from shards import llmc, lock
 from shards.llmc import ScaffoldStats
 from transforms.core import resume
 from transforms.core.provenance import launch_provenance
@@ -119,5 +119,6 @@ def summary_table(stats: ScaffoldStats, output: str, seconds: float) -> str:
     return "\n".join(lines)
 
 
+@lock.command("scaffold")
 def run(argv: list[str] | None = None) -> ScaffoldStats:
     return common.run_job(argv or [], parse_args, build, summary_table, plan=plan.scaffold)

@@ -23,7 +23,7 @@ import sys
 import numpy as np
 
 from pipelines.help_format import DefaultsHelpFormatter
-from shards import layout, storage
+from shards import layout, lock, storage
 from shards import tree as ownership
 from shards.reader import SPLITS, ShardTree, open_tree
 
@@ -67,6 +67,7 @@ def parse_args(argv: list[str]) -> StatsOptions:
     p.add_argument("--val-fraction", "--val_fraction", dest="val_fraction", type=float, default=0.0,
                    help="the validation fraction that defines --split for a bucketed tree")
     p.add_argument("--bins", type=int, default=40, help="histogram bins per panel")
+    p.add_argument(lock.BREAK_FLAG, action="store_true", help=lock.BREAK_HELP)
     p.add_argument("--json", action="store_true",
                    help="print the table as one JSON object on stdout (the files are still written)")
     ns = p.parse_args(argv)
@@ -255,20 +256,25 @@ def draw(per_bucket: list[BucketLengths], title: str, bins: int = 40) -> bytes:
     return buf.getvalue()
 
 
+@lock.command("stats")
 def run(argv: list[str] | None = None) -> int:
     """0 when the table (and picture) are written; 2 when the tree is not a finished one (or is damaged)."""
     options = parse_args(argv or [])
+    table_url = storage.normalize(options.table or storage.join(options.output, TABLE_NAME))
+    png_url = (None if options.png == "none"
+               else storage.normalize(options.png or storage.join(options.output, PNG_NAME)))
     try:
+        if any(u is not None and ownership.inside(u, options.output) for u in (table_url, png_url)) and (
+                ownership.read_record(options.output) is not None):
+            lock.take(options.output)  # one writer at a time: before the tree is read for what is written in it
         tree = open_tree(options.output)
-    except (FileNotFoundError, ValueError) as e:  # missing, unfinished (IncompleteTreeError), damaged
+    except (FileNotFoundError, ValueError) as e:  # missing, unfinished (IncompleteTreeError), damaged, locked
         print(f"pretokenize stats: {e}", file=sys.stderr, flush=True)
         return 2
     per_bucket = bucket_lengths(tree, options.split, options.val_fraction)
     text = table(per_bucket)
     heading = f"# document lengths of {tree.url} (split {options.split}"
     heading += f", val_fraction {options.val_fraction})\n" if options.val_fraction else ")\n"
-    table_url = storage.normalize(options.table or storage.join(tree.url, TABLE_NAME))
-    png_url = None if options.png == "none" else storage.normalize(options.png or storage.join(tree.url, PNG_NAME))
     # Files written inside the tree are listed in its ownership record first, so the next run of a
     # job deletes exactly these (shards/tree.py); a tree without a record gets nothing written in it.
     inside = [u for u in (table_url, png_url) if u is not None and ownership.inside(u, tree.url)]

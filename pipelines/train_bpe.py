@@ -34,7 +34,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import common
-from shards import storage, tree
+from shards import lock, storage, tree
 from transforms.bpe import files, pretokenize
 from transforms.bpe.count import STATS, CountWords, read_count_shards
 from transforms.bpe.learn import learn_merges
@@ -230,6 +230,7 @@ def summary_table(stats: files.TrainingStats, output: str, count_seconds: tuple[
     return "\n".join(lines)
 
 
+@lock.command("train-bpe")
 def run(argv: list[str] | None = None) -> files.TrainingStats | None:
     """Parse, count on Beam, learn and publish on the launcher, print the summary (None: --dry_run
     translated the job for a remote runner and ran nothing)."""

@@ -24,7 +24,7 @@ from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOpt
 
 from pipelines.common import add_flag, add_workers_flag, launching, parse_job_args
 from pipelines.help_format import DefaultsHelpFormatter
-from shards import layout, llmc, storage
+from shards import layout, llmc, lock, storage
 from shards.removal import REMOVALS_NAME, read_removal_list, read_removal_log
 from shards.tree import IncompleteTreeError, OutputTree, UnreadableStatsError
 from transforms.core.records import UsageError
@@ -139,6 +139,9 @@ def run(argv: list[str] | None = None) -> int:
         if not fs.isdir(path):
             raise FileNotFoundError(f"--output {output} is not a directory")
         tree = OutputTree.open(output)
+        held = lock.held_line(output)  # verify takes no lock; it says when a writer holds the tree
+    if held is not None:
+        print(f"verify: {held}", flush=True)
     if tree.kind == "scaffold":
         return _verify_scaffold(output, args)
     try:

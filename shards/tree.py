@@ -9,8 +9,8 @@ written by the first run into it when it was empty (or did not exist):
 other tools wrote from them (``export megatron``, ``stats``) and the tree's description that the
 jobs and ``remove`` write (``dataset_stats.json``, ``README.md``). Besides what the record lists, the
 tool owns, in its own tree only, the fixed names of its kind (``dataset_stats.txt``, the manifest,
-``checksums.sha256``, ``removals.txt``, the record itself) and its temporary directory
-``.pretokenize-tmp/``.
+``checksums.sha256``, ``removals.txt``, the record itself), its temporary directory
+``.pretokenize-tmp/`` and the lock of the command writing it, ``.pretokenize-lock`` (shards.lock).
 
 The rules that follow from it, for every job and tool:
 
@@ -46,7 +46,7 @@ import posixpath
 import uuid
 from typing import TYPE_CHECKING
 
-from shards import layout, manifest, storage
+from shards import layout, lock, manifest, storage
 
 if TYPE_CHECKING:
     from shards.llmc import ScaffoldStats  # shards.llmc imports this module
@@ -461,7 +461,7 @@ def claim(url: str, kind: str, write: bool = True) -> TreeRecord:
             raise NotOurTreeError(f"--output {url} is a file, not a directory")
         record = read_record(url)
         if record is None:
-            entries = _entries(fs, root)
+            entries = [e for e in _entries(fs, root) if not lock.is_lock_name(e)]
             if entries:
                 raise NotOurTreeError(
                     f"--output {url} is not empty and was not written by pretokenize (it holds {entries[0]!r}, "

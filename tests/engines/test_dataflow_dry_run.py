@@ -185,6 +185,25 @@ def test_a_dry_run_changes_nothing_in_an_existing_output(job, tmp_path, capsys):
     assert _files(out) == before
 
 
+@pytest.mark.parametrize("job", ["bucketed", "train-bpe"])
+def test_a_dry_run_takes_no_lock(job, tmp_path, capsys):
+    """A dry run over an output another command is writing (it holds the lock) is translated all
+    the same: it takes no lock, and leaves the holder's lock and every file as they were."""
+    from pipelines import cli
+    from shards import lock
+
+    out = tmp_path / "out"
+    _earlier_run_leftovers(out, "bucketed" if job == "bucketed" else "tokenizer")
+    size = ["--merges", "10"] if job == "train-bpe" else []
+    with lock.scope(f"pretokenize {job} --output {out}"):
+        lock.take(str(out))
+        before = _files(out)
+        assert cli.main([job, "--input", str(SAMPLE_PARQUET), "--output", str(out), *size, *DATAFLOW_FLAGS]) == 0
+        assert "dry run: the job was translated for DataflowRunner and not submitted" in capsys.readouterr().out
+        assert _files(out) == before
+    assert lock.holder(str(out)) is None
+
+
 def test_train_bpe_ends_a_dataflow_dry_run_after_translating(tmp_path, capsys):
     """train-bpe with --dry_run translates the counting for Dataflow and stops there: no merges are
     learnt from counts that were never made, and nothing is written."""

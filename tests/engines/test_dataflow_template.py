@@ -33,6 +33,8 @@ NOT_PARAMETERS = {
     "each vCPU runs its own SDK process",
     "workers": "local worker processes; Dataflow's are its own --num_workers and --max_num_workers",
     "plan": "prints the plan of a run and runs nothing: for a terminal, not a launcher",
+    "break_lock": "takes the output's lock from a command that is dead, which someone at a terminal must judge; a "
+    "launcher that died leaves a lease that expires by itself (shards/lock.py)",
 }
 # A value for each parameter without a default to copy from its help text.
 EXAMPLE_VALUES = {

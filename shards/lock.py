@@ -1,0 +1,547 @@
+"""One writer at a time: the lock a command holds on a tree while it changes it.
+
+Every command that changes a tree (bucketed, scaffold, remove, export, stats, train-bpe) is a
+lock *scope*, and takes the tree's lock at the one place it passes before it changes anything:
+
+    @lock.command("remove")              # on the command's run(argv): the lock's lifetime
+    def run(argv): ...
+        lock.take(output)                # refused (TreeLocked, one line) while another writer holds it
+
+The lock is a small JSON file, ``.pretokenize-lock``, at the tree's root:
+
+    {"host": ..., "boot_id": ..., "pid": ..., "command": "pretokenize remove --output ...",
+     "started": "2026-12-01T09:30:00Z", "expires": "...", "lease_seconds": 90, "token": "<random>"}
+
+What holds, in order:
+
+    1. it is created only if no lock exists, by the store itself: an exclusive create
+       (``O_CREAT|O_EXCL``) on a local disk, a PutObject with ``If-None-Match: *`` on S3, an upload
+       with ``ifGenerationMatch=0`` on GCS. Of two commands started together exactly one creates it;
+       the other reads who holds it and is refused in one line naming the holder, having changed
+       nothing. Another store (memory://, ...) has no such request: there the lock is a check then
+       a write, which a writer started at the same instant can pass too
+    2. while the command runs, a heartbeat thread renews the lease (every quarter of it): the
+       file's modification time on a local disk; on S3 a rewrite conditional on its ETag
+       (``If-Match``), so a renewal never overwrites a lock another command has taken since
+    3. a holder that is gone frees the lock to the next command, which says so in one line: on the
+       same host (same host name and boot id), a pid that no longer runs; anywhere, a lease not
+       renewed in time (clocks must agree to within the lease); or ``--break-lock``, explicitly
+    4. a lock is removed only if it is still the one judged (its content or ETag): a local file is
+       first renamed aside, read, then deleted (or put back, if it was another's); on S3 the
+       DeleteObject is conditional on the ETag (``If-Match``); GCS deletes after reading it again
+    5. it is freed when the scope ends, on every exit path (success, error, Ctrl-C); a kill -9
+       leaves it to rule 3
+
+Outside a scope (a test that builds a job itself), ``take`` only checks that no other command
+holds the tree, and holds nothing. Readers and ``verify`` take no lock; ``holder`` says who, if
+anyone, holds a tree. Nothing here imports Beam.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import datetime
+import functools
+import json
+import logging
+import os
+import posixpath
+import shlex
+import socket
+import stat
+import sys
+import threading
+import time
+import uuid
+
+from shards import storage
+
+LOCK_NAME = ".pretokenize-lock"
+LEASE_SECONDS = 90.0  # a holder that has not renewed its lease for this long is taken to be gone
+BREAK_FLAG = "--break-lock"
+BREAK_HELP = ("take the tree's lock from the command that holds it (only one that is dead: a live one's work would "
+              "be corrupted); a dead holder on this host, or one whose lease expired, needs no flag")
+
+log = logging.getLogger("pretokenize.lock")
+
+
+def is_lock_name(name: str) -> bool:
+    """The lock's name, or a name it has for an instant while it is removed (``_LocalStore.remove``)."""
+    return name == LOCK_NAME or name.startswith(LOCK_NAME + ".")
+
+
+class TreeLocked(ValueError):
+    """Another command holds the tree's lock: said in one line naming it; nothing was changed."""
+
+
+def _utc(t: float) -> str:
+    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _parse_utc(text: str) -> float:
+    return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.timezone.utc).timestamp()
+
+
+def _boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Holder:
+    """Who holds a lock, as its file says."""
+
+    host: str
+    boot_id: str
+    pid: int
+    command: str
+    started: str  # UTC, ISO 8601
+    expires: str  # UTC, ISO 8601: the lease, as last written
+    lease_seconds: float
+    token: str
+
+    @classmethod
+    def new(cls, command: str, lease_seconds: float = LEASE_SECONDS) -> Holder:
+        now = time.time()
+        return cls(socket.gethostname(), _boot_id(), os.getpid(), command, _utc(now), _utc(now + lease_seconds),
+                   lease_seconds, uuid.uuid4().hex)
+
+    def to_json(self) -> bytes:
+        return (json.dumps(dataclasses.asdict(self), indent=1) + "\n").encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> Holder:
+        """The holder a lock file names; ValueError when it is not a lock this tool wrote."""
+        try:
+            d = json.loads(data.decode("utf-8"))
+            holder = cls(**{f.name: d[f.name] for f in dataclasses.fields(cls)})
+            ok = isinstance(holder.pid, int) and isinstance(holder.lease_seconds, (int, float))
+            _parse_utc(holder.started), _parse_utc(holder.expires)
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ValueError(f"not a lock this tool wrote ({type(e).__name__}: {e})") from None
+        if not ok:
+            raise ValueError("not a lock this tool wrote (a field of the wrong type)")
+        return holder
+
+    def renewed(self) -> Holder:
+        return dataclasses.replace(self, expires=_utc(time.time() + self.lease_seconds))
+
+    def describe(self) -> str:
+        return f"`{self.command}` (host {self.host}, pid {self.pid}, started {self.started})"
+
+    def on_this_host(self) -> bool:
+        boot = _boot_id()
+        return self.host == socket.gethostname() and (not boot or not self.boot_id or self.boot_id == boot)
+
+
+def _pid_runs(pid: int) -> bool:
+    """Whether process ``pid`` runs on this host (a zombie, killed but not yet reaped, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # another user's process
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[-1].split()[0] not in (b"Z", b"X")
+    except (OSError, IndexError):
+        return True
+
+
+@dataclasses.dataclass(frozen=True)
+class Found:
+    """A lock as read: its holder (None when its file does not parse), the problem if so, and
+    what identifies this version of it to the store (its bytes, an ETag, a generation)."""
+
+    holder: Holder | None
+    problem: str
+    version: object
+    modified: float | None  # the store's modification time, when it gives one
+
+    def expiry(self) -> float:
+        t = _parse_utc(self.holder.expires)
+        if self.modified is not None:  # a local lock is renewed by its mtime
+            t = max(t, self.modified + self.holder.lease_seconds)
+        return t
+
+
+def why_free(found: Found, break_lock: bool, now: float | None = None) -> str | None:
+    """Why the lock ``found`` may be taken from its holder (a sentence), or None: it is held."""
+    now = time.time() if now is None else now
+    if found.holder is None:
+        return f"broke a lock file that is {found.problem}" if break_lock else None
+    h = found.holder
+    if break_lock:
+        return f"broke the lock held by {h.describe()}"
+    if h.on_this_host() and not _pid_runs(h.pid):
+        return f"freed the lock of {h.describe()}: that process is no longer running on this host"
+    if now > found.expiry():
+        return f"took over the lock of {h.describe()}: its lease expired at {_utc(found.expiry())} unrenewed"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Stores: create if absent, read, renew, remove if unchanged.
+
+
+class _LocalStore:
+    """A lock file on a local disk."""
+
+    def __init__(self, root: str):
+        self.root = root
+        self.path = os.path.join(root, LOCK_NAME)
+
+    def create(self, data: bytes) -> object:
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)  # FileExistsError: held
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return data
+
+    def _read_fd(self, fd: int) -> bytes:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def read(self) -> tuple[bytes, object, float | None] | None:
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except FileNotFoundError:
+            return None
+        except OSError:  # a symlink (ELOOP) at the lock's name: not ours
+            return b"not a file (a symbolic link)", None, None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):  # a directory, a fifo: not ours, and never read
+                return b"not a file (a directory)" if stat.S_ISDIR(st.st_mode) else b"not a file", None, None
+            data = self._read_fd(fd)
+            return data, data, st.st_mtime
+        finally:
+            os.close(fd)
+
+    def renew(self, data: bytes, version: object) -> object | None:
+        """Touch the lock if it is still ``version``; None when it is not (it was taken)."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            return None
+        try:
+            if self._read_fd(fd) != version:
+                return None
+            os.utime(fd)  # this very file: had it been replaced since, the old one is touched, not the new
+        finally:
+            os.close(fd)
+        return version
+
+    def remove(self, version: object) -> bool:
+        """Delete the lock if it is ``version``: renamed aside first, so that it is the file judged
+        that goes; put back (never over another) if it is not."""
+        if os.path.isdir(self.path) and not os.path.islink(self.path):
+            return False  # a directory at the lock's name is not a lock: never removed
+        aside = f"{self.path}.{uuid.uuid4().hex[:12]}"
+        try:
+            os.rename(self.path, aside)
+        except FileNotFoundError:
+            return False
+        try:
+            try:
+                fd = os.open(aside, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            except OSError:  # a symlink: judged as "not a file" (version None); the link goes, never its target
+                mine = version is None
+            else:
+                try:
+                    mine = self._read_fd(fd) == version
+                finally:
+                    os.close(fd)
+            if not mine:
+                with contextlib.suppress(FileExistsError):
+                    os.link(aside, self.path)
+            return mine
+        finally:
+            os.unlink(aside)
+
+
+class _S3Store:
+    """A lock object on S3: created with If-None-Match: *, renewed and deleted with If-Match: ETag."""
+
+    def __init__(self, url: str):
+        self.fs, path = storage.filesystem(url)
+        self.path = posixpath.join(path.rstrip("/"), LOCK_NAME)
+        self.bucket, self.key, _ = self.fs.split_path(self.path)
+
+    def create(self, data: bytes) -> object:
+        out = self.fs.pipe_file(self.path, data, mode="create")  # s3fs: FileExistsError on 412
+        return out["ETag"]
+
+    def read(self) -> tuple[bytes, object, float | None] | None:
+        # The ETag first, then the content: acting on a content newer than the ETag is refused by
+        # the server (If-Match), never done to a lock that was not judged.
+        try:
+            info = self.fs.info(self.path, refresh=True)
+            data = self.fs.cat_file(self.path)
+        except FileNotFoundError:
+            return None
+        return data, info["ETag"], None
+
+    def renew(self, data: bytes, version: object) -> object | None:
+        try:
+            out = self.fs.pipe_file(self.path, data, IfMatch=version)
+        except (FileNotFoundError, OSError):
+            return None
+        return out["ETag"]
+
+    def remove(self, version: object) -> bool:
+        try:
+            self.fs.call_s3("delete_object", Bucket=self.bucket, Key=self.key, IfMatch=version)
+        except (FileNotFoundError, OSError):
+            return False
+        finally:
+            self.fs.invalidate_cache(self.path)
+        return True
+
+
+class _OtherStore:
+    """Any other fsspec store: a create with ``mode="create"`` where the filesystem has one (gcsfs:
+    ``ifGenerationMatch=0``), else a check then a write; renewal and removal re-read, then write."""
+
+    def __init__(self, url: str, exclusive: bool):
+        self.fs, path = storage.filesystem(url)
+        self.path = posixpath.join(path.rstrip("/"), LOCK_NAME)
+        self.exclusive = exclusive
+
+    def create(self, data: bytes) -> object:
+        if self.exclusive:
+            self.fs.pipe_file(self.path, data, mode="create")  # gcsfs: FileExistsError on 412
+        else:
+            if self.fs.exists(self.path):
+                raise FileExistsError(self.path)
+            self.fs.pipe_file(self.path, data)
+        return data
+
+    def read(self) -> tuple[bytes, object, float | None] | None:
+        try:
+            self.fs.invalidate_cache(self.path)
+            data = self.fs.cat_file(self.path)
+        except FileNotFoundError:
+            return None
+        return data, data, None
+
+    def renew(self, data: bytes, version: object) -> object | None:
+        now = self.read()
+        if now is None or now[1] != version:
+            return None
+        self.fs.pipe_file(self.path, data)
+        return data
+
+    def remove(self, version: object) -> bool:
+        now = self.read()
+        if now is None or now[1] != version:
+            return False
+        self.fs.rm_file(self.path)
+        return True
+
+
+def _store(url: str):
+    fs, root = storage.filesystem(url)
+    if storage.renames_atomically(fs):
+        return _LocalStore(root.rstrip("/") or "/")
+    protocols = {fs.protocol} if isinstance(fs.protocol, str) else set(fs.protocol)
+    if protocols & {"s3", "s3a"}:
+        return _S3Store(url)
+    return _OtherStore(url, exclusive=bool(protocols & {"gs", "gcs"}))
+
+
+def _read(store) -> Found | None:
+    got = store.read()
+    if got is None:
+        return None
+    data, version, modified = got
+    if version is None:  # not a regular file: what it is, said
+        return Found(None, data.decode(), None, modified)
+    try:
+        return Found(Holder.from_json(data), "", version, modified)
+    except ValueError as e:
+        return Found(None, str(e), version, modified)
+
+
+def holder(url: str) -> Found | None:
+    """The lock on the tree at ``url`` as it is now (None: no command holds it). For readers."""
+    with storage.reaching(url):
+        return _read(_store(storage.normalize(url)))
+
+
+def held_line(url: str) -> str | None:
+    """What ``verify`` says when a lock is on the tree: one line, or None."""
+    found = holder(url)
+    if found is None:
+        return None
+    if found.holder is None:
+        return f"{url} has a {LOCK_NAME} that is {found.problem}"
+    gone = why_free(found, break_lock=False)
+    state = ("left by a writer that is gone" if gone
+             else "a writer is changing it now, so what is checked may be half done")
+    return f"{url} is locked by {found.holder.describe()}: {state}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The lock a command holds.
+
+
+class Lock:
+    """A lock this process holds, renewed by a heartbeat thread until ``release``."""
+
+    def __init__(self, url: str, store, holder_: Holder, version: object, made_root: str | None):
+        self.url, self.store, self.holder, self.version = url, store, holder_, version
+        self.made_root = made_root
+        self.lost = False
+        self._stop = threading.Event()
+        self._guard = threading.Lock()
+        self._thread = threading.Thread(target=self._beat, name=f"pretokenize-lock {url}", daemon=True)
+        self._thread.start()
+
+    def renew(self) -> bool:
+        """Renew the lease; False (and ``lost``) when the lock is no longer this one."""
+        with self._guard:
+            if self.lost:
+                return False
+            renewed = self.holder.renewed()
+            version = self.store.renew(renewed.to_json(), self.version)
+            if version is None:
+                self.lost = True
+                log.warning("the lock of %s was taken by another command while this one ran", self.url)
+                return False
+            if not isinstance(self.store, _LocalStore):  # a local lock renews its mtime, not its content
+                self.holder = renewed
+            self.version = version
+            return True
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.holder.lease_seconds / 4):
+            try:
+                if not self.renew():
+                    return
+            except Exception as e:  # noqa: BLE001 - a store unreachable for a moment: the lease has margin
+                log.warning("could not renew the lock of %s: %s", self.url, storage.unreachable_problem(e) or e)
+
+    def release(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        with self._guard:
+            if not self.lost:
+                try:
+                    self.store.remove(self.version)
+                except Exception as e:  # noqa: BLE001 - the command's own outcome must not be lost to this
+                    log.warning("could not free the lock of %s (%s): the next command frees it once this process "
+                                "has ended (from another host, once its lease has expired)",
+                                self.url, storage.unreachable_problem(e) or e)
+        if self.made_root is not None:
+            with contextlib.suppress(OSError):
+                os.rmdir(self.made_root)  # only if it is still empty
+
+
+def _acquire(url: str, command: str, break_lock: bool, make_root: bool, lease_seconds: float) -> Lock:
+    store = _store(url)
+    made_root = None
+    if isinstance(store, _LocalStore) and make_root and not os.path.isdir(store.root):
+        os.makedirs(store.root)
+        made_root = store.root
+    me = Holder.new(command, lease_seconds)
+    data = me.to_json()
+    for _ in range(5):
+        try:
+            version = store.create(data)
+        except FileExistsError:
+            found = _read(store)
+            if found is None:
+                continue  # freed meanwhile
+            why = why_free(found, break_lock)
+            if why is None:
+                if made_root is not None:
+                    with contextlib.suppress(OSError):
+                        os.rmdir(made_root)
+                raise TreeLocked(_refusal(url, found)) from None
+            if store.remove(found.version):
+                print(f"pretokenize: {url}: {why}", file=sys.stderr, flush=True)
+            elif isinstance(store, _LocalStore) and os.path.isdir(store.path) and not os.path.islink(store.path):
+                raise TreeLocked(f"{storage.join(url, LOCK_NAME)} is {found.problem}: the tool removes no directory; "
+                                 "move it away by hand") from None
+            continue
+        return Lock(url, store, me, version, made_root)
+    raise TreeLocked(f"{url}: could not take its lock ({LOCK_NAME}): other commands keep taking it")
+
+
+def _refusal(url: str, found: Found) -> str:
+    if found.holder is None:
+        return (f"{storage.join(url, LOCK_NAME)} is {found.problem}; if no pretokenize command is changing {url}, "
+                f"{BREAK_FLAG} removes it")
+    return (f"{url} is locked by another command, {found.holder.describe()}: nothing was changed; run this once it "
+            f"has finished ({BREAK_FLAG} takes the lock of a command that is dead)")
+
+
+@dataclasses.dataclass
+class _Scope:
+    command: str
+    break_lock: bool
+    held: dict = dataclasses.field(default_factory=dict)
+
+
+_SCOPE: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar("pretokenize_lock_scope", default=None)
+
+
+def wants_break(argv: list[str]) -> bool:
+    return any(a in (BREAK_FLAG, "--break_lock") for a in argv)
+
+
+@contextlib.contextmanager
+def scope(command_line: str, break_lock: bool = False):
+    """Locks taken inside (``take``) are held until it ends, however it ends."""
+    current = _Scope(command_line, break_lock)
+    token = _SCOPE.set(current)
+    try:
+        yield current
+    finally:
+        _SCOPE.reset(token)
+        for lock in reversed(list(current.held.values())):
+            lock.release()
+
+
+def command(job: str):
+    """Decorates a writing command's ``run(argv)``: its run is the scope of the locks it takes.
+    ``--break-lock`` on its command line breaks a lock that is held."""
+
+    def decorate(run):
+        @functools.wraps(run)
+        def wrapper(argv: list[str] | None = None, *args, **kwargs):
+            argv = list(argv or [])
+            with scope(shlex.join(["pretokenize", job, *argv]), wants_break(argv)):
+                return run(argv, *args, **kwargs)
+
+        return wrapper
+
+    return decorate
+
+
+def take(url: str, make_root: bool = False, lease_seconds: float = LEASE_SECONDS) -> Lock | None:
+    """Take the lock of the tree at ``url`` for the current scope (held until it ends; taken once
+    per tree). TreeLocked, one line naming the holder, when another command holds it. Outside a
+    scope, only that check. ``make_root``: create a missing local directory (an empty output)."""
+    url = storage.normalize(url)
+    current = _SCOPE.get()
+    with storage.reaching(url):
+        if current is None:
+            found = _read(_store(url))
+            if found is not None and why_free(found, False) is None:
+                raise TreeLocked(_refusal(url, found))
+            return None
+        if url not in current.held:
+            current.held[url] = _acquire(url, current.command, current.break_lock, make_root, lease_seconds)
+        return current.held[url]
