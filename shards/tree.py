@@ -163,6 +163,7 @@ class Tree:
         self.local = storage.renames_atomically(self.fs)
         self._real_root = os.path.realpath(self.root) if self.local else None
         self._checked_dirs: set[str] = set()
+        self._real_dirs: dict[str, str] = {}
 
     # -- names to paths ------------------------------------------------------------------------
 
@@ -178,7 +179,14 @@ class Tree:
         self.check_name(name, what)
         path = posixpath.join(self.root, name)
         if self.local:
-            real = os.path.realpath(path)
+            # Where the directory resolves is asked once per directory; the name itself, once per name.
+            parent, base = posixpath.split(name)
+            real_parent = self._real_dirs.get(parent)
+            if real_parent is None:
+                real_parent = self._real_dirs[parent] = os.path.realpath(posixpath.join(self.root, parent))
+            real = posixpath.join(real_parent, base)
+            if os.path.islink(real):
+                real = os.path.realpath(real)
             if not (real == self._real_root or real.startswith(self._real_root.rstrip("/") + "/")):
                 raise UnsafePathError(
                     f"{storage.join(self.url, name)}: {what} resolves to {real}, outside the tree "
