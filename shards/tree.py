@@ -163,6 +163,7 @@ class Tree:
         self.local = storage.renames_atomically(self.fs)
         self._real_root = os.path.realpath(self.root) if self.local else None
         self._checked_dirs: set[str] = set()
+        self._real_dirs: dict[str, str] = {}
 
     # -- names to paths ------------------------------------------------------------------------
 
@@ -178,7 +179,14 @@ class Tree:
         self.check_name(name, what)
         path = posixpath.join(self.root, name)
         if self.local:
-            real = os.path.realpath(path)
+            # Where the directory resolves is asked once per directory; the name itself, once per name.
+            parent, base = posixpath.split(name)
+            real_parent = self._real_dirs.get(parent)
+            if real_parent is None:
+                real_parent = self._real_dirs[parent] = os.path.realpath(posixpath.join(self.root, parent))
+            real = posixpath.join(real_parent, base)
+            if os.path.islink(real):
+                real = os.path.realpath(real)
             if not (real == self._real_root or real.startswith(self._real_root.rstrip("/") + "/")):
                 raise UnsafePathError(
                     f"{storage.join(self.url, name)}: {what} resolves to {real}, outside the tree "
@@ -209,14 +217,27 @@ class Tree:
                     continue
                 here = posixpath.join(self.root, sub)
                 if os.path.islink(here):
-                    raise UnsafePathError(
-                        f"{storage.join(self.url, sub)} is a symbolic link (to {os.readlink(here)}); pretokenize "
-                        "never follows a link in its tree to write or delete: replace the link with a directory"
-                    )
+                    raise self._link_refusal(sub)
                 if not os.path.lexists(here):
                     break  # nothing below exists yet: it will be made, as directories
                 self._checked_dirs.add(sub)
         return path
+
+    def _link_refusal(self, name: str) -> UnsafePathError:
+        path = posixpath.join(self.root, name)
+        return UnsafePathError(
+            f"{storage.join(self.url, name)} is a symbolic link (to {os.readlink(path)}); pretokenize never follows "
+            "a link in its tree to write or delete: replace the link with a directory"
+        )
+
+    def check_data_dirs(self, kind: str) -> None:
+        """None of the directories a job of ``kind`` writes its files into (bucket or split
+        directories) is a link: checked at launch, before any file in them is named."""
+        from shards import llmc
+
+        for name in {"bucketed": layout.BUCKET_NAMES, "scaffold": llmc.SPLITS}.get(kind, ()):
+            if self.local and os.path.islink(self.writable(name, "directory")):
+                raise self._link_refusal(name)
 
     def check_writable(self, names, what: str = "name") -> None:
         """``writable`` for each of ``names``: the launch-time check of a command that will write or
@@ -309,7 +330,7 @@ class Tree:
             self.fs.makedirs(posixpath.dirname(path), exist_ok=True)
             self.fs.pipe_file(path, data)
             return
-        if os.path.isdir(path) and not os.path.islink(path):
+        if os.path.isdir(path):  # a move onto a directory (or a link to one) would go into it
             raise UnsafePathError(f"{storage.join(self.url, name)} is a directory; the tool writes a file of that name")
         scratch = self.makedirs(self.TEMP_DIR, "temporary directory")
         self._refuse_temp_link()
@@ -318,7 +339,7 @@ class Tree:
         try:
             with open(tmp, "xb") as f:
                 f.write(data)
-            os.replace(tmp, path)
+            self.fs.mv(tmp, path)  # a rename: over a link, the link is replaced
         except BaseException:
             if os.path.lexists(tmp):
                 os.remove(tmp)
@@ -386,10 +407,13 @@ class Tree:
             self.fs.rm(path, recursive=True)
 
     def remove_empty_dir(self, name: str) -> None:
-        """Delete the directory ``name`` if it is empty (object stores have no directories)."""
+        """Delete the directory ``name`` if it is empty (and not a link)."""
         path = self.writable(name, "directory")
-        if self.local and os.path.isdir(path) and not os.path.islink(path) and not os.listdir(path):
-            os.rmdir(path)
+        if self.local:
+            if os.path.isdir(path) and not os.path.islink(path) and not os.listdir(path):
+                os.rmdir(path)
+        elif self.fs.isdir(path) and not self.fs.ls(path, detail=False):
+            self.fs.rmdir(path)
 
     def remove_files(self, names) -> list[str]:
         """Delete the files ``names`` lists (missing ones are skipped), then any directory they
@@ -407,7 +431,8 @@ class Tree:
                 parents.add(parent)
                 parent = posixpath.dirname(parent)
         for rel in sorted(parents, key=lambda p: -p.count("/")):
-            self.remove_empty_dir(rel)
+            if self.local:  # object stores have no directories to leave behind
+                self.remove_empty_dir(rel)
         return deleted
 
 
