@@ -17,15 +17,17 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
-
-import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions
+from typing import TYPE_CHECKING, Any
 
 from pipelines.help_format import DefaultsHelpFormatter
 from shards import layout, storage, tree
-from transforms.core import resume
 from transforms.core.records import UsageError
+
+if TYPE_CHECKING:  # Beam is imported once a job is past its flags: --help and a flag's error import none of it
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from transforms.core import resume
 
 log_name = "pipelines"
 
@@ -40,24 +42,38 @@ def parse_job_args(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[ar
     """The job's own flags, and the rest for Beam's PipelineOptions; a UsageError for a flag that
     neither knows (Beam would only log a warning and run with its default). ``--workers N`` (see
     add_workers_flag) becomes Beam's flags for N local worker processes."""
-    ours = {s for a in parser._actions for s in a.option_strings if s.startswith("--")}
+    known, rest = _parse_ours(parser, argv)
+    check_beam_flags(rest, _long_flags(parser))
+    return known, _beam_args(known, rest)
+
+
+def _long_flags(parser: argparse.ArgumentParser) -> list[str]:
+    return sorted({s for a in parser._actions for s in a.option_strings if s.startswith("--")})
+
+
+def _parse_ours(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """The job's own flags (no Beam imported: ``--help`` ends here), and the rest unchecked."""
+    ours = set(_long_flags(parser))
     spelled = []
     for arg in argv:
         name, eq, value = arg.partition("=")
         dashed = name.replace("_", "-")
         spelled.append(dashed + eq + value if name.startswith("--") and name not in ours and dashed in ours else arg)
-    known, rest = parser.parse_known_args(spelled)
-    check_beam_flags(rest, sorted(ours))
+    return parser.parse_known_args(spelled)
+
+
+def _beam_args(known: argparse.Namespace, rest: list[str]) -> list[str]:
+    """Beam's flags, with those ``--workers`` stands for; takes --workers and --plan out of ``known``."""
     if hasattr(known, "workers"):
         rest = rest + worker_flags(known.workers, rest)
         del known.workers
     if hasattr(known, "plan"):  # run_job reads it from the command line (wants_plan)
         del known.plan
-    return known, rest
+    return rest
 
 
 def check_beam_flags(args: list[str], job_flags: list[str]) -> None:
-    from apache_beam.options.pipeline_options import _BeamArgumentParser
+    from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
 
     parser = _BeamArgumentParser(allow_abbrev=False)
     classes = {}
@@ -196,6 +212,8 @@ def prepare_output(output: str, kind: str, inputs: list[str] = (), keep: tuple[s
     """
     import logging
 
+    from transforms.core import resume
+
     log = logging.getLogger(log_name)
     for path in inputs:
         if tree.inside(path, output):
@@ -287,6 +305,8 @@ def abandon_run(output: str, run_id: str) -> tuple[bool, int]:
     """Delete a failed run's temporary directory; whether it had begun publishing (then the tree
     is unfinished, no longer the previous output), and how many finished input units its saved
     work keeps for a re-run to resume from (saved work with none is deleted too)."""
+    from transforms.core import resume
+
     fs, root = storage.filesystem(output)
     run_dir = posixpath.join(root.rstrip("/"), layout.TEMP_DIR_NAME, run_id)
     published = fs.exists(posixpath.join(run_dir, "publishing"))
@@ -356,14 +376,41 @@ def _noting_interrupts(noted: list):
         signal.signal(signal.SIGINT, previous)
 
 
+def defaults(settings_cls) -> argparse.Namespace:
+    """The defaults of a settings dataclass, for its flags' help: read off the class, so that
+    ``--help`` builds no settings object (whose checks import the steps, and Beam)."""
+    import dataclasses
+
+    return argparse.Namespace(**{f.name: f.default for f in dataclasses.fields(settings_cls)})
+
+
 def parse_settings(parser: argparse.ArgumentParser, argv: list[str], settings_cls, integers: tuple[str, ...] = ()):
     """The job's settings object from its flags (``integers`` may be given as 1.5e9), and Beam's
-    PipelineOptions from the rest."""
-    ours, beam_args = parse_job_args(parser, argv)
+    PipelineOptions from the rest.
+
+    In the order a person wants to hear about a mistake, and cheapest first: the job's own flags,
+    then that ``--input`` names files (before Beam loads, and before any tokenizer), then Beam's
+    flags and the settings' own checks."""
+    ours, beam_args = _parse_ours(parser, argv)
     values = vars(ours)
+    if values.get("input"):
+        check_input(values["input"])
+    check_beam_flags(beam_args, _long_flags(parser))
+    beam_args = _beam_args(ours, beam_args)
     for name in integers:
         values[name] = int(values[name])
+    from apache_beam.options.pipeline_options import PipelineOptions
+
     return settings_cls(**values), PipelineOptions(beam_args)
+
+
+def check_input(pattern: str) -> None:
+    """A BadInputError when ``pattern`` names no input file (a store that cannot be reached: a
+    storage.Unreachable), found without importing Beam; the readers plan the files later."""
+    from transforms.core.inputs import expand_pattern
+
+    with storage.reaching(pattern):
+        expand_pattern(pattern)
 
 
 def runner_name(pipeline_options: PipelineOptions) -> str:
@@ -448,6 +495,8 @@ def run_job(
             print(plan(options), flush=True)
             return None
         dry_run = is_dry_run(pipeline_options)
+        import apache_beam as beam
+
         pipeline = beam.Pipeline(options=pipeline_options)
         with building(dry_run):
             build(pipeline, options, run_id)

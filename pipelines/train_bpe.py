@@ -28,19 +28,16 @@ import importlib.metadata
 import json
 import logging
 import time
-
-import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions
+from typing import TYPE_CHECKING
 
 from pipelines import common
 from shards import layout, storage, tree
 from transforms.bpe import files, pretokenize
-from transforms.bpe.count import STATS, CountWords, read_count_shards
-from transforms.bpe.learn import learn_merges
 from transforms.bpe.settings import TrainBpeSettings
-from transforms.bucketed.filter import DROPPED, FilterLanguage
-from transforms.core.drops import CountDrops
-from transforms.core.read import RECORDS, CountRecords, ReadDocuments
+
+if TYPE_CHECKING:  # Beam and the steps are imported by build(): --help and a flag's error import none of it
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +46,7 @@ RUN_STATS_NAME = "run_stats.json"
 
 
 def make_parser() -> argparse.ArgumentParser:
-    d, flag = TrainBpeSettings("", "", merges=0), common.add_flag
+    d, flag = common.defaults(TrainBpeSettings), common.add_flag
     p = common.job_parser("train-bpe", "Learn a byte-pair-encoding tokenizer from parquet/JSONL documents: words "
                           "counted on Beam, merges learnt on the launcher; writes tokenizer.tiktoken, tokenizer.json, "
                           "merges.txt, tokenizer_info.json and training_stats.txt into --output.",
@@ -83,6 +80,13 @@ def run_url(output: str, run_id: str) -> str:
 
 def build(pipeline: beam.Pipeline, options: TrainBpeSettings, run_id: str):
     """Adds the counting to ``pipeline``: the count shards and run_stats.json go to the run directory."""
+    import apache_beam as beam
+
+    from transforms.bpe.count import STATS, CountWords
+    from transforms.bucketed.filter import DROPPED, FilterLanguage
+    from transforms.core.drops import CountDrops
+    from transforms.core.read import RECORDS, CountRecords, ReadDocuments
+
     output = storage.normalize(options.output)
     counting = options.count_config(run_url(output, run_id))
     lid = options.lid_filter()
@@ -128,6 +132,9 @@ def learn_and_publish(options: TrainBpeSettings, run_id: str,
                       argv: list[str]) -> tuple[files.TrainingStats, tuple[float, float]]:
     """Steps 3 and 4: learn the merges from the run's count shards, then publish the files.
     Returns the stats and the wall and CPU seconds the merges took."""
+    from transforms.bpe.count import read_count_shards
+    from transforms.bpe.learn import learn_merges
+
     output = storage.normalize(options.output)
     counting = options.count_config(run_url(output, run_id))
     fs, _ = storage.filesystem(output)
@@ -234,6 +241,8 @@ def run(argv: list[str] | None = None) -> files.TrainingStats | None:
     with common.launching():
         options, pipeline_options = parse_args(argv)
         dry_run = common.is_dry_run(pipeline_options)
+        import apache_beam as beam
+
         pipeline = beam.Pipeline(options=pipeline_options)
         with common.building(dry_run):
             build(pipeline, options, run_id)
