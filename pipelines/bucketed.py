@@ -103,6 +103,7 @@ def build(pipeline: beam.Pipeline, options: BucketedSettings, run_id: str | None
     work = common.prepare_output(output, "bucketed", inputs=[u.path for u in units], keep=keep, work=description,
                                  restart=options.restart)
     shards = dataclasses.replace(shards, work_dir=work.dir_name)
+    common.announce_write_stages(progress_dir, units, work.done, "tokenize", "tokenize")
     sources = list(lists)
     if options.removal_list:
         shards = dataclasses.replace(shards, removal_list=storage.normalize(options.removal_list))

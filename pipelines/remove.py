@@ -110,7 +110,11 @@ def run(argv: list[str] | None = None) -> RemovalPlan | None:
         return None
     import apache_beam as beam
 
-    with beam.Pipeline(options=pipeline_options) as pipeline:
+    from pipelines.common import new_run_id, showing_progress
+    from transforms.core.progress import Stage
+
+    stages = [Stage("rewrite", "rewrite", ("files",), "files", total=len(plan.files))]
+    with showing_progress(pipeline_options, new_run_id(), stages), beam.Pipeline(options=pipeline_options) as pipeline:
         build(pipeline, options, plan)
     rows = plan.removed_rows
     deleted = sum(1 for f in plan.files if f.tokens_after == 0)

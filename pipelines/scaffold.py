@@ -80,6 +80,7 @@ def build(pipeline: beam.Pipeline, options: ScaffoldSettings, run_id: str | None
                                  restart=options.restart)
     shards = dataclasses.replace(shards, work_dir=work.dir_name)
     publish_format = dataclasses.replace(publish_format, config=shards)
+    common.announce_write_stages(progress_dir, units, work.done, "scaffold", "encode")
 
     # Each input unit read, encoded and spilled in one step, its completion recorded.
     spilled = pipeline | "EncodeInputUnits" >> resume.ProcessUnits(

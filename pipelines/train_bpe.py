@@ -85,13 +85,17 @@ def build(pipeline: beam.Pipeline, options: TrainBpeSettings, run_id: str):
     from transforms.bpe.count import STATS, CountWords
     from transforms.bucketed.filter import DROPPED, FilterLanguage
     from transforms.core.drops import CountDrops
+    from transforms.core.progress import Stage, announce_stages
     from transforms.core.read import RECORDS, CountRecords, ReadDocuments
 
     output = storage.normalize(options.output)
     counting = options.count_config(run_url(output, run_id))
     lid = options.lid_filter()
-    read = ReadDocuments(options.read_config())
+    progress_dir = common.progress_dir(pipeline.options, run_id)
+    read = ReadDocuments(options.read_config(), progress_dir=progress_dir)
     common.prepare_output(output, KIND, inputs=[u.path for u in read.units])
+    announce_stages(progress_dir, [Stage("read and count", "read", read.planned.keys, read.planned.what,
+                                         total=read.planned.total)])
 
     read_result = pipeline | "ReadDocuments" >> read
     batches = read_result.docs
@@ -132,6 +136,7 @@ def learn_and_publish(options: TrainBpeSettings, run_id: str,
                       argv: list[str]) -> tuple[files.TrainingStats, tuple[float, float]]:
     """Steps 3 and 4: learn the merges from the run's count shards, then publish the files.
     Returns the stats and the wall and CPU seconds the merges took."""
+    from pipelines.progress_display import LauncherBar
     from transforms.bpe.count import read_count_shards
     from transforms.bpe.learn import learn_merges
 
@@ -154,12 +159,15 @@ def learn_and_publish(options: TrainBpeSettings, run_id: str,
     log.info("learning %d merges over %d words (%d base symbols)", n_merges, len(words), base)
     start, start_cpu = time.monotonic(), time.process_time()
 
-    def progress(k, pair, count):
-        if (k + 1) % 5000 == 0:
-            log.info("merge %d of %d (count %d), %.0f s", k + 1, n_merges, count, time.monotonic() - start)
+    with LauncherBar("merges", n_merges, "merges") as bar:
 
-    learned = learn_merges([pretokenize.word_symbols(w, ids) for w, _ in words], [n for _, n in words], base,
-                           n_merges, on_merge=progress)
+        def progress(k, pair, count):
+            bar.set(k + 1)
+            if not bar.drawn and (k + 1) % 5000 == 0:
+                log.info("merge %d of %d (count %d), %.0f s", k + 1, n_merges, count, time.monotonic() - start)
+
+        learned = learn_merges([pretokenize.word_symbols(w, ids) for w, _ in words], [n for _, n in words], base,
+                               n_merges, on_merge=progress)
     merge_seconds = (time.monotonic() - start, time.process_time() - start_cpu)
     if len(learned.merges) < n_merges:
         log.warning("only %d merges: no word has two symbols left", len(learned.merges))
@@ -251,11 +259,12 @@ def run(argv: list[str] | None = None) -> files.TrainingStats | None:
     result = None
     try:
         try:
-            result = pipeline.run()
-            if dry_run:
-                print(common.end_dry_run(output, pipeline_options), flush=True)
-                return None
-            result.wait_until_finish()
+            with common.showing_progress(pipeline_options, run_id, ending=("counting", "counted")):
+                result = pipeline.run()
+                if dry_run:
+                    print(common.end_dry_run(output, pipeline_options), flush=True)
+                    return None
+                result.wait_until_finish()
         except BaseException as e:
             if result is not None and isinstance(e, KeyboardInterrupt):
                 with contextlib.suppress(Exception):

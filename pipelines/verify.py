@@ -188,8 +188,13 @@ def run(argv: list[str] | None = None) -> int:
             | "VerifyOutput" >> verify
             | "WriteReport" >> beam.Map(write_report, report_url)
         )
+    from pipelines.common import new_run_id, showing_progress
+    from transforms.core.progress import Stage
+
+    stages = [Stage("verify", "verify", ("files",), "files", total=len(units))]
     try:
-        pipeline.run().wait_until_finish()
+        with showing_progress(options, new_run_id(), stages, ending=("reporting", "done")):
+            pipeline.run().wait_until_finish()
         result = _read_report(report_url)
     finally:
         _remove_scratch(scratch)

@@ -41,6 +41,7 @@ import apache_beam as beam
 from apache_beam.utils.windowed_value import WindowedValue
 
 from shards import layout, storage
+from transforms.core import progress
 from transforms.core.read import unit_cost
 from transforms.core.spread import SpreadEvenly
 
@@ -300,6 +301,7 @@ class ProcessUnitsFn(beam.DoFn):
         saved = UnitOutputs(main, dict(side), files)
         storage.write_atomic(self._work.marker_url(index), saved.to_bytes())
         self._processed.inc()
+        progress.flush_all()  # the launcher's display sees the whole unit (transforms.core.progress)
         yield from saved.emit()
 
     def _run(self, step: int, element, main: list, side: dict) -> None:
