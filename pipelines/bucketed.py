@@ -52,6 +52,7 @@ def make_parser() -> argparse.ArgumentParser:
          help="text: an added-token string (<|endoftext|>, <tool_call>, ...) in a document is encoded as text; "
               "tokenizer: as its single id, as AutoTokenizer does (EOS may then appear inside a document)")
     common.add_common_flags(p)
+    common.add_card_flags(p)
     return p
 
 

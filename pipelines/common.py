@@ -192,6 +192,20 @@ def add_document_filter_flags(parser: argparse.ArgumentParser, defaults) -> None
          help=f"field of the source token count compared with --min-token-count; {off}: no count check")
 
 
+def add_card_flags(parser: argparse.ArgumentParser) -> None:
+    """The dataset card's metadata (shards/card.py) and how inputs are fingerprinted in it. For
+    FinePDFs (ODC-By): --license odc-by --source-dataset HuggingFaceFW/finepdfs-edu."""
+    add_flag(parser, "license", default=None,
+             help="the card's license (a Hub license id, e.g. odc-by for FinePDFs); default: the hub input's "
+             "card's, else unknown")
+    add_flag(parser, "source-dataset", default=None,
+             help="the card's source_datasets, comma-separated Hub ids (e.g. HuggingFaceFW/finepdfs-edu); "
+             "default: the hub input's dataset, else none")
+    add_flag(parser, "input-sha256", action="store_true",
+             help="fingerprint local input files by their sha256 (read once more at launch) rather than their "
+             "mtime, so that a copy of the same bytes is recorded the same")
+
+
 def new_run_id() -> str:
     """Names the run's temporary directory; never part of the output's bytes."""
     return f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"

@@ -43,6 +43,7 @@ def make_parser() -> argparse.ArgumentParser:
     flag(p, "order-ranges", type=int, default=d.order_ranges,
           help="pieces (a power of two) each split's ordering is cut into; changes memory, never the bytes")
     common.add_common_flags(p)
+    common.add_card_flags(p)
     return p
 
 

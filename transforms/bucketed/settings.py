@@ -116,6 +116,9 @@ class BucketedSettings(InputFields):
     lid_score_field: str = FIELD_DEFAULTS["lid_score_field"]
     token_count_field: str = FIELD_DEFAULTS["token_count_field"]
     restart: bool = False  # discard saved work (transforms.core.resume); never changes the bytes
+    license: str | None = None  # the card's metadata (transforms.core.provenance.card_metadata)
+    source_dataset: str | None = None
+    input_sha256: bool = False
 
     def __post_init__(self):
         self.check_fields()

@@ -96,7 +96,7 @@ class WorkDescription:
     def of(cls, job: str, settings, units: Sequence, extra: dict, ignore: Iterable[str] = ()) -> WorkDescription:
         """The description of a run: ``settings`` a job's settings dataclass, ``units`` its InputUnits.
         ``ignore``: settings that do not change the work (``output``, ``restart``...)."""
-        skipped = {"input", "output", "restart", *ignore}
+        skipped = {"input", "output", "restart", "license", "source_dataset", "input_sha256", *ignore}
         values = {k: v for k, v in sorted(dataclasses.asdict(settings).items()) if k not in skipped}
         inputs = [[u.path, u.kind, u.row_group, u.first_row, u.fingerprint] for u in units]
         return cls(job, tool_version(), json.loads(json.dumps(values)), inputs, json.loads(json.dumps(extra)))

@@ -39,6 +39,9 @@ class ScaffoldSettings:
     order_ranges: int = DEFAULT_ORDER_RANGES
     on_bad_record: str = "fail"
     restart: bool = False  # discard saved work (transforms.core.resume); never changes the bytes
+    license: str | None = None  # the card's metadata (transforms.core.provenance.card_metadata)
+    source_dataset: str | None = None
+    input_sha256: bool = False
 
     @property
     def field(self) -> str:
