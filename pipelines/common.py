@@ -403,8 +403,8 @@ def parse_settings(parser: argparse.ArgumentParser, argv: list[str], settings_cl
     PipelineOptions from the rest.
 
     In the order a person wants to hear about a mistake, and cheapest first: the job's own flags,
-    then that ``--input`` names files (before Beam loads, and before any tokenizer), then Beam's
-    flags and the settings' own checks."""
+    then that a local ``--input`` names files (before Beam loads, and before any tokenizer), then
+    Beam's flags and the settings' own checks."""
     ours, beam_args = _parse_ours(parser, argv)
     values = vars(ours)
     if values.get("input"):
@@ -419,12 +419,14 @@ def parse_settings(parser: argparse.ArgumentParser, argv: list[str], settings_cl
 
 
 def check_input(pattern: str) -> None:
-    """A BadInputError when ``pattern`` names no input file (a store that cannot be reached: a
-    storage.Unreachable), found without importing Beam; the readers plan the files later."""
+    """A BadInputError when the local ``pattern`` names no input file, found without importing
+    Beam; the readers plan the files later. A URL (gs://, s3://, hf://) is left to them: parsing
+    the flags never touches the network (a template's launcher parses them offline first)."""
+    if "://" in pattern:
+        return
     from transforms.core.inputs import expand_pattern
 
-    with storage.reaching(pattern):
-        expand_pattern(pattern)
+    expand_pattern(pattern)
 
 
 def runner_name(pipeline_options: PipelineOptions) -> str:
