@@ -80,3 +80,14 @@ def test_a_job_name_typo_suggests_the_job(typed, meant, capsys):
 def test_a_name_like_no_job_gets_no_suggestion(capsys):
     assert cli.main(["zzzz"]) == 2
     assert capsys.readouterr().err.splitlines()[0] == "pretokenize: unknown job 'zzzz'"
+
+
+def test_a_second_run_says_it_rewrites_the_card(tmp_path, capsys):
+    out = tmp_path / "out"
+    argv = ["bucketed", "--input", str(SAMPLE_PARQUET), "--output", str(out), "--runner=FnApiRunner"]
+    assert cli.main(argv) == 0
+    capsys.readouterr()
+    assert cli.main(argv) == 0  # make demo, again
+    err = capsys.readouterr().err
+    assert "rewriting README.md for this run's output" in err and "rewriting dataset_stats.json" in err
+    assert "removing README.md" not in err
