@@ -23,6 +23,13 @@ $(VENV)/.installed: pyproject.toml setup.py
 
 venv: $(VENV)/.installed
 
+# What the demos need, and no more: the package and its own dependencies, no test extras.
+$(VENV)/.installed-demo: pyproject.toml setup.py
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e .
+	touch $@
+
 # The test extras plus gcp: what tests/engines needs beyond `make test`'s install.
 $(VENV)/.installed-cloud: $(VENV)/.installed
 	$(PY) -m pip install --quiet -e '.[test,gcp,aws]'
@@ -94,14 +101,14 @@ $(FLINK_JAR) $(SPARK_JAR):
 	  && echo "$$engine: $@" \
 	  || echo "$$engine: NOT SET UP, see $(ENGINES_DIR)/$$engine.log; its tests will be skipped"
 
-demo: venv
+demo: $(VENV)/.installed-demo
 	$(VENV)/bin/pretokenize bucketed --input tests/data/finepdfs_sample.parquet --output $(OUT) --runner=FnApiRunner
 
 # GPT-2: the ranks shipped in the package (transforms/core/data/gpt2.tiktoken), so the demo runs offline.
 GPT2_TOKENIZER ?= gpt2
 SCAFFOLD_OUT   ?= out/scaffold-sample
 
-demo-scaffold: venv
+demo-scaffold: $(VENV)/.installed-demo
 	$(VENV)/bin/pretokenize scaffold --input tests/data/scaffold/por_annotated.jsonl --output $(SCAFFOLD_OUT) \
 	    --tokenizer $(GPT2_TOKENIZER) --shard-tokens 4000 --runner=FnApiRunner
 	$(VENV)/bin/pretokenize decode $(SCAFFOLD_OUT)/val --docs 2 --markers --tokenizer $(GPT2_TOKENIZER)

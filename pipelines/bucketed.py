@@ -13,32 +13,24 @@ import hashlib
 import logging
 import os
 import posixpath
+from typing import TYPE_CHECKING
 
-import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions
-
-from pipelines import common, plan
+from pipelines import common
 from shards import layout, lock, storage, tree
 from shards.manifest import DatasetStats
 from shards.removal import REMOVALS_NAME, read_removal_list
-from transforms.bucketed.filter import DROPPED, FilterLanguageFn
-from transforms.bucketed.format import BucketedFormat
-from transforms.bucketed.removal import MATCHED, DropRemoved, DropRemovedFn
 from transforms.bucketed.settings import BucketedSettings
-from transforms.bucketed.tokenize import TokenizeFn
-from transforms.bucketed.write import WriteShards, spill_fn
-from transforms.core import resume
 from transforms.core.encoders import BACKENDS, SPECIAL_TOKEN_MODES
-from transforms.core.provenance import launch_provenance
-from transforms.core.publish import PublishOutput
-from transforms.core.read import RECORDS, CountRecords, ReadDocuments, ReadUnitFn
-from transforms.tools.surgery import JOURNAL_DIR, load_journal
+
+if TYPE_CHECKING:  # Beam and the steps are imported by build(): --help and a flag's error import none of it
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
 
 log = logging.getLogger(__name__)
 
 
 def make_parser() -> argparse.ArgumentParser:
-    d, flag = BucketedSettings("", ""), common.add_flag
+    d, flag = common.defaults(BucketedSettings), common.add_flag
     p = common.job_parser("bucketed", "Tokenize parquet/JSONL documents into length-bucketed uint32 shards "
                           "(FinePDFs-Edu layout).", ".parquet/.jsonl files")
     common.add_document_filter_flags(p, d)
@@ -60,6 +52,7 @@ def make_parser() -> argparse.ArgumentParser:
          help="text: an added-token string (<|endoftext|>, <tool_call>, ...) in a document is encoded as text; "
               "tokenizer: as its single id, as AutoTokenizer does (EOS may then appear inside a document)")
     common.add_common_flags(p)
+    common.add_card_flags(p)
     return p
 
 
@@ -74,6 +67,19 @@ def build(pipeline: beam.Pipeline, options: BucketedSettings, run_id: str | None
     the dtype, and every input file exists and has the columns the job reads. Input units an
     interrupted run with the same input and settings finished are not redone (transforms.core.resume).
     """
+    import apache_beam as beam
+
+    from transforms.bucketed.filter import DROPPED, FilterLanguageFn
+    from transforms.bucketed.format import BucketedFormat
+    from transforms.bucketed.removal import MATCHED, DropRemoved, DropRemovedFn
+    from transforms.bucketed.tokenize import TokenizeFn
+    from transforms.bucketed.write import WriteShards, spill_fn
+    from transforms.core import resume
+    from transforms.core.provenance import launch_provenance
+    from transforms.core.publish import PublishOutput
+    from transforms.core.read import RECORDS, CountRecords, ReadDocuments, ReadUnitFn
+    from transforms.tools.surgery import JOURNAL_DIR, load_journal
+
     output = storage.normalize(options.output)
     tokenizer = options.tokenizer_config()
     encoder = tokenizer.load()
@@ -99,6 +105,7 @@ def build(pipeline: beam.Pipeline, options: BucketedSettings, run_id: str | None
     work = common.prepare_output(output, "bucketed", inputs=[u.path for u in units], keep=keep, work=description,
                                  restart=options.restart)
     shards = dataclasses.replace(shards, work_dir=work.dir_name)
+    common.announce_write_stages(progress_dir, units, work.done, "tokenize", "tokenize")
     sources = list(lists)
     if options.removal_list:
         shards = dataclasses.replace(shards, removal_list=storage.normalize(options.removal_list))
@@ -175,4 +182,10 @@ def summary_table(stats: DatasetStats, output: str, seconds: float) -> str:
 
 @lock.command("bucketed")
 def run(argv: list[str] | None = None) -> DatasetStats:
-    return common.run_job(argv or [], parse_args, build, summary_table, plan=plan.bucketed)
+    return common.run_job(argv or [], parse_args, build, summary_table, plan=_plan)
+
+
+def _plan(options: BucketedSettings) -> str:
+    from pipelines import plan
+
+    return plan.bucketed(options)

@@ -14,7 +14,6 @@ import sys
 # tool cannot act on; drop that one message (the filter must be in place before the import).
 logging.getLogger().addFilter(lambda record: "apitools not found" not in record.getMessage())
 
-from pipelines.common import RunStopped, launching  # noqa: E402
 from shards.storage import Unreachable  # noqa: E402
 from transforms.core.records import BadInputError, UsageError  # noqa: E402
 
@@ -95,7 +94,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     job, rest = argv[0], argv[1:]
     if job not in JOBS:
-        print(f"pretokenize: unknown job {job!r}\n\n{_usage()}", file=sys.stderr)
+        import difflib
+
+        close = difflib.get_close_matches(job, JOBS, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        print(f"pretokenize: unknown job {job!r}{hint}\n\n{_usage()}", file=sys.stderr)
         return 2
     # Beam's own INFO chatter would bury the job's progress lines: only ours log at INFO.
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
@@ -109,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("apache_beam.runners.common").setLevel(logging.CRITICAL)
     # gcsfs logs a failed request's traceback before raising it; the error is said below, in one line.
     logging.getLogger("gcsfs").setLevel(logging.CRITICAL)
+    # Imported here, not above: `pretokenize --help` and a job's --help import no Beam (nor numpy).
+    from pipelines.common import RunStopped, launching
+
     module = __import__(JOBS[job][0], fromlist=["run"])
     published = "; nothing was published" if job in PUBLISHING else ""
     try:

@@ -17,15 +17,17 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
-
-import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions
+from typing import TYPE_CHECKING, Any
 
 from pipelines.help_format import DefaultsHelpFormatter
 from shards import layout, lock, storage, tree
-from transforms.core import resume
 from transforms.core.records import UsageError
+
+if TYPE_CHECKING:  # Beam is imported once a job is past its flags: --help and a flag's error import none of it
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from transforms.core import resume
 
 log_name = "pipelines"
 
@@ -40,14 +42,28 @@ def parse_job_args(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[ar
     """The job's own flags, and the rest for Beam's PipelineOptions; a UsageError for a flag that
     neither knows (Beam would only log a warning and run with its default). ``--workers N`` (see
     add_workers_flag) becomes Beam's flags for N local worker processes."""
-    ours = {s for a in parser._actions for s in a.option_strings if s.startswith("--")}
+    known, rest = _parse_ours(parser, argv)
+    check_beam_flags(rest, _long_flags(parser))
+    return known, _beam_args(known, rest)
+
+
+def _long_flags(parser: argparse.ArgumentParser) -> list[str]:
+    return sorted({s for a in parser._actions for s in a.option_strings if s.startswith("--")})
+
+
+def _parse_ours(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """The job's own flags (no Beam imported: ``--help`` ends here), and the rest unchecked."""
+    ours = set(_long_flags(parser))
     spelled = []
     for arg in argv:
         name, eq, value = arg.partition("=")
         dashed = name.replace("_", "-")
         spelled.append(dashed + eq + value if name.startswith("--") and name not in ours and dashed in ours else arg)
-    known, rest = parser.parse_known_args(spelled)
-    check_beam_flags(rest, sorted(ours))
+    return parser.parse_known_args(spelled)
+
+
+def _beam_args(known: argparse.Namespace, rest: list[str]) -> list[str]:
+    """Beam's flags, with those ``--workers`` stands for; takes --workers and --plan out of ``known``."""
     if hasattr(known, "workers"):
         rest = rest + worker_flags(known.workers, rest)
         del known.workers
@@ -55,11 +71,11 @@ def parse_job_args(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[ar
         del known.plan
     if hasattr(known, "break_lock"):  # the command's lock scope reads it from the command line (shards.lock)
         del known.break_lock
-    return known, rest
+    return rest
 
 
 def check_beam_flags(args: list[str], job_flags: list[str]) -> None:
-    from apache_beam.options.pipeline_options import _BeamArgumentParser
+    from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
 
     parser = _BeamArgumentParser(allow_abbrev=False)
     classes = {}
@@ -183,6 +199,20 @@ def add_document_filter_flags(parser: argparse.ArgumentParser, defaults) -> None
          help=f"field of the source token count compared with --min-token-count; {off}: no count check")
 
 
+def add_card_flags(parser: argparse.ArgumentParser) -> None:
+    """The dataset card's metadata (shards/card.py) and how inputs are fingerprinted in it. For
+    FinePDFs (ODC-By): --license odc-by --source-dataset HuggingFaceFW/finepdfs-edu."""
+    add_flag(parser, "license", default=None,
+             help="the card's license (a Hub license id, e.g. odc-by for FinePDFs); default: the hub input's "
+             "card's, else unknown")
+    add_flag(parser, "source-dataset", default=None,
+             help="the card's source_datasets, comma-separated Hub ids (e.g. HuggingFaceFW/finepdfs-edu); "
+             "default: the hub input's dataset, else none")
+    add_flag(parser, "input-sha256", action="store_true",
+             help="fingerprint local input files by their sha256 (read once more at launch) rather than their "
+             "mtime, so that a copy of the same bytes is recorded the same")
+
+
 def new_run_id() -> str:
     """Names the run's temporary directory; never part of the output's bytes."""
     return f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
@@ -203,6 +233,8 @@ def prepare_output(output: str, kind: str, inputs: list[str] = (), keep: tuple[s
     dry run takes no lock and changes nothing.
     """
     import logging
+
+    from transforms.core import resume
 
     log = logging.getLogger(log_name)
     for path in inputs:
@@ -306,6 +338,8 @@ def abandon_run(output: str, run_id: str) -> tuple[bool, int]:
     """Delete a failed run's temporary directory; whether it had begun publishing (then the tree
     is unfinished, no longer the previous output), and how many finished input units its saved
     work keeps for a re-run to resume from (saved work with none is deleted too)."""
+    from transforms.core import resume
+
     out = tree.Tree(output)
     run_dir = out.writable(out.temp_name(run_id), "temporary entry")
     published = out.fs.exists(posixpath.join(run_dir, out.PUBLISHING_MARK))
@@ -371,14 +405,43 @@ def _noting_interrupts(noted: list):
         signal.signal(signal.SIGINT, previous)
 
 
+def defaults(settings_cls) -> argparse.Namespace:
+    """The defaults of a settings dataclass, for its flags' help: read off the class, so that
+    ``--help`` builds no settings object (whose checks import the steps, and Beam)."""
+    import dataclasses
+
+    return argparse.Namespace(**{f.name: f.default for f in dataclasses.fields(settings_cls)})
+
+
 def parse_settings(parser: argparse.ArgumentParser, argv: list[str], settings_cls, integers: tuple[str, ...] = ()):
     """The job's settings object from its flags (``integers`` may be given as 1.5e9), and Beam's
-    PipelineOptions from the rest."""
-    ours, beam_args = parse_job_args(parser, argv)
+    PipelineOptions from the rest.
+
+    In the order a person wants to hear about a mistake, and cheapest first: the job's own flags,
+    then that a local ``--input`` names files (before Beam loads, and before any tokenizer), then
+    Beam's flags and the settings' own checks."""
+    ours, beam_args = _parse_ours(parser, argv)
     values = vars(ours)
+    if values.get("input"):
+        check_input(values["input"])
+    check_beam_flags(beam_args, _long_flags(parser))
+    beam_args = _beam_args(ours, beam_args)
     for name in integers:
         values[name] = int(values[name])
+    from apache_beam.options.pipeline_options import PipelineOptions
+
     return settings_cls(**values), PipelineOptions(beam_args)
+
+
+def check_input(pattern: str) -> None:
+    """A BadInputError when the local ``pattern`` names no input file, found without importing
+    Beam; the readers plan the files later. A URL (gs://, s3://, hf://) is left to them: parsing
+    the flags never touches the network (a template's launcher parses them offline first)."""
+    if "://" in pattern:
+        return
+    from transforms.core.inputs import expand_pattern
+
+    expand_pattern(pattern)
 
 
 def runner_name(pipeline_options: PipelineOptions) -> str:
@@ -419,6 +482,54 @@ def progress_dir(pipeline_options: PipelineOptions, run_id: str | None) -> str |
     return os.path.join(tempfile.gettempdir(), f"pretokenize-progress-{run_id}")
 
 
+def announce_write_stages(progress_dir: str | None, units, done: set[int], encode_step: str, encoding: str) -> None:
+    """The display's stages of a writing job (pipelines/progress_display.py): reading and
+    ``encoding`` the input units not ``done`` at launch (their planned rows, or units), then
+    writing the tokens the ``encode_step`` step made."""
+    from transforms.core.progress import Stage, announce_stages
+    from transforms.core.read import planned_work
+
+    planned = planned_work([u for i, u in enumerate(units) if i not in done])
+    announce_stages(progress_dir, [
+        Stage(f"read and {encoding}", "read", planned.keys, planned.what, total=planned.total),
+        Stage("write", "write", ("tokens",), "tokens", total_step=encode_step, total_keys=("tokens",)),
+    ])
+
+
+@contextlib.contextmanager
+def showing_progress(pipeline_options: PipelineOptions, run_id: str, stages=None,
+                     ending: tuple[str, str] = ("publishing", "published")):
+    """The job run inside shows its progress (pipelines/progress_display.py) on a local runner:
+    its workers share their totals in progress_dir() (named to them by the environment, which a
+    worker process inherits), and the display draws the stages announced there (``stages``, or
+    those the job's build announced). Nothing on a remote runner, whose UI shows progress."""
+    import os
+
+    from transforms.core.progress import SHARED_ENV, announce_stages
+
+    shared = progress_dir(pipeline_options, run_id)
+    if shared is None:
+        yield
+        return
+    with contextlib.suppress(OSError):  # the workers' Progress writes into it, never creates it
+        os.makedirs(shared, exist_ok=True)
+    if stages:
+        announce_stages(shared, stages)
+    from pipelines.progress_display import JobDisplay
+
+    previous = os.environ.get(SHARED_ENV)
+    os.environ[SHARED_ENV] = shared
+    try:
+        with JobDisplay(shared, ending=ending):
+            yield
+    finally:
+        if previous is None:
+            os.environ.pop(SHARED_ENV, None)
+        else:
+            os.environ[SHARED_ENV] = previous
+        _remove_progress(pipeline_options, run_id)
+
+
 def read_stats(output: str):
     """The stats a finished tree published (DatasetStats or ScaffoldStats)."""
     return tree.OutputTree.open(storage.normalize(output)).stats()
@@ -428,8 +539,20 @@ def _remove_progress(pipeline_options: PipelineOptions, run_id: str) -> None:
     import shutil
 
     shared = progress_dir(pipeline_options, run_id)
-    if shared is not None:
-        shutil.rmtree(shared, ignore_errors=True)
+    if shared is None:
+        return
+    # Renamed first: a worker's late share (its sharing thread) names the old path and, never
+    # creating it, writes nothing; so nothing lands in the directory while it is being removed.
+    import os
+
+    gone = f"{shared}.removed"
+    with contextlib.suppress(OSError):
+        os.rename(shared, gone)
+    for _ in range(3):
+        shutil.rmtree(gone, ignore_errors=True)
+        if not os.path.exists(gone):
+            break
+    shutil.rmtree(shared, ignore_errors=True)
 
 
 def wants_plan(argv: list[str]) -> bool:
@@ -463,6 +586,8 @@ def run_job(
             print(plan(options), flush=True)
             return None
         dry_run = is_dry_run(pipeline_options)
+        import apache_beam as beam
+
         pipeline = beam.Pipeline(options=pipeline_options)
         with building(dry_run):
             build(pipeline, options, run_id)
@@ -470,7 +595,7 @@ def run_job(
     result = None
     interrupted = []
     try:
-        with _noting_interrupts(interrupted):
+        with _noting_interrupts(interrupted), showing_progress(pipeline_options, run_id):
             result = pipeline.run()
             if _SUBMIT_ONLY.get():
                 print(submitted_line(result, output, pipeline_options), flush=True)

@@ -14,16 +14,19 @@ import dataclasses
 import datetime
 import logging
 import uuid
-
-import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions
+from typing import TYPE_CHECKING
 
 from pipelines.common import add_break_lock_flag, add_flag, add_workers_flag, launching, parse_job_args
 from pipelines.help_format import DefaultsHelpFormatter
 from shards import layout, lock, storage, tree
 from shards.manifest import DatasetStats
 from shards.removal import read_removal_list
-from transforms.tools.surgery import RemovalPlan, RemoveDocuments, load_journal, make_plan, write_journal
+
+if TYPE_CHECKING:  # Beam and the steps are imported once the flags are read: --help imports none of it
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from transforms.tools.surgery import RemovalPlan
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +49,8 @@ def parse_args(argv: list[str]) -> tuple[RemoveOptions, PipelineOptions]:
     add_workers_flag(p)
     add_break_lock_flag(p)
     ours, beam_args = parse_job_args(p, argv)
+    from apache_beam.options.pipeline_options import PipelineOptions
+
     return RemoveOptions(storage.normalize(ours.output), storage.normalize(ours.removal_list)), PipelineOptions(
         beam_args
     )
@@ -56,6 +61,8 @@ def prepare(options: RemoveOptions) -> RemovalPlan | None:
 
     A new plan is journalled and dataset_stats.txt removed before any shard changes.
     """
+    from transforms.tools.surgery import load_journal, make_plan, write_journal
+
     plan = load_journal(options.output)
     if plan is not None:
         print(
@@ -85,6 +92,8 @@ def _report_not_found(plan: RemovalPlan, listed: int) -> None:
 
 
 def build(pipeline: beam.Pipeline, options: RemoveOptions, plan: RemovalPlan):
+    from transforms.tools.surgery import RemoveDocuments
+
     itemsize = layout.DTYPES[DatasetStats.from_text(plan.stats_before).dtype].itemsize
     return pipeline | "RemoveDocuments" >> RemoveDocuments(options.output, plan, itemsize)
 
@@ -102,7 +111,13 @@ def run(argv: list[str] | None = None) -> RemovalPlan | None:
     if plan is None:
         print("nothing to remove: no listed id is in the output; nothing was changed", flush=True)
         return None
-    with beam.Pipeline(options=pipeline_options) as pipeline:
+    import apache_beam as beam
+
+    from pipelines.common import new_run_id, showing_progress
+    from transforms.core.progress import Stage
+
+    stages = [Stage("rewrite", "rewrite", ("files",), "files", total=len(plan.files))]
+    with showing_progress(pipeline_options, new_run_id(), stages), beam.Pipeline(options=pipeline_options) as pipeline:
         build(pipeline, options, plan)
     rows = plan.removed_rows
     deleted = sum(1 for f in plan.files if f.tokens_after == 0)

@@ -10,34 +10,21 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+from typing import TYPE_CHECKING
 
-import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions
-
-from pipelines import common, plan
+from pipelines import common
 from shards import llmc, lock
 from shards.llmc import ScaffoldStats
-from transforms.core import resume
-from transforms.core.provenance import launch_provenance
-from transforms.core.read import RECORDS, CountRecords, ReadDocuments, ReadUnitFn
-from transforms.scaffold.encode import (
-    COUNTS,
-    DROPPED,
-    LONG_DOC_POLICIES,
-    EncodeScaffoldFn,
-)
-from transforms.scaffold.settings import ANNOTATED_FIELD, PLAIN_FIELD, ScaffoldSettings
-from transforms.scaffold.write import (
-    LlmcFormat,
-    PublishLlmcOutput,
-    WriteLlmcShards,
-    spill_fn,
-)
+from transforms.scaffold.settings import ANNOTATED_FIELD, LONG_DOC_POLICIES, PLAIN_FIELD, ScaffoldSettings
+
+if TYPE_CHECKING:  # Beam and the steps are imported by build(): --help and a flag's error import none of it
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
 
 log = logging.getLogger(__name__)
 
 def make_parser() -> argparse.ArgumentParser:
-    d, flag = ScaffoldSettings("", ""), common.add_flag
+    d, flag = common.defaults(ScaffoldSettings), common.add_flag
     p = common.job_parser("scaffold", "Encode documents with a countdown token before every word (GPT-2 BPE + "
                           "<ff_N> ids 50257..51256) into llm.c shards: train/shard_NNN.bin, val/shard_NNN.bin.",
                           ".json/.jsonl (or .parquet with --annotate)")
@@ -56,6 +43,7 @@ def make_parser() -> argparse.ArgumentParser:
     flag(p, "order-ranges", type=int, default=d.order_ranges,
           help="pieces (a power of two) each split's ordering is cut into; changes memory, never the bytes")
     common.add_common_flags(p)
+    common.add_card_flags(p)
     return p
 
 
@@ -70,6 +58,14 @@ def build(pipeline: beam.Pipeline, options: ScaffoldSettings, run_id: str | None
     that every input file exists (and a parquet file has the id and text columns). Input units an
     interrupted run with the same input and settings finished are not redone (transforms.core.resume).
     """
+    import apache_beam as beam
+
+    from transforms.core import resume
+    from transforms.core.provenance import launch_provenance
+    from transforms.core.read import RECORDS, CountRecords, ReadDocuments, ReadUnitFn
+    from transforms.scaffold.encode import COUNTS, DROPPED, EncodeScaffoldFn
+    from transforms.scaffold.write import LlmcFormat, PublishLlmcOutput, WriteLlmcShards, spill_fn
+
     scaffold = options.scaffold_config()
     shards = options.shard_config(run_id or common.new_run_id())
     encoder = scaffold.load()
@@ -86,6 +82,7 @@ def build(pipeline: beam.Pipeline, options: ScaffoldSettings, run_id: str | None
                                  restart=options.restart)
     shards = dataclasses.replace(shards, work_dir=work.dir_name)
     publish_format = dataclasses.replace(publish_format, config=shards)
+    common.announce_write_stages(progress_dir, units, work.done, "scaffold", "encode")
 
     # Each input unit read, encoded and spilled in one step, its completion recorded.
     spilled = pipeline | "EncodeInputUnits" >> resume.ProcessUnits(
@@ -121,4 +118,10 @@ def summary_table(stats: ScaffoldStats, output: str, seconds: float) -> str:
 
 @lock.command("scaffold")
 def run(argv: list[str] | None = None) -> ScaffoldStats:
-    return common.run_job(argv or [], parse_args, build, summary_table, plan=plan.scaffold)
+    return common.run_job(argv or [], parse_args, build, summary_table, plan=_plan)
+
+
+def _plan(options: ScaffoldSettings) -> str:
+    from pipelines import plan
+
+    return plan.scaffold(options)

@@ -29,19 +29,16 @@ import importlib.metadata
 import json
 import logging
 import time
-
-import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions
+from typing import TYPE_CHECKING
 
 from pipelines import common
 from shards import lock, storage, tree
 from transforms.bpe import files, pretokenize
-from transforms.bpe.count import STATS, CountWords, read_count_shards
-from transforms.bpe.learn import learn_merges
 from transforms.bpe.settings import TrainBpeSettings
-from transforms.bucketed.filter import DROPPED, FilterLanguage
-from transforms.core.drops import CountDrops
-from transforms.core.read import RECORDS, CountRecords, ReadDocuments
+
+if TYPE_CHECKING:  # Beam and the steps are imported by build(): --help and a flag's error import none of it
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +47,7 @@ RUN_STATS_NAME = "run_stats.json"
 
 
 def make_parser() -> argparse.ArgumentParser:
-    d, flag = TrainBpeSettings("", "", merges=0), common.add_flag
+    d, flag = common.defaults(TrainBpeSettings), common.add_flag
     p = common.job_parser("train-bpe", "Learn a byte-pair-encoding tokenizer from parquet/JSONL documents: words "
                           "counted on Beam, merges learnt on the launcher; writes tokenizer.tiktoken, tokenizer.json, "
                           "merges.txt, tokenizer_config.json and special_tokens_map.json (AutoTokenizer."
@@ -86,11 +83,22 @@ def run_url(output: str, run_id: str) -> str:
 
 def build(pipeline: beam.Pipeline, options: TrainBpeSettings, run_id: str):
     """Adds the counting to ``pipeline``: the count shards and run_stats.json go to the run directory."""
+    import apache_beam as beam
+
+    from transforms.bpe.count import STATS, CountWords
+    from transforms.bucketed.filter import DROPPED, FilterLanguage
+    from transforms.core.drops import CountDrops
+    from transforms.core.progress import Stage, announce_stages
+    from transforms.core.read import RECORDS, CountRecords, ReadDocuments
+
     output = storage.normalize(options.output)
     counting = options.count_config(run_url(output, run_id))
     lid = options.lid_filter()
-    read = ReadDocuments(options.read_config())
+    progress_dir = common.progress_dir(pipeline.options, run_id)
+    read = ReadDocuments(options.read_config(), progress_dir=progress_dir)
     common.prepare_output(output, KIND, inputs=[u.path for u in read.units])
+    announce_stages(progress_dir, [Stage("read and count", "read", read.planned.keys, read.planned.what,
+                                         total=read.planned.total)])
 
     read_result = pipeline | "ReadDocuments" >> read
     batches = read_result.docs
@@ -131,6 +139,10 @@ def learn_and_publish(options: TrainBpeSettings, run_id: str,
                       argv: list[str]) -> tuple[files.TrainingStats, tuple[float, float]]:
     """Steps 3 and 4: learn the merges from the run's count shards, then publish the files.
     Returns the stats and the wall and CPU seconds the merges took."""
+    from pipelines.progress_display import LauncherBar
+    from transforms.bpe.count import read_count_shards
+    from transforms.bpe.learn import learn_merges
+
     output = storage.normalize(options.output)
     counting = options.count_config(run_url(output, run_id))
     fs, _ = storage.filesystem(output)
@@ -150,12 +162,15 @@ def learn_and_publish(options: TrainBpeSettings, run_id: str,
     log.info("learning %d merges over %d words (%d base symbols)", n_merges, len(words), base)
     start, start_cpu = time.monotonic(), time.process_time()
 
-    def progress(k, pair, count):
-        if (k + 1) % 5000 == 0:
-            log.info("merge %d of %d (count %d), %.0f s", k + 1, n_merges, count, time.monotonic() - start)
+    with LauncherBar("merges", n_merges, "merges") as bar:
 
-    learned = learn_merges([pretokenize.word_symbols(w, ids) for w, _ in words], [n for _, n in words], base,
-                           n_merges, on_merge=progress)
+        def progress(k, pair, count):
+            bar.set(k + 1)
+            if not bar.drawn and (k + 1) % 5000 == 0:
+                log.info("merge %d of %d (count %d), %.0f s", k + 1, n_merges, count, time.monotonic() - start)
+
+        learned = learn_merges([pretokenize.word_symbols(w, ids) for w, _ in words], [n for _, n in words], base,
+                               n_merges, on_merge=progress)
     merge_seconds = (time.monotonic() - start, time.process_time() - start_cpu)
     if len(learned.merges) < n_merges:
         log.warning("only %d merges: no word has two symbols left", len(learned.merges))
@@ -240,6 +255,8 @@ def run(argv: list[str] | None = None) -> files.TrainingStats | None:
     with common.launching():
         options, pipeline_options = parse_args(argv)
         dry_run = common.is_dry_run(pipeline_options)
+        import apache_beam as beam
+
         pipeline = beam.Pipeline(options=pipeline_options)
         with common.building(dry_run):
             build(pipeline, options, run_id)
@@ -248,11 +265,12 @@ def run(argv: list[str] | None = None) -> files.TrainingStats | None:
     result = None
     try:
         try:
-            result = pipeline.run()
-            if dry_run:
-                print(common.end_dry_run(output, pipeline_options), flush=True)
-                return None
-            result.wait_until_finish()
+            with common.showing_progress(pipeline_options, run_id, ending=("counting", "counted")):
+                result = pipeline.run()
+                if dry_run:
+                    print(common.end_dry_run(output, pipeline_options), flush=True)
+                    return None
+                result.wait_until_finish()
         except BaseException as e:
             if result is not None and isinstance(e, KeyboardInterrupt):
                 with contextlib.suppress(Exception):

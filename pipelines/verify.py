@@ -18,9 +18,7 @@ import json
 import sys
 import tempfile
 import uuid
-
-import apache_beam as beam
-from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions
+from typing import TYPE_CHECKING
 
 from pipelines.common import add_flag, add_workers_flag, launching, parse_job_args
 from pipelines.help_format import DefaultsHelpFormatter
@@ -28,7 +26,9 @@ from shards import layout, llmc, lock, storage
 from shards.removal import REMOVALS_NAME, read_removal_list, read_removal_log
 from shards.tree import IncompleteTreeError, OutputTree, UnreadableStatsError
 from transforms.core.records import UsageError
-from transforms.tools.verify import MAX_REPORTED, VerifyConfig, VerifyOutput, plan_units, read_checksums, write_report
+
+if TYPE_CHECKING:  # Beam and the checks are imported once the flags are read: --help imports none of it
+    from apache_beam.options.pipeline_options import PipelineOptions
 
 
 def parse_args(argv: list[str]):
@@ -57,6 +57,8 @@ def _verify_scaffold(output: str, args) -> int:
     """The llm.c checks, split by split (each split is one token stream, read once in order)."""
     if args.input:
         print("verify: --input is not supported for scaffold trees; checking the format only", flush=True)
+    from transforms.tools.verify import MAX_REPORTED
+
     problems = llmc.check_llmc_tree(output)
     for problem in problems[:MAX_REPORTED]:
         print(f"  {problem}")
@@ -92,6 +94,8 @@ LOCAL_RUNNERS = {"DirectRunner", "FnApiRunner", "BundleBasedDirectRunner", "Swit
 def _report_place(report: str | None, options: PipelineOptions) -> tuple[str, str | None]:
     """Where the job writes its report, and the directory to remove afterwards (None: keep it).
     Never under the tree being checked, unless --report says so."""
+    from apache_beam.options.pipeline_options import GoogleCloudOptions, StandardOptions
+
     if report:
         return storage.normalize(report), None
     name = f"pretokenize-verify-{uuid.uuid4().hex[:12]}"
@@ -132,6 +136,19 @@ def _remove_scratch(scratch: str | None) -> None:
 def run(argv: list[str] | None = None) -> int:
     with launching():
         args, beam_args = parse_args(argv or [])
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from transforms.tools.verify import (
+        MAX_REPORTED,
+        VerifyConfig,
+        VerifyOutput,
+        plan_units,
+        read_checksums,
+        write_report,
+    )
+
+    with launching():
         if not 0.0 < args.sample <= 1.0:
             raise ValueError(f"--sample must be within (0, 1], got {args.sample}")
         output = storage.normalize(args.output)
@@ -174,8 +191,13 @@ def run(argv: list[str] | None = None) -> int:
             | "VerifyOutput" >> verify
             | "WriteReport" >> beam.Map(write_report, report_url)
         )
+    from pipelines.common import new_run_id, showing_progress
+    from transforms.core.progress import Stage
+
+    stages = [Stage("verify", "verify", ("files",), "files", total=len(units))]
     try:
-        pipeline.run().wait_until_finish()
+        with showing_progress(options, new_run_id(), stages, ending=("reporting", "done")):
+            pipeline.run().wait_until_finish()
         result = _read_report(report_url)
     finally:
         _remove_scratch(scratch)

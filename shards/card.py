@@ -80,12 +80,30 @@ def command(doc: dict) -> str:
 
 
 def _front_matter(doc: dict, pretty_name: str, tags: list[str]) -> list[str]:
-    lines = ["---", f"pretty_name: {pretty_name}", "tags:"]
+    lines = ["---", f"pretty_name: {pretty_name}"]
+    # The Hub's metadata: a licence (the Hub flags a card without one), the sources, the languages.
+    card = doc.get("card") or {}
+    lines.append(f"license: {_yaml_scalar(card.get('license') or 'unknown')}")
+    for key in ("language", "source_datasets"):
+        if card.get(key):
+            lines += [f"{key}:"] + [f"- {_yaml_scalar(v)}" for v in card[key]]
+    lines.append("tags:")
     lines += [f"- {t}" for t in tags]
     lines += ["size_categories:", f"- {size_category(doc['documents']['kept'])}"]
     # The files are raw token ids, not a table the Hub's viewer could show.
     lines += ["viewer: false", "---", ""]
     return lines
+
+
+def _yaml_scalar(value: str) -> str:
+    """``value`` as a YAML scalar: plain when it reads back as the same string, else quoted."""
+    import json
+
+    plain = str(value)
+    if plain and all(c.isalnum() or c in "-_./" for c in plain) and plain[0] not in "-." and \
+            plain.lower() not in ("yes", "no", "true", "false", "null", "on", "off", "~"):
+        return plain
+    return json.dumps(plain)  # a JSON string is a YAML double-quoted scalar
 
 
 def _input_line(doc: dict) -> str:

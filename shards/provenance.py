@@ -9,7 +9,9 @@ counts as JSON together with what the text file never held, the tree's provenanc
     flags        every flag of the job (its settings), but --output (and a --workers count): a
                  tree's bytes do not depend on where it was written or by how many workers, so a
                  local run and one on a cluster write the same file
-    inputs       every input file's URL and its fingerprint when the job was planned
+    inputs       every input file's name (a URL, or a local path as typed or below the input's
+                 root, never this machine's absolute path) and its fingerprint when planned
+    card         the card's Hub metadata: license, source_datasets, language
     documents    read, kept and dropped; ``drops`` by reason
     buckets      (bucketed) per length bucket: its length range, documents, tokens and files
     splits       (scaffold) per split: documents, sequences, words, tokens and files
@@ -49,6 +51,8 @@ class Provenance:
     tokenizer_files: tuple[tuple[str, str], ...]
     flags: dict[str, object]
     inputs: tuple[tuple[str, str], ...]
+    # The card's metadata: license, source_datasets, language (transforms.core.provenance.card_metadata).
+    card: dict = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {
@@ -61,6 +65,7 @@ class Provenance:
             },
             "flags": dict(self.flags),
             "inputs": [{"url": u, "fingerprint": f} for u, f in self.inputs],
+            "card": dict(self.card),
         }
 
     @classmethod
@@ -77,6 +82,7 @@ class Provenance:
                 tokenizer_files=tuple((f["name"], f["sha256"]) for f in tok["files"]),
                 flags=dict(d["flags"]),
                 inputs=tuple((i["url"], i["fingerprint"]) for i in d["inputs"]),
+                card=dict(d.get("card") or {}),  # a tree written before the card had metadata has none
             )
         except (KeyError, TypeError) as e:
             raise ValueError(f"{STATS_JSON_NAME} lacks {e}") from None

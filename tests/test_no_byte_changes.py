@@ -122,17 +122,18 @@ SCAFFOLD_HASHES = {
     "val/shard_000.bin": "c0e7ac4cac64b546a309a030450a1136dbcedbf0e057b7569b9184f5236c543b",
 }
 
-# The tree's description names what differs between checkouts and machines: the input's absolute
-# path and its fingerprint (size and mtime), the Python version, the tool's version. Those are
-# masked; every other byte of both files is compared here.
+# The tree's description names what differs between checkouts and machines: the input's name and
+# its fingerprint (size and mtime), the Python version, the tool's version. Those are masked; every
+# other byte of both files is compared here. Issue 28: re-recorded for the card's metadata (license,
+# language) and the input named below its root, not by its absolute path.
 DESCRIPTION = (STATS_JSON_NAME, CARD_NAME)
 SAMPLE_DESCRIPTION_HASHES = {
-    STATS_JSON_NAME: "0e62c3559a209bd909ba2369456313eadc9c0468b737323d76cd3461adde4e27",
-    CARD_NAME: "6e37308a1edc1929e8073ce46b01b811f7e6338285dd8a6cae44bd527d2b3bd0",
+    STATS_JSON_NAME: "210fb564e9941e71c49363cff8b7e219527241f1baca64f4c7b605908e4e5906",
+    CARD_NAME: "b9efbf79cf670e2826668bbdb9e18ef33f1cdcade36c4b479929206f3a9c8cfc",
 }
 SCAFFOLD_DESCRIPTION_HASHES = {
-    STATS_JSON_NAME: "21f2735df6e3bf93d5ec846891795b23518d718872da37a47540b7782d136913",
-    CARD_NAME: "14e8dbfad02b9122684a431d935ea326443c06af137550c2584adcdb273f2072",
+    STATS_JSON_NAME: "2eb901ed0bac95a1b6a54d581975d3375b205d521afbd169a095c5153f6fd199",
+    CARD_NAME: "d2af75d3d80a76d6be4d44d4709ad27b23e4d37618eca7a33af9592e39d2b863",
 }
 
 

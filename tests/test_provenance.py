@@ -107,7 +107,7 @@ def test_dataset_stats_json_of_the_sample(sample_tree):
         qwen_ranks_path())}], "eos_id": 151643, "vocab_size": 151936, "dtype": "uint32"}
     # Every flag of the job, at its default here, but --output: the bytes do not depend on it.
     assert doc["flags"] == {
-        "input": str(SAMPLE_PARQUET), "language": "eng_Latn", "lid_threshold": 0.9, "min_token_count": 1,
+        "input": SAMPLE_PARQUET.name, "language": "eng_Latn", "lid_threshold": 0.9, "min_token_count": 1,
         "tokenizer": "jet-nemotron", "eos_token": None, "tokenizer_backend": "auto", "tokenizer_threads": 1,
         "dtype": "uint32", "partitions": 32, "max_shard_bytes": 1_500_000_000, "seed": 0, "batch_docs": 64,
         "removal_list": None, "on_bad_record": "fail",
@@ -117,7 +117,8 @@ def test_dataset_stats_json_of_the_sample(sample_tree):
         "on_bad_record")}  # flags other changes add keep their own tests
     assert "output" not in doc["flags"]
     fs_fingerprint = file_fingerprint(*_local_fs(SAMPLE_PARQUET))
-    assert doc["inputs"] == [{"url": str(SAMPLE_PARQUET), "fingerprint": fs_fingerprint}]
+    # Typed as an absolute path: named below its root (issue 28), never by this machine's path.
+    assert doc["inputs"] == [{"url": SAMPLE_PARQUET.name, "fingerprint": fs_fingerprint}]
     # The counts are dataset_stats.txt's.
     assert doc["documents"] == {"read": stats.raw_documents, "kept": stats.kept_documents,
                                 "dropped": stats.dropped_documents} == {"read": 190, "kept": 149, "dropped": 41}
@@ -165,9 +166,11 @@ def test_the_card_figures_are_the_stats_and_its_snippets_run(sample_tree):
     assert f"the first is {first_row[1]}\n" in printed
 
 
-def test_the_command_in_the_card_rebuilds_the_same_tree(sample_tree, tmp_path):
-    """The card's command, run as written (with --output filled in) on two threads, writes the same
-    bytes, the description files included: nothing in them depends on the run or its runner."""
+def test_the_command_in_the_card_rebuilds_the_same_tree(sample_tree, tmp_path, monkeypatch):
+    """The card's command, run as written (with --output filled in) on two threads from the input's
+    root (it names the input below it), writes the same bytes, the description files included:
+    nothing in them depends on the run or its runner."""
+    monkeypatch.chdir(SAMPLE_PARQUET.parent)
     card = (sample_tree / CARD_NAME).read_text(encoding="utf-8")
     command = re.search(r"```bash\n(pretokenize bucketed .*)\n```", card).group(1)
     args = shlex.split(command.replace("--output DIR", f"--output {tmp_path / 'again'}"))

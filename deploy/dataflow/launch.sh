@@ -2,7 +2,7 @@
 # A job on Dataflow: by default the bucketed job over the whole FinePDFs-Edu English corpus
 # (sizing: SIZING.md).
 #
-#   deploy/dataflow/launch.sh direct           launch from this checkout (pip install -e '.[gcp]')
+#   deploy/dataflow/launch.sh direct           launch from this checkout (make venv-cloud: .venv/)
 #   deploy/dataflow/launch.sh build-template   build the Flex Template image and its spec file
 #   deploy/dataflow/launch.sh run-template     launch a job from that template
 #
@@ -96,8 +96,23 @@ case "${1:-}" in
     else
       job_flags=()
     fi
+    # The tool: PRETOKENIZE if set, else `pretokenize` on PATH (an activated venv), else the
+    # README's set-up, this checkout's .venv/bin/pretokenize (make venv-cloud adds the gcp extra).
+    tool=${PRETOKENIZE:-}
+    if [[ -z "$tool" ]]; then
+      if command -v pretokenize >/dev/null 2>&1; then
+        tool=pretokenize
+      elif [[ -x .venv/bin/pretokenize ]]; then
+        tool=.venv/bin/pretokenize
+      else
+        echo "launch.sh: no pretokenize: not on PATH and no $PWD/.venv/bin/pretokenize; run 'make venv-cloud'" \
+             "(the README's .venv with the gcp extra), activate a venv with pip install -e '.[gcp]', or set" \
+             "PRETOKENIZE to the tool" >&2
+        exit 2
+      fi
+    fi
     # shellcheck disable=SC2086  # EXTRA_FLAGS is a list of flags, split on spaces
-    exec pretokenize "$JOB" \
+    exec "$tool" "$JOB" \
       --input "$INPUT" \
       --output "$OUTPUT" \
       "${job_flags[@]}" $EXTRA_FLAGS \

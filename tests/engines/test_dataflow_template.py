@@ -40,6 +40,8 @@ NOT_PARAMETERS = {
 EXAMPLE_VALUES = {
     "input": "gs://example-bucket/finepdfs-edu/eng_Latn/*.parquet",
     "output": "gs://example-bucket/out",
+    "license": "odc-by",
+    "source_dataset": "HuggingFaceFW/finepdfs-edu",
     "tokenizer": "gpt2",
     "eos_token": "<|endoftext|>",
     "removal_list": "gs://example-bucket/removals.txt",
@@ -245,7 +247,8 @@ def test_the_images_are_pinned():
     python = f"{sys.version_info.major}{sys.version_info.minor}"
     image, _, tag = launcher.rpartition(":")
     assert image == f"gcr.io/dataflow-templates-base/python{python}-template-launcher-base"
-    assert re.fullmatch(r"\d{8}[-_][rR][cC]\d\d", tag), f"the launcher base is not pinned to a release tag: {launcher}"
+    # Spelled as Google's table of Flex Template base images spells its tags: 20250825_RC00.
+    assert re.fullmatch(r"\d{8}_RC\d\d", tag), f"the launcher base is not pinned to a release tag: {launcher}"
     assert worker == f"apache/beam_python{sys.version_info.major}.{sys.version_info.minor}_sdk:{BEAM_VERSION}"
 
 
@@ -322,6 +325,33 @@ def test_run_template_and_direct_launch_either_job(fake_cloud):
     assert done.returncode == 2 and calls == [] and "JOB=verify: bucketed or scaffold" in done.stderr
     done, calls = fake_cloud("run-template", JOB="scaffold")  # FinePDFs-Edu is not the scaffold job's input
     assert done.returncode != 0 and calls == [] and "set INPUT to the documents on GCS" in done.stderr
+
+
+def test_direct_finds_the_readmes_venv_tool_or_says_how_to_get_one(tmp_path):
+    """The README's set-up leaves .venv/bin/pretokenize, never activated: launch.sh direct uses it
+    when no pretokenize is on PATH, and without either stops with a message, not rc 127."""
+    checkout = tmp_path / "checkout"
+    (checkout / "deploy" / "dataflow").mkdir(parents=True)
+    (checkout / "deploy" / "dataflow" / "launch.sh").write_text((DEPLOY / "launch.sh").read_text())
+    log = tmp_path / "calls.log"
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PROJECT": "my-project", "BUCKET": "my-bucket",
+           "JOB_NAME": "job-1"}
+
+    def direct():
+        return subprocess.run(["bash", str(checkout / "deploy" / "dataflow" / "launch.sh"), "direct"], env=env,
+                              capture_output=True, text=True, check=False)
+
+    done = direct()
+    assert done.returncode == 2, done.stderr
+    assert "no pretokenize" in done.stderr and "make venv-cloud" in done.stderr
+    tool = checkout / ".venv" / "bin" / "pretokenize"
+    tool.parent.mkdir(parents=True)
+    tool.write_text(f'#!/usr/bin/env bash\necho "$0 $*" >> "{log}"\n')
+    tool.chmod(0o755)
+    done = direct()
+    assert done.returncode == 0, done.stderr
+    (call,) = log.read_text().splitlines()
+    assert call.startswith(f"{tool} bucketed --input gs://my-bucket/finepdfs-edu/eng_Latn/*.parquet ")
 
 
 def test_the_template_parameters_in_launch_sh_are_declared():

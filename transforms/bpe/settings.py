@@ -7,11 +7,14 @@ arguments are built from it, and tokenizer_info.json records its flags.
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 from transforms.bpe import pretokenize
-from transforms.bpe.count import CountConfig
 from transforms.bucketed.settings import FIELD_DEFAULTS, InputFields
 from transforms.core.encoders import ENDOFTEXT
+
+if TYPE_CHECKING:  # imported where it is built: --help imports no Beam
+    from transforms.bpe.count import CountConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,5 +64,7 @@ class TrainBpeSettings(InputFields):
         return n
 
     def count_config(self, run_url: str) -> CountConfig:
+        from transforms.bpe.count import CountConfig
+
         return CountConfig(self.pattern, run_url, shards=self.count_shards, min_count=self.min_count,
                            max_words=self.max_words)

@@ -12,12 +12,16 @@ no count). The defaults are the FinePDFs schema's.
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 from shards import layout, storage
-from transforms.bucketed.filter import LidFilterConfig
-from transforms.bucketed.tokenize import TokenizerConfig
-from transforms.bucketed.write import ShardConfig
-from transforms.core.read import DEFAULT_LANGUAGE_FIELDS, DEFAULT_TOKEN_COUNT, LID_SCORE, ReadConfig
+from transforms.core.records import DEFAULT_LANGUAGE_FIELDS, DEFAULT_TOKEN_COUNT, LID_SCORE
+
+if TYPE_CHECKING:  # the steps' own configs are imported where they are built: --help imports no Beam
+    from transforms.bucketed.filter import LidFilterConfig
+    from transforms.bucketed.tokenize import TokenizerConfig
+    from transforms.bucketed.write import ShardConfig
+    from transforms.core.read import ReadConfig
 
 OFF = "none"  # the value of --language, --lid-score-field or --token-count-field that turns its check off
 # The field settings, and the value each has unless a flag changes it.
@@ -72,12 +76,16 @@ class InputFields:
         return {k: v for k, v in given.items() if v != FIELD_DEFAULTS[k]}
 
     def read_config(self) -> ReadConfig:
+        from transforms.core.read import ReadConfig
+
         _, fields, score, count = self._filter_fields()
         return ReadConfig(storage.normalize(self.input), id_field=self.id_field, text_field=self.text_field,
                           on_bad_record=self.on_bad_record, language_fields=fields, lid_score_field=score,
                           token_count_field=count)
 
     def lid_filter(self) -> LidFilterConfig:
+        from transforms.bucketed.filter import LidFilterConfig
+
         language, fields, score, count = self._filter_fields()
         return LidFilterConfig(language, self.lid_threshold, self.min_token_count, language_fields=fields,
                                score_field=score, token_count_field=count)
@@ -108,15 +116,22 @@ class BucketedSettings(InputFields):
     lid_score_field: str = FIELD_DEFAULTS["lid_score_field"]
     token_count_field: str = FIELD_DEFAULTS["token_count_field"]
     restart: bool = False  # discard saved work (transforms.core.resume); never changes the bytes
+    license: str | None = None  # the card's metadata (transforms.core.provenance.card_metadata)
+    source_dataset: str | None = None
+    input_sha256: bool = False
 
     def __post_init__(self):
         self.check_fields()
 
     def tokenizer_config(self) -> TokenizerConfig:
+        from transforms.bucketed.tokenize import TokenizerConfig
+
         return TokenizerConfig(spec=self.tokenizer, dtype=self.dtype, eos_token=self.eos_token,
                                batch_docs=self.batch_docs, backend=self.tokenizer_backend,
                                threads=self.tokenizer_threads, special_tokens=self.special_tokens)
 
     def shard_config(self, run_id: str) -> ShardConfig:
+        from transforms.bucketed.write import ShardConfig
+
         return ShardConfig(output=storage.normalize(self.output), run_id=run_id, partitions=self.partitions,
                            max_shard_bytes=self.max_shard_bytes, seed=self.seed, dtype=self.dtype)

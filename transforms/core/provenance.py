@@ -106,22 +106,144 @@ def _hf_files(name: str) -> list[tuple[str, str]]:
     return found
 
 
-def input_files(units: Iterable[InputUnit]) -> tuple[tuple[str, str], ...]:
-    """(URL, fingerprint) of each input file once, in the order of the units."""
-    return tuple(dict((u.path, u.fingerprint) for u in units).items())
+def input_files(units: Iterable[InputUnit], typed: str = "", content: bool = False) -> tuple[tuple[str, str], ...]:
+    """(name, fingerprint) of each input file once, in the order of the units. A local file is
+    named as the input was typed (``typed``), relative to its root (public_name), never by this
+    machine's absolute path; with ``content`` it is fingerprinted by its sha256 rather than its
+    mtime, so that a copy of the same bytes is recorded the same."""
+    files = dict((u.path, u.fingerprint) for u in units)
+    out = []
+    for path, fingerprint in files.items():
+        if content and _is_local(path):
+            fingerprint = f"size={os.path.getsize(path)} sha256={sha256_of(path)}"
+        out.append((public_name(path, typed) if typed else path, fingerprint))
+    return tuple(out)
+
+
+def _is_local(url: str) -> bool:
+    return "://" not in url
+
+
+def _root(typed: str) -> tuple[str, str]:
+    """(the local input's root, absolute; the name its files are given below it, as typed): the
+    directory a file is in, the parent of a directory, a glob's root (transforms.core.inputs)."""
+    from transforms.core.inputs import _glob_root
+
+    absolute = storage.normalize(typed)
+    if os.path.isdir(absolute):
+        root = os.path.dirname(absolute.rstrip("/")) or "/"
+    elif os.path.exists(absolute):
+        root = os.path.dirname(absolute)
+    else:
+        fs, path = storage.filesystem(absolute)
+        root = _glob_root(fs, path)[0] or "/"
+    if os.path.isabs(os.path.expanduser(typed)):
+        return root, ""
+    return root, os.path.relpath(root)
+
+
+def public_name(path: str, typed: str) -> str:
+    """How the card and dataset_stats.json name the input ``path`` (or the input flag ``typed``
+    itself): a URL as it is; a local path as the user typed it when that was relative to where the
+    job ran (``tests/data/x.parquet``), else relative to the input's root (``x.parquet``,
+    ``*.parquet``). A user's home directory never goes public with a card."""
+    if not _is_local(typed):
+        return path
+    root, prefix = _root(typed)
+    rel = os.path.relpath(storage.normalize(path), root)
+    return os.path.normpath(os.path.join(prefix, rel)) if prefix and prefix != "." else rel
 
 
 def recorded_flags(settings) -> dict[str, object]:
-    """The job's flags as its settings object holds them, but those of UNRECORDED_FLAGS."""
-    return {k: v for k, v in dataclasses.asdict(settings).items() if k not in UNRECORDED_FLAGS}
+    """The job's flags as its settings object holds them, but those of UNRECORDED_FLAGS; a local
+    --input as public_name names it."""
+    flags = {k: v for k, v in dataclasses.asdict(settings).items() if k not in UNRECORDED_FLAGS}
+    if isinstance(flags.get("input"), str):
+        flags["input"] = public_name(flags["input"], flags["input"])
+    return flags
+
+
+# What the Hub's card metadata says of a tree whose source does not say it (--license, the input's card).
+UNKNOWN_LICENSE = "unknown"
+
+
+def card_metadata(settings, typed_input: str) -> dict:
+    """The card's metadata (shards/card.py): ``license``, ``source_datasets`` and ``language``.
+    Each from its flag (--license, --source-dataset), else from the input's own card when the
+    input is a dataset on the Hugging Face hub (hf://datasets/OWNER/NAME/...), else: the licence
+    ``unknown``, no source, and the language of the --language filter (ISO 639-3, ``eng_Latn`` ->
+    ``eng``)."""
+    hub = hub_dataset(typed_input)
+    hub_card = hub_card_metadata(hub) if hub else {}
+    license_ = getattr(settings, "license", None) or hub_card.get("license") or UNKNOWN_LICENSE
+    sources = [s.strip() for s in (getattr(settings, "source_dataset", None) or "").split(",") if s.strip()]
+    if not sources and hub:
+        sources = [hub]
+    languages = hub_card.get("language") or []
+    filtered = getattr(settings, "language", None)
+    if not languages and filtered and filtered != "none":
+        languages = [filtered.split("_", 1)[0]]
+    out = {"license": license_}
+    if sources:
+        out["source_datasets"] = sources
+    if languages:
+        out["language"] = languages
+    return out
+
+
+def hub_dataset(url: str) -> str | None:
+    """``OWNER/NAME`` of an hf://datasets/OWNER/NAME[@REVISION]/... URL, else None."""
+    prefix = "hf://datasets/"
+    if not url.startswith(prefix):
+        return None
+    parts = url[len(prefix):].split("/")
+    if len(parts) < 2 or not parts[0] or not parts[1]:
+        return None
+    return f"{parts[0]}/{parts[1].split('@', 1)[0]}"
+
+
+def hub_card_metadata(repo: str) -> dict:
+    """``license`` (a string) and ``language`` (a list) from the YAML front matter of the hub
+    dataset's README.md; {} when it has none or cannot be read (the card then says less)."""
+    import yaml
+
+    try:
+        fs, path = storage.filesystem(f"hf://datasets/{repo}/README.md")
+        with fs.open(path, "rb") as f:
+            text = f.read(1 << 20).decode("utf-8", "replace")
+    except (OSError, ValueError, ImportError):
+        return {}
+    lines = text.splitlines()
+    if not lines or lines[0].strip() != "---":
+        return {}
+    end = next((i for i in range(1, len(lines)) if lines[i].strip() == "---"), None)
+    try:
+        meta = yaml.safe_load("\n".join(lines[1:end])) if end else None  # safe_load: data only, never code
+    except yaml.YAMLError:
+        return {}
+    if not isinstance(meta, dict):
+        return {}
+    out = {}
+    if isinstance(meta.get("license"), str):
+        out["license"] = meta["license"]
+    elif isinstance(meta.get("license"), list) and all(isinstance(x, str) for x in meta["license"]):
+        out["license"] = meta["license"][0] if len(meta["license"]) == 1 else "other"
+    language = meta.get("language")
+    if isinstance(language, str):
+        language = [language]
+    if isinstance(language, list) and all(isinstance(x, str) for x in language):
+        out["language"] = language
+    return out
 
 
 def launch_provenance(job: str, settings, units: Iterable[InputUnit], tokenizer_spec: str) -> Provenance:
+    typed = getattr(settings, "input", "") or ""
     return Provenance(
         job=job,
         versions=versions(),
         tokenizer_spec=tokenizer_spec,
         tokenizer_files=tuple(tokenizer_files(tokenizer_spec)),
         flags=recorded_flags(settings),
-        inputs=input_files(units),
+        inputs=input_files(units, typed, content=bool(getattr(settings, "input_sha256", False))),
+        card=card_metadata(settings, typed),
     )

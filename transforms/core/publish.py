@@ -33,7 +33,9 @@ from typing import Protocol
 import apache_beam as beam
 
 from shards import layout, storage, tree
+from shards.card import CARD_NAME
 from shards.manifest import format_checksums
+from shards.provenance import STATS_JSON_NAME
 from transforms.core.drops import CountDrops
 
 log = logging.getLogger(__name__)
@@ -149,6 +151,9 @@ def write_description(output: str, kind: str, files: dict[str, bytes]) -> None:
         tree.write_file(output, rel, data)
 
 
+# The description files every publish writes anew (write_description): a re-run rewrites them.
+DESCRIPTION_NAMES = frozenset({STATS_JSON_NAME, CARD_NAME})
+
 PUBLISHING_NAME = tree.Tree.PUBLISHING_MARK
 
 
@@ -180,7 +185,10 @@ def replace_files(config: RunPaths, kind: str, new_files: set[str]) -> None:
     for rel in sorted(stale_files):
         log.info("removing %s, written by an earlier run", rel)
     for rel in sorted(stale_derived):
-        log.info("removing %s, derived from the earlier output", rel)
+        if rel in DESCRIPTION_NAMES:  # written again below (write_description), from this run's figures
+            log.info("rewriting %s for this run's output", rel)
+        else:
+            log.info("removing %s, derived from the earlier output", rel)
     out.remove_files(stale_files | stale_derived)
     tree.record_files(config.output, record, drop=stale_files, drop_derived=stale_derived)
     moves = []

@@ -6,7 +6,8 @@ JSONL file). So a missing column or a file that is not parquet fails the launch 
 naming the file, before any worker starts and before anything is written. Workers then stream
 their unit in small record batches and read only the columns the job needs.
 
-Which files a pattern names (``expand_pattern``):
+Which files a pattern names (``expand_pattern``, in transforms.core.inputs, which imports no Beam:
+the CLI checks an input there before Beam and the tokenizer load):
 
 1. A path that exists is taken as written, even with ``*``, ``?`` or ``[`` in its name
    (``data[1].parquet``, ``runs[2024]/``). Only a path that does not exist is a glob; in it too,
@@ -52,7 +53,6 @@ import io
 import json
 import logging
 import lzma
-import posixpath
 import zlib
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -69,21 +69,30 @@ from shards import storage
 from shards.manifest import has_lone_surrogate, id_problem
 from transforms.core.batches import DocBatch
 from transforms.core.drops import Drops
+from transforms.core.inputs import (  # noqa: F401 - which files a pattern names, re-exported
+    COMPRESSIONS,
+    GLOB_CHARS,
+    JSON_BASES,
+    JSON_VALUES_SUFFIXES,
+    JSONL_SUFFIXES,
+    PARQUET_SUFFIXES,
+    _file_kind,
+    expand_pattern,
+)
 from transforms.core.progress import Planned, Progress
-from transforms.core.records import DROPPED, BadInputError, BadRecord, Document
+from transforms.core.records import (  # noqa: F401 - the FinePDFs field names, ReadConfig's defaults
+    DEFAULT_LANGUAGE_FIELDS,
+    DEFAULT_TOKEN_COUNT,
+    DROPPED,
+    LID_SCORE,
+    BadInputError,
+    BadRecord,
+    Document,
+)
 from transforms.core.spread import SpreadEvenly
 
 log = logging.getLogger(__name__)
 
-PARQUET_SUFFIXES = (".parquet", ".pq")
-# Compression suffix -> its name in messages ("" for none).
-COMPRESSIONS = {"": "", ".gz": "gzip", ".zst": "zstd", ".bz2": "bz2", ".xz": "xz"}
-JSON_BASES = (".jsonl", ".ndjson", ".json")
-JSONL_SUFFIXES = tuple(base + ext for base in JSON_BASES for ext in COMPRESSIONS)
-# Read as JSON text, not JSON lines, when ReadConfig.json_values is set.
-JSON_VALUES_SUFFIXES = tuple(".json" + ext for ext in COMPRESSIONS)
-GLOB_CHARS = "*?["
-LID_SCORE = "page_average_lid_score"
 
 # The FinePDFs filter's fields and the kind of value each must hold (ReadConfig's defaults).
 LID_FIELDS: tuple[tuple[str, str], ...] = (
@@ -92,8 +101,6 @@ LID_FIELDS: tuple[tuple[str, str], ...] = (
     (LID_SCORE, "number"),
     ("token_count", "integer"),
 )
-DEFAULT_LANGUAGE_FIELDS = ("language", "page_average_lid")
-DEFAULT_TOKEN_COUNT = "token_count"
 # DocBatch's own column names: no filter field may take one.
 BATCH_COLUMNS = ("row", "id", "text")
 
@@ -205,61 +212,6 @@ def check_unchanged(unit: InputUnit) -> None:
     now = file_fingerprint(fs, fs_path, fresh=True)
     if now != unit.fingerprint:
         raise BadInputError(unit.path, f"changed while the job ran ({unit.fingerprint} when planned, now {now})")
-
-
-def _file_kind(path: str) -> str | None:
-    lower = path.lower()
-    if lower.endswith(PARQUET_SUFFIXES):
-        return "parquet"
-    if lower.endswith(JSONL_SUFFIXES):
-        return "jsonl"
-    return None
-
-
-def expand_pattern(pattern: str) -> list[str]:
-    """The input files a file, a directory or a glob names, sorted; a BadInputError when none.
-
-    The rules are numbered in the module docstring: a path that exists is taken as written, and
-    names starting with '.' or '_' below a directory or a glob's root are skipped.
-    """
-    url = storage.normalize(pattern)
-    fs, path = storage.filesystem(url)
-    if fs.isdir(path):
-        root, found = path, [p for p in fs.find(path) if _file_kind(p)]
-    elif fs.exists(path):
-        return [storage.unstrip(fs, path, url)]
-    else:
-        root, glob = _glob_root(fs, path)
-        found = [p for p, info in fs.glob(glob, detail=True).items() if info.get("type") != "directory"]
-    kept = [p for p in found if not _hidden_below(root, p)]
-    skipped = len(found) - len(kept)
-    if skipped:
-        log.info("input: skipped %d files under %s whose path has a name starting with '.' or '_'", skipped, root)
-    if not kept:
-        why = f" ({skipped} skipped: a name on their path starts with '.' or '_')" if skipped else ""
-        raise BadInputError(pattern, f"matches no input files{why}")
-    return sorted(storage.unstrip(fs, p, url) for p in kept)
-
-
-def _glob_root(fs, path: str) -> tuple[str, str]:
-    """(the directory before the first wildcard, the glob to expand), for a path that does not exist.
-
-    A name holding glob characters that exists as written is part of the root, escaped in the glob.
-    """
-    parts = path.split("/")
-    glob = list(parts)
-    for i, part in enumerate(parts):
-        if any(c in part for c in GLOB_CHARS):
-            if i == len(parts) - 1 or not fs.exists("/".join(parts[: i + 1])):
-                return "/".join(parts[:i]), "/".join(glob)
-            glob[i] = "".join(f"[{c}]" if c in GLOB_CHARS else c for c in part)
-    return posixpath.dirname(path), "/".join(glob)
-
-
-def _hidden_below(root: str, path: str) -> bool:
-    """Whether a name on ``path`` below ``root`` starts with '.' or '_'."""
-    below = path[len(root):] if path.startswith(root) else posixpath.basename(path)
-    return any(name.startswith((".", "_")) for name in below.split("/") if name)
 
 
 _STRING_TYPES = {pa.string(), pa.large_string()} | ({pa.string_view()} if hasattr(pa, "string_view") else set())

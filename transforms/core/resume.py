@@ -40,6 +40,7 @@ import apache_beam as beam
 from apache_beam.utils.windowed_value import WindowedValue
 
 from shards import storage, tree
+from transforms.core import progress
 from transforms.core.read import unit_cost
 from transforms.core.spread import SpreadEvenly
 
@@ -97,7 +98,7 @@ class WorkDescription:
     def of(cls, job: str, settings, units: Sequence, extra: dict, ignore: Iterable[str] = ()) -> WorkDescription:
         """The description of a run: ``settings`` a job's settings dataclass, ``units`` its InputUnits.
         ``ignore``: settings that do not change the work (``output``, ``restart``...)."""
-        skipped = {"input", "output", "restart", *ignore}
+        skipped = {"input", "output", "restart", "license", "source_dataset", "input_sha256", *ignore}
         values = {k: v for k, v in sorted(dataclasses.asdict(settings).items()) if k not in skipped}
         inputs = [[u.path, u.kind, u.row_group, u.first_row, u.fingerprint] for u in units]
         return cls(job, tool_version(), json.loads(json.dumps(values)), inputs, json.loads(json.dumps(extra)))
@@ -425,6 +426,7 @@ class ProcessUnitsFn(beam.DoFn):
         saved = UnitOutputs(main, dict(side), files)
         storage.write_atomic(self._work.marker_url(index), saved.to_bytes(self._root))
         self._processed.inc()
+        progress.flush_all()  # the launcher's display sees the whole unit (transforms.core.progress)
         yield from saved.emit()
 
     def _run(self, step: int, element, main: list, side: dict) -> None:

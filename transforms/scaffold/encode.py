@@ -42,9 +42,7 @@ from transforms.core.drops import Drops
 from transforms.core.encoders import Encoder, check_unchanged, load_encoder
 from transforms.core.progress import Progress
 from transforms.core.records import Document
-
-LONG_DOC_POLICIES = ("skip", "chunk")
-DEFAULT_MAX_WORD_CHARS = 1000
+from transforms.scaffold.settings import DEFAULT_MAX_WORD_CHARS, LONG_DOC_POLICIES
 
 DROPPED = "dropped"
 COUNTS = "counts"

@@ -7,14 +7,20 @@ the stats dataset_stats.txt records (LlmcFormat) are built from it.
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 from shards import layout, llmc, storage
-from transforms.core.read import ReadConfig
-from transforms.scaffold.encode import DEFAULT_MAX_WORD_CHARS, ScaffoldConfig
-from transforms.scaffold.write import DEFAULT_ORDER_RANGES, LlmcShardConfig
+
+if TYPE_CHECKING:  # the steps' own configs are imported where they are built: --help imports no Beam
+    from transforms.core.read import ReadConfig
+    from transforms.scaffold.encode import ScaffoldConfig
+    from transforms.scaffold.write import LlmcShardConfig
 
 ANNOTATED_FIELD = "content-ff"
 PLAIN_FIELD = "text"
+LONG_DOC_POLICIES = ("skip", "chunk")  # what --long-docs does with a document over 1,000 words
+DEFAULT_MAX_WORD_CHARS = 1000  # longer words are dropped, counted (transforms.scaffold.encode)
+DEFAULT_ORDER_RANGES = 1024  # pieces each split's ordering is cut into (transforms.scaffold.write)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,20 +39,29 @@ class ScaffoldSettings:
     order_ranges: int = DEFAULT_ORDER_RANGES
     on_bad_record: str = "fail"
     restart: bool = False  # discard saved work (transforms.core.resume); never changes the bytes
+    license: str | None = None  # the card's metadata (transforms.core.provenance.card_metadata)
+    source_dataset: str | None = None
+    input_sha256: bool = False
 
     @property
     def field(self) -> str:
         return self.text_field or (PLAIN_FIELD if self.annotate else ANNOTATED_FIELD)
 
     def scaffold_config(self) -> ScaffoldConfig:
+        from transforms.scaffold.encode import ScaffoldConfig
+
         return ScaffoldConfig(tokenizer=self.tokenizer, annotate=self.annotate, long_docs=self.long_docs,
                               val_fraction=self.val_fraction, max_word_chars=self.max_word_chars)
 
     def shard_config(self, run_id: str) -> LlmcShardConfig:
+        from transforms.scaffold.write import LlmcShardConfig
+
         return LlmcShardConfig(output=storage.normalize(self.output), run_id=run_id, shard_tokens=self.shard_tokens,
                                seed=self.seed, order_ranges=self.order_ranges,
                                chunked_documents=self.long_docs == "chunk")
 
     def read_config(self) -> ReadConfig:
+        from transforms.core.read import ReadConfig
+
         return ReadConfig(storage.normalize(self.input), id_field=self.id_field, text_field=self.field,
                           with_lid=False, json_values=True, on_bad_record=self.on_bad_record)

@@ -57,10 +57,10 @@ from transforms.core.publish import PublishOutput, RunPaths, UnaccountedDocument
 from transforms.core.records import DROPPED
 from transforms.core.spill import AtomicFile, SpillReader, SpillTokensFn, load_refs
 from transforms.scaffold.encode import COUNTS, DocumentCounts, sum_counts
+from transforms.scaffold.settings import DEFAULT_ORDER_RANGES
 
 log = logging.getLogger(__name__)
 
-DEFAULT_ORDER_RANGES = 1024
 ITEMSIZE = llmc.TOKEN_DTYPE.itemsize
 
 

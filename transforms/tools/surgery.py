@@ -38,6 +38,7 @@ import apache_beam as beam
 from shards import layout, manifest, storage, tree
 from shards.manifest import DatasetStats
 from shards.removal import REMOVALS_HEADER, REMOVALS_NAME, format_removal_line, parse_removal_line
+from transforms.core.progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -331,9 +332,13 @@ class RewriteFileFn(beam.DoFn):
         self._itemsize = itemsize
         self._rewritten = beam.metrics.Metrics.counter("pretokenize", "files_rewritten")
 
+    def setup(self):
+        self._progress = Progress("rewrite")
+
     def process(self, plan: FilePlan):
         outcome, digest = rewrite_file(self._output, plan, self._itemsize)
         self._rewritten.inc()
+        self._progress.add(files=1)
         log.info("%s: %s", plan.rel_path, outcome)
         yield plan.rel_path, digest
 

@@ -46,6 +46,7 @@ from transforms.bucketed.tokenize import TokenizeDocuments, TokenizerConfig
 from transforms.core.batches import DocBatch, TokenBatch
 from transforms.core.drops import DUPLICATE_ID
 from transforms.core.encoders import other_backend
+from transforms.core.progress import Progress
 from transforms.core.read import ReadDocuments
 from transforms.core.records import DROPPED
 
@@ -265,6 +266,9 @@ class CheckFileFn(beam.DoFn):
         self._compare = compare
         self._checked = beam.metrics.Metrics.counter("pretokenize", "files_verified")
 
+    def setup(self):
+        self._progress = Progress("verify")
+
     def process(self, unit: FileUnit):
         for kind, value in check_file(unit, self._config):
             if kind == "problem":
@@ -274,6 +278,7 @@ class CheckFileFn(beam.DoFn):
             elif self._compare:
                 yield value
         self._checked.inc()
+        self._progress.add(files=1)
 
 
 def stats_problems(stats: DatasetStats, summaries: list[FileSummary]) -> list[str]:

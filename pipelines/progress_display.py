@@ -1,0 +1,218 @@
+"""The whole job's progress, drawn by the launcher of a local run from what its workers share.
+
+Each stage the job announced (transforms.core.progress.announce_stages: for the writing jobs, one
+for reading and tokenizing, one for writing) is a bar in a terminal (tqdm: the share, the count,
+the rate, the elapsed time and the ETA), redrawn a few times a second from the first second of
+the run until it has published; a stage's bar is full once the next stage has begun (a local
+runner finishes a stage before the shuffle that feeds the next) and every bar is full once the
+job has published. While bars are drawn, the workers' own progress lines are held back (they
+would tear the bars) and other log lines are printed above the bars.
+
+When stderr is not a terminal (a log file, CI), the same figures are one plain log line every
+``PRETOKENIZE_PROGRESS_SECONDS`` (10 s) and one at the end:
+``progress: read and tokenize 45.3% of 2.60M rows, ETA 31s; write 0.0% of 1.20G tokens``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import threading
+import time
+
+from transforms.core import progress
+from transforms.core.progress import Stage, announced_stages, read_shared, share_line
+
+log = logging.getLogger("pretokenize.progress")
+
+REDRAW_SECONDS = 0.1
+
+
+def stage_figures(shared_dir: str, stages: list[Stage]) -> list[tuple[int, int | None]]:
+    """(done, total or None when not yet known) of each stage, from the workers' shared totals."""
+
+    def summed(step: str, keys: tuple[str, ...]) -> int:
+        n = 0
+        with contextlib.suppress(OSError):
+            for figures in read_shared(shared_dir, step):
+                totals = figures.get("totals") or {}
+                n += sum(int(totals.get(k, 0)) for k in keys)
+        return n
+
+    out = []
+    for stage in stages:
+        done = summed(stage.step, stage.keys)
+        total = stage.total if stage.total is not None else summed(stage.total_step, stage.total_keys) or None
+        out.append((done, total))
+    # A stage that has begun means the one before it has ended.
+    for i in range(len(out) - 1):
+        if out[i + 1][0] and out[i][1] is not None:
+            out[i] = (max(out[i][0], out[i][1]), max(out[i][0], out[i][1]))
+    return out
+
+
+class JobDisplay:
+    """A context manager drawing the stages announced in ``shared_dir`` while the job runs
+    inside it: bars when ``stream`` is a terminal, else a log line every ``interval`` seconds."""
+
+    def __init__(self, shared_dir: str, stream=None, interval: float | None = None,
+                 ending: tuple[str, str] = ("publishing", "published")):
+        self.shared_dir = shared_dir
+        self.ending = ending  # what the last bar says once its stage is done, then once the job is
+        self.stream = sys.stderr if stream is None else stream
+        self.interval = float(os.environ.get(progress.INTERVAL_ENV, 10.0)) if interval is None else interval
+        self.bars = _is_terminal(self.stream)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="pretokenize-progress", daemon=True)
+        self._stages: list[Stage] = []
+        self._tqdm: list = []
+        self._started: list[float | None] = []
+        self._ended: list[bool] = []
+        self._lines: list[str] = []
+        self._start = time.monotonic()
+        self._redirect = contextlib.ExitStack()
+
+    def __enter__(self) -> JobDisplay:
+        if self.bars:
+            from tqdm.contrib.logging import logging_redirect_tqdm
+
+            # Other log lines go above the bars; the workers' own progress lines are held back.
+            self._redirect.enter_context(logging_redirect_tqdm())
+            self._redirect.enter_context(_workers_quiet())
+        self._thread.start()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._draw(finished=exc_type is None)
+        for bar in self._tqdm:
+            bar.close()
+        self._redirect.close()
+
+    def _loop(self) -> None:
+        last_line = time.monotonic()
+        while not self._stop.wait(REDRAW_SECONDS if self.bars else 0.5):
+            if self.bars:
+                self._draw()
+            elif time.monotonic() - last_line >= self.interval:
+                last_line = time.monotonic()
+                self._draw()
+
+    def _draw(self, finished: bool = False) -> None:
+        if not self._stages:
+            self._stages = announced_stages(self.shared_dir)
+            if not self._stages:
+                return
+            self._started = [self._start] + [None] * (len(self._stages) - 1)
+            self._ended = [False] * len(self._stages)
+            if self.bars:
+                self._tqdm = [self._new_bar(i, s) for i, s in enumerate(self._stages)]
+        figures = stage_figures(self.shared_dir, self._stages)
+        if finished:  # published: every stage is done, whatever the last shared figures said
+            figures = [(max(d, t or 0), max(d, t or 0)) for d, t in figures]
+        now, last = time.monotonic(), len(figures) - 1
+        for i, (done, total) in enumerate(figures):
+            if self._ended[i]:
+                continue
+            if self._started[i] is None:
+                before_done, before_total = figures[i - 1]
+                if not (done or (before_total is not None and before_done >= before_total)):
+                    continue  # not begun: shown as it is (0)
+                self._started[i] = now  # its rate and ETA from when the stage before it ended
+                if self.bars:
+                    self._tqdm[i].reset(total=total)
+            ended = total is not None and done >= total and (i < last or finished)
+            if self.bars:
+                bar = self._tqdm[i]
+                bar.total = None if total is None else max(total, done)
+                bar.n = done  # the rate is the average since the stage began (smoothing=0): the ETA at the rate so far
+                if i == last and total is not None and done >= total:
+                    bar.set_postfix_str(self.ending[1] if finished else self.ending[0], refresh=False)
+                bar.refresh()  # an ended stage is drawn a last time, then left as it is
+            elif total is not None or done:
+                self._lines.append(self._line(self._stages[i], done, total, now - self._started[i]))
+            self._ended[i] = ended
+        if not self.bars and self._lines:
+            log.info("progress: %s%s", "; ".join(self._lines), f" ({self.ending[1]})" if finished else "")
+            self._lines = []
+
+    @staticmethod
+    def _line(stage: Stage, done: int, total: int | None, since: float) -> str:
+        if total is None:
+            return f"{stage.label} {done:,} {stage.unit}"
+        return f"{stage.label} {share_line(done, progress.Planned(total, stage.unit), since)}"
+
+    def _new_bar(self, position: int, stage: Stage):
+        from tqdm import tqdm
+
+        # A terminal that says it has no size (a bare pseudo-terminal) gets 80 x 24, not 0 x 0 (no bars).
+        sized = all(_size(self.stream))
+        return tqdm(total=stage.total, desc=f"{stage.label:<17}", unit=f" {stage.unit}", unit_scale=_scaled(stage.unit),
+                    position=position, file=self.stream, dynamic_ncols=sized, ncols=None if sized else 80,
+                    nrows=None if sized else 24, leave=True, smoothing=0)
+
+
+def _scaled(unit: str) -> bool:
+    """1.20M tokens, but 84 files (not 84.0)."""
+    return unit in ("tokens", "rows")
+
+
+def _size(stream) -> tuple[int, int]:
+    try:
+        return tuple(os.get_terminal_size(stream.fileno()))
+    except (AttributeError, ValueError, OSError):
+        return 0, 0
+
+
+def _is_terminal(stream) -> bool:
+    try:
+        return stream.isatty() and os.environ.get("TERM") != "dumb"
+    except (AttributeError, ValueError):
+        return False
+
+
+@contextlib.contextmanager
+def _workers_quiet():
+    """The progress lines of this process's steps, and those its worker processes send, held back."""
+    ours = logging.getLogger(progress.log.name)
+    previous = ours.level
+    ours.setLevel(logging.WARNING)
+    progress.hold_worker_progress(True)
+    try:
+        yield
+    finally:
+        progress.hold_worker_progress(False)
+        ours.setLevel(previous)
+
+
+class LauncherBar:
+    """A bar for work the launcher does itself (train-bpe's merges): drawn when stderr is a
+    terminal (``drawn``), else nothing (the caller logs its own lines)."""
+
+    def __init__(self, label: str, total: int, unit: str, stream=None):
+        self.stream = sys.stderr if stream is None else stream
+        self.drawn = _is_terminal(self.stream)
+        self._label, self._total, self._unit = label, total, unit
+        self._bar = None
+
+    def __enter__(self) -> LauncherBar:
+        if self.drawn:
+            from tqdm import tqdm
+
+            sized = all(_size(self.stream))
+            self._bar = tqdm(total=self._total, desc=f"{self._label:<17}", unit=f" {self._unit}",
+                             unit_scale=_scaled(self._unit),
+                             file=self.stream, dynamic_ncols=sized, ncols=None if sized else 80,
+                             nrows=None if sized else 24, smoothing=0)
+        return self
+
+    def set(self, done: int) -> None:
+        if self._bar is not None:
+            self._bar.update(done - self._bar.n)
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self._bar is not None:
+            self._bar.close()

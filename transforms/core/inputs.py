@@ -1,0 +1,79 @@
+"""Which files ``--input`` names: the suffixes the readers know, and a pattern's expansion.
+
+The rules are numbered in transforms/core/read.py's docstring. This module imports no Beam and no
+Arrow, so the CLI can say that an input matches nothing before it loads either, or the tokenizer.
+"""
+
+from __future__ import annotations
+
+import logging
+import posixpath
+
+from shards import storage
+from transforms.core.records import BadInputError
+
+log = logging.getLogger("transforms.core.read")
+
+PARQUET_SUFFIXES = (".parquet", ".pq")
+# Compression suffix -> its name in messages ("" for none).
+COMPRESSIONS = {"": "", ".gz": "gzip", ".zst": "zstd", ".bz2": "bz2", ".xz": "xz"}
+JSON_BASES = (".jsonl", ".ndjson", ".json")
+JSONL_SUFFIXES = tuple(base + ext for base in JSON_BASES for ext in COMPRESSIONS)
+# Read as JSON text, not JSON lines, when ReadConfig.json_values is set.
+JSON_VALUES_SUFFIXES = tuple(".json" + ext for ext in COMPRESSIONS)
+GLOB_CHARS = "*?["
+
+
+def _file_kind(path: str) -> str | None:
+    lower = path.lower()
+    if lower.endswith(PARQUET_SUFFIXES):
+        return "parquet"
+    if lower.endswith(JSONL_SUFFIXES):
+        return "jsonl"
+    return None
+
+
+def expand_pattern(pattern: str) -> list[str]:
+    """The input files a file, a directory or a glob names, sorted; a BadInputError when none.
+
+    The rules are numbered in transforms/core/read.py's docstring: a path that exists is taken as written, and
+    names starting with '.' or '_' below a directory or a glob's root are skipped.
+    """
+    url = storage.normalize(pattern)
+    fs, path = storage.filesystem(url)
+    if fs.isdir(path):
+        root, found = path, [p for p in fs.find(path) if _file_kind(p)]
+    elif fs.exists(path):
+        return [storage.unstrip(fs, path, url)]
+    else:
+        root, glob = _glob_root(fs, path)
+        found = [p for p, info in fs.glob(glob, detail=True).items() if info.get("type") != "directory"]
+    kept = [p for p in found if not _hidden_below(root, p)]
+    skipped = len(found) - len(kept)
+    if skipped:
+        log.info("input: skipped %d files under %s whose path has a name starting with '.' or '_'", skipped, root)
+    if not kept:
+        why = f" ({skipped} skipped: a name on their path starts with '.' or '_')" if skipped else ""
+        raise BadInputError(pattern, f"matches no input files{why}")
+    return sorted(storage.unstrip(fs, p, url) for p in kept)
+
+
+def _glob_root(fs, path: str) -> tuple[str, str]:
+    """(the directory before the first wildcard, the glob to expand), for a path that does not exist.
+
+    A name holding glob characters that exists as written is part of the root, escaped in the glob.
+    """
+    parts = path.split("/")
+    glob = list(parts)
+    for i, part in enumerate(parts):
+        if any(c in part for c in GLOB_CHARS):
+            if i == len(parts) - 1 or not fs.exists("/".join(parts[: i + 1])):
+                return "/".join(parts[:i]), "/".join(glob)
+            glob[i] = "".join(f"[{c}]" if c in GLOB_CHARS else c for c in part)
+    return posixpath.dirname(path), "/".join(glob)
+
+
+def _hidden_below(root: str, path: str) -> bool:
+    """Whether a name on ``path`` below ``root`` starts with '.' or '_'."""
+    below = path[len(root):] if path.startswith(root) else posixpath.basename(path)
+    return any(name.startswith((".", "_")) for name in below.split("/") if name)
