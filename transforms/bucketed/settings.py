@@ -18,6 +18,7 @@ from transforms.bucketed.filter import LidFilterConfig
 from transforms.bucketed.tokenize import TokenizerConfig
 from transforms.bucketed.write import ShardConfig
 from transforms.core.read import DEFAULT_LANGUAGE_FIELDS, DEFAULT_TOKEN_COUNT, LID_SCORE, ReadConfig
+from transforms.core.spill import DEFAULT_CONNECTIONS
 
 OFF = "none"  # the value of --language, --lid-score-field or --token-count-field that turns its check off
 # The field settings, and the value each has unless a flag changes it.
@@ -94,6 +95,7 @@ class BucketedSettings(InputFields):
     eos_token: str | None = None
     tokenizer_backend: str = "auto"
     tokenizer_threads: int = 1
+    read_connections: int = DEFAULT_CONNECTIONS  # never changes the bytes
     dtype: str = layout.DEFAULT_DTYPE
     partitions: int = layout.DEFAULT_PARTITIONS
     max_shard_bytes: int = layout.DEFAULT_MAX_SHARD_BYTES
@@ -119,4 +121,5 @@ class BucketedSettings(InputFields):
 
     def shard_config(self, run_id: str) -> ShardConfig:
         return ShardConfig(output=storage.normalize(self.output), run_id=run_id, partitions=self.partitions,
-                           max_shard_bytes=self.max_shard_bytes, seed=self.seed, dtype=self.dtype)
+                           max_shard_bytes=self.max_shard_bytes, seed=self.seed, dtype=self.dtype,
+                           read_connections=self.read_connections)
