@@ -238,7 +238,7 @@ class PlanShardGroupsFn(beam.DoFn):
         yield from groups
         if duplicates:
             log.warning("partition %d: %d documents dropped as copies of an id already kept", partition, duplicates)
-            yield beam.pvalue.TaggedOutput(DROPPED, self._drops(DUPLICATE_ID, duplicates))
+            yield self._drops(DUPLICATE_ID, duplicates)  # a TaggedOutput of DROPPED
 
 
 class WriteShardFilesFn(beam.DoFn):
