@@ -2,7 +2,8 @@
 
 Its stats (dataset_stats.txt) are built from the job's settings and the staged groups; its own
 files are the manifest (processed_spec.txt, assembled in the staging area, moved in after the
-shards) and the removal records: the audit lines of a removal that was pending when the run began,
+shards), its reader index (processed_spec.idx, built from the staged manifest: shards.index)
+and the removal records: the audit lines of a removal that was pending when the run began,
 and those of the ids of --removal-list, so that every later run keeps them out.
 """
 
@@ -12,7 +13,8 @@ import dataclasses
 import posixpath
 import time
 
-from shards import layout, storage
+from shards import index as reader_index
+from shards import layout, storage, tree
 from shards.card import description_files
 from shards.manifest import MANIFEST_HEADER, BucketStats, DatasetStats
 from shards.provenance import Provenance, bucketed_document
@@ -82,8 +84,14 @@ class BucketedFormat:
         fs, _ = storage.filesystem(config.output)
         _, staged = storage.filesystem(config.staged_url)
         staged_manifest = posixpath.join(staged, layout.MANIFEST_NAME)
-        if fs.exists(staged_manifest):
-            return
+        if not fs.exists(staged_manifest):
+            self._assemble_manifest(fs, staged, staged_manifest, groups)
+        staged_index = posixpath.join(staged, reader_index.INDEX_NAME)
+        if not fs.exists(staged_index):
+            # The reader index, built from the manifest as staged (shards.index).
+            reader_index.write_index_file(fs, staged, staged_index, staged_index + ".partial")
+
+    def _assemble_manifest(self, fs, staged: str, staged_manifest: str, groups: list[ShardGroup]) -> None:
         tmp = staged_manifest + ".partial"
         fs.makedirs(staged, exist_ok=True)  # no group was staged when no document was kept
         with fs.open(tmp, "wb") as out:
@@ -99,9 +107,18 @@ class BucketedFormat:
         from transforms.tools.surgery import append_audit_lines, delete_journal, load_journal, record_removal_list
 
         fs, root = storage.filesystem(config.output)
-        staged_manifest = posixpath.join(storage.filesystem(config.staged_url)[1], layout.MANIFEST_NAME)
+        staged = storage.filesystem(config.staged_url)[1]
+        staged_manifest = posixpath.join(staged, layout.MANIFEST_NAME)
+        staged_index = posixpath.join(staged, reader_index.INDEX_NAME)
+        if fs.exists(staged_index):
+            # Listed before it is there, as every derived file is (shards.tree): the next publish
+            # deletes it with the shards it describes.
+            record = tree.owned(config.output, self.kind)
+            tree.record_files(config.output, record, add_derived=[reader_index.INDEX_NAME])
         if fs.exists(staged_manifest):
             fs.mv(staged_manifest, posixpath.join(root, layout.MANIFEST_NAME))
+        if fs.exists(staged_index):
+            fs.mv(staged_index, posixpath.join(root, reader_index.INDEX_NAME))
         if config.pending_removal is not None:
             # Its documents were kept out of this run (its ids were a removal source): what is
             # left is its audit lines; then its journal goes.
