@@ -31,12 +31,19 @@ import posixpath
 from typing import Protocol
 
 import apache_beam as beam
+from fsspec.asyn import AsyncFileSystem
 
 from shards import layout, storage, tree
 from shards.manifest import format_checksums
 from transforms.core.drops import CountDrops
 
 log = logging.getLogger(__name__)
+
+
+# Copies in flight when publishing to an object store: server-side copies (a GCS rewrite within a
+# bucket moves no data; an S3 CopyObject copies inside the store), so many at once cost the worker
+# nothing but connections. The client's pool is made as large (storage.filesystem).
+PUBLISH_CONNECTIONS = 64
 
 
 class UnaccountedDocumentsError(RuntimeError):
@@ -167,11 +174,11 @@ def replace_files(config: RunPaths, kind: str, new_files: set[str]) -> None:
 
     The record lists the new files before any of them is moved in, and the deleted ones until
     they are gone, so a crash leaves no file of ours unrecorded. Renames on a local disk; on
-    object stores, where a move is a copy and a delete, all copies at once (s3fs and gcsfs run
-    them concurrently). A file already moved by an earlier attempt is skipped, so a retried
-    publish finishes the job.
+    object stores, where a move is a copy and a delete, all copies at once, PUBLISH_CONNECTIONS
+    of them in flight (s3fs's pool would otherwise allow 10). A file already moved by an earlier
+    attempt is skipped, so a retried publish finishes the job.
     """
-    fs, root = storage.filesystem(config.output)
+    fs, root = storage.filesystem(config.output, connections=PUBLISH_CONNECTIONS)
     _, staged = storage.filesystem(config.staged_url)
     record = tree.owned(config.output, kind)
     stale_files = set(record.files) - new_files
@@ -195,7 +202,8 @@ def replace_files(config: RunPaths, kind: str, new_files: set[str]) -> None:
             fs.makedirs(posixpath.dirname(dst), exist_ok=True)
             fs.mv(src, dst)
     elif moves:
-        fs.copy([s for s, _ in moves], [d for _, d in moves])
+        concurrency = {"batch_size": PUBLISH_CONNECTIONS} if isinstance(fs, AsyncFileSystem) else {}
+        fs.copy([s for s, _ in moves], [d for _, d in moves], **concurrency)
         fs.rm([s for s, _ in moves])
 
 
