@@ -46,6 +46,8 @@ def make_parser() -> argparse.ArgumentParser:
     flag(p, "partitions", type=int, default=d.partitions, help="partitions per bucket")
     flag(p, "max-shard-bytes", type=float, default=d.max_shard_bytes, help="roll to a new file before this size")
     flag(p, "seed", type=int, default=d.seed, help="seed of the order inside each partition")
+    flag(p, "read-connections", type=int, default=d.read_connections,
+         help="range requests in flight per writer reading spill files on an object store (never changes the bytes)")
     flag(p, "batch-docs", type=int, default=d.batch_docs, help="documents per tokenizer batch")
     flag(p, "removal-list", default=None, help="ids to leave out, one a line, no comments, or a removals.txt")
     flag(p, "special-tokens", default=d.special_tokens, choices=list(SPECIAL_TOKEN_MODES),
@@ -101,7 +103,7 @@ def build(pipeline: beam.Pipeline, options: BucketedSettings, run_id: str | None
     description = resume.WorkDescription.of("bucketed", options, units, {
         "tokenizer_probe": resume.tokenizer_probe(encoder),
         "removal_ids": hashlib.sha256("\n".join(sorted(removal_ids)).encode()).hexdigest()[:16],
-    })
+    }, ignore=("read_connections",))
     work = common.prepare_output(output, "bucketed", inputs=[u.path for u in units], keep=keep, work=description,
                                  restart=options.restart)
     shards = dataclasses.replace(shards, work_dir=work.dir_name)

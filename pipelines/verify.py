@@ -143,6 +143,7 @@ def run(argv: list[str] | None = None) -> int:
         MAX_REPORTED,
         VerifyConfig,
         VerifyOutput,
+        index_problems,
         plan_units,
         read_checksums,
         write_report,
@@ -172,7 +173,7 @@ def run(argv: list[str] | None = None) -> int:
                               checksums, eos_inside=stats.special_tokens == "tokenizer")
         removed, removal_problems = _removed_ids(output, args.removal_list)
         units, launch_problems, rows = plan_units(output, removed)
-        launch_problems += checksum_problems + removal_problems
+        launch_problems += checksum_problems + removal_problems + index_problems(output)
         if checksums is not None:
             launch_problems += [f"{layout.CHECKSUMS_NAME} names {rel}, which is not in the tree"
                                 for rel in sorted(set(checksums) - {u.rel_path for u in units})]

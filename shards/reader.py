@@ -50,6 +50,7 @@ import functools
 import hashlib
 import itertools
 import json
+import os
 import posixpath
 from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -58,6 +59,7 @@ from typing import NamedTuple
 import numpy as np
 from fsspec.implementations.local import LocalFileSystem
 
+from shards import index as reader_index
 from shards import layout, llmc, manifest, storage
 from shards.tree import IncompleteTreeError, OutputTree, Tree, is_ours  # noqa: F401 - IncompleteTreeError: callers catch it here
 
@@ -1080,7 +1082,9 @@ def open_tree(url: str) -> ShardTree:
     fs, root = storage.filesystem(url)
     root = root.rstrip("/") or "/"
     if out.kind == "bucketed" and fs.exists(posixpath.join(root, layout.MANIFEST_NAME)):
-        return _open_bucketed(fs, root, url, out.stats())
+        stats = out.stats()
+        indexed = _open_indexed(fs, root, url, stats, out.record)
+        return indexed if indexed is not None else _open_bucketed(fs, root, url, stats)
     if out.kind == "scaffold":
         files = {}
         for split in llmc.SPLITS:
@@ -1175,6 +1179,70 @@ def _open_bucketed(fs, root: str, url: str, stats: manifest.DatasetStats) -> Sha
         split=np.full(len(length), -1, dtype=np.int8),
     )
     return ShardTree(url, "bucketed", store, documents, stats.eos_id, stats)
+
+
+def _open_indexed(fs, root: str, url: str, stats: manifest.DatasetStats, record) -> ShardTree | None:
+    """The tree through its reader index (shards.index): mapped, not parsed, so opening costs the
+    same for ten documents or ten million. None (parse the manifest) when the record does not
+    list an index, the tree is not on a local disk, or the index does not describe this manifest."""
+    path = posixpath.join(root, reader_index.INDEX_NAME)
+    listed = record is not None and reader_index.INDEX_NAME in record.derived
+    if not (listed and isinstance(fs, LocalFileSystem) and fs.isfile(path) and not os.path.islink(path)):
+        return None
+    try:
+        index = reader_index.open_index(path)
+    except ValueError:
+        return None  # another version's, or damaged: verify says so; the manifest still opens the tree
+    if index.manifest_bytes != fs.size(posixpath.join(root, layout.MANIFEST_NAME)):
+        return None  # the manifest changed after the index was written
+    dtype = layout.DTYPES[stats.dtype]
+    sizes = _sizes(fs, root, sorted({r.split("/", 1)[0] for r in index.files}))
+    for rel, count in zip(index.files, index.file_tokens.tolist(), strict=True):
+        if sizes.get(rel) != count * dtype.itemsize:
+            return None  # the shards are not those the index describes: the manifest decides
+    store = TokenStore(fs, root, index.files, index.file_tokens, dtype)
+    return ShardTree(url, "bucketed", store, IndexedDocuments(path, index), stats.eos_id, stats)
+
+
+class IndexedIds:
+    """The ids column of a reader index: ``ids[i]`` is document i's id (UTF-8 bytes)."""
+
+    def __init__(self, index):
+        self._index = index
+
+    def __len__(self) -> int:
+        return self._index.documents
+
+    def __getitem__(self, i: int) -> bytes:
+        return self._index.id(int(i))
+
+    def __iter__(self) -> Iterator[bytes]:
+        return (self._index.id(i) for i in range(self._index.documents))
+
+
+class IndexedDocuments(Documents):
+    """Documents whose columns are views of a mapped reader index; pickled as the index's path
+    (a DataLoader worker maps it again), and found by id through the index's hash table."""
+
+    def __init__(self, path: str, index=None):
+        self._path = path
+        index = index if index is not None else reader_index.open_index(path)
+        self._index = index
+        n = index.documents
+        super().__init__(IndexedIds(index), index.start, index.length, index.file, index.bucket, index.partition,
+                         np.broadcast_to(np.int8(-1), (n,)))
+
+    def __getstate__(self):
+        return {"path": self._path}
+
+    def __setstate__(self, state):
+        self.__init__(state["path"])
+
+    def index_of(self, doc_id: str) -> int:
+        row = self._index.find(doc_id.encode("utf-8"))
+        if row is None:
+            raise KeyError(f"no document with id {doc_id!r} in this tree")
+        return row
 
 
 def _bucket_indices(lengths: np.ndarray) -> np.ndarray:

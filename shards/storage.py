@@ -31,14 +31,18 @@ def normalize(url: str) -> str:
 
 
 # The package each protocol's filesystem needs, and the extra of this project that installs it.
+# Requests a reader of spill files keeps in flight on an object store (the client's pool is sized to match).
+DEFAULT_CONNECTIONS = 32
 _EXTRAS = {"hf": ("huggingface_hub", "hf"), "gs": ("gcsfs", "gcp"), "gcs": ("gcsfs", "gcp"), "s3": ("s3fs", "aws")}
 
 
-def filesystem(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
+def filesystem(url: str, connections: int | None = None) -> tuple[fsspec.AbstractFileSystem, str]:
     """The filesystem of ``url`` and the path inside it; an ImportError naming the extra to
-    install when the protocol's package is missing."""
+    install when the protocol's package is missing. ``connections``: requests a caller keeps in
+    flight at once (SpillReader), so the client's connection pool is made that large (s3fs's is
+    botocore's ``max_pool_connections``, 10 by default; gcsfs's aiohttp pool allows 100 already)."""
     try:
-        return fsspec.core.url_to_fs(url)
+        return fsspec.core.url_to_fs(url, **_pool_options(url, connections))
     except ImportError:
         protocol = url.split("://", 1)[0] if "://" in url else ""
         if protocol not in _EXTRAS:
@@ -46,6 +50,16 @@ def filesystem(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
         package, extra = _EXTRAS[protocol]
         raise ImportError(f"{protocol}:// paths need {package}: pip install 'beam-pretokenize[{extra}]' "
                           f"(for {url})") from None
+
+
+def _pool_options(url: str, connections: int | None) -> dict:
+    if not connections or not url.startswith("s3://"):
+        return {}
+    # fsspec's configuration (fsspec.config.conf, FSSPEC_S3_* variables) is merged one level deep:
+    # its config_kwargs are kept, the pool size added.
+    config = dict(fsspec.config.conf.get("s3", {}).get("config_kwargs") or {})
+    config["max_pool_connections"] = max(connections, int(config.get("max_pool_connections") or 0))
+    return {"config_kwargs": config}
 
 
 # Where a filesystem's info() gives a file's version, in the order asked: an object store's

@@ -4,6 +4,7 @@ chunk; roll cuts documents into files as the writers always have."""
 from __future__ import annotations
 
 import fsspec
+import fsspec.implementations.memory
 import numpy as np
 import pytest
 from fsspec.implementations.local import LocalFileSystem
@@ -120,8 +121,9 @@ def test_a_short_spill_file_is_an_error_not_short_tokens(tmp_path, where):
 
 
 def test_spilled_references_come_back_through_their_pointers(tmp_path):
-    """SpillTokens writes each group's documents together and emits only pointers; the references
-    they point to find every document's tokens again, whichever group it went to."""
+    """SpillTokens writes each group's documents together and emits only pointers (once the
+    bundle's files are closed); the references they point to find every document's tokens
+    again, whichever group it went to."""
     import types
 
     from transforms.core.batches import TokenBatch
@@ -136,14 +138,15 @@ def test_spilled_references_come_back_through_their_pointers(tmp_path):
                        lambda b, _: (["odd" if i % 2 else "even" for i in range(b.size)], np.arange(b.size) * 7))
     fn.setup()
     fn.start_bundle()
-    emitted = list(fn.process(batch))
-    fn.finish_bundle()
+    assert list(fn.process(batch)) == []  # held until the bundle ends or enough is held
+    emitted = [w.value for w in fn.finish_bundle()]
     assert sorted(k for k, _ in emitted) == ["even", "odd"]
     assert all(p.size > 0 and p.path.endswith(".refs") for _, p in emitted)
     fs = fsspec.filesystem("file")
     for key, pointer in emitted:
         (ref,) = load_refs(fs, [pointer])
-        assert ref.ids == [i for n, i in enumerate(ids) if (n % 2 == 1) == (key == "odd")]
+        members = [i for n, i in enumerate(ids) if (n % 2 == 1) == (key == "odd")]
+        assert ref.ids == members
         assert ref.sort_keys.tolist() == [ids.index(i) * 7 for i in ref.ids]
         refs = Refs.concat([ref])
         got = np.concatenate([t for _, _, t in SpillReader(fs, np.uint32).chunks(refs, np.arange(refs.size))])
@@ -193,3 +196,120 @@ def test_references_that_do_not_check_are_refused_never_run():
                             (bytes(bad_length), 2), (good + b"x", 2)]:
         with pytest.raises(BadInputError, match="not a references file this tool wrote"):
             decode_refs(data, RefPointer("/w/spill/abc.refs", 0, len(data), documents))
+
+
+@pytest.mark.parametrize(
+    "spill, starts, stops, max_gap, ranges, member",
+    [
+        ([], [], [], 0, [], []),
+        ([0, 0, 0], [0, 4, 8], [4, 8, 12], 0, [(0, 0, 12)], [0, 0, 0]),  # back to back: one range
+        ([0, 0], [0, 6], [4, 8], 0, [(0, 0, 4), (0, 6, 8)], [0, 1]),  # a gap splits
+        ([0, 0], [0, 6], [4, 8], 2, [(0, 0, 8)], [0, 0]),  # ... unless within max_gap
+        ([0, 1], [0, 4], [4, 8], 0, [(0, 0, 4), (1, 4, 8)], [0, 1]),  # another file: another range
+        ([0, 0, 0], [0, 2, 9], [10, 4, 12], 0, [(0, 0, 12)], [0, 0, 0]),  # inside an earlier range
+        ([0, 1], [0, 0], [1 << 30, 8], 0, [(0, 0, 1 << 30), (1, 0, 8)], [0, 1]),  # a long range ends in its file
+    ],
+)
+def test_coalesce_merges_neighbouring_ranges_of_one_file(spill, starts, stops, max_gap, ranges, member):
+    from transforms.core.spill import coalesce
+
+    got, got_member = coalesce(np.asarray(spill, np.int64), np.asarray(starts, np.int64),
+                               np.asarray(stops, np.int64), max_gap)
+    assert got == ranges
+    assert got_member.tolist() == member
+
+
+class CountingMemoryFS(fsspec.implementations.memory.MemoryFileSystem):
+    """A memory filesystem that counts the range requests it serves and their sizes."""
+
+    def cat_ranges(self, paths, starts, ends, max_gap=None, on_error="return", **kwargs):
+        self.sizes.extend(b - a for a, b in zip(starts, ends, strict=True))
+        return super().cat_ranges(paths, starts, ends, max_gap=max_gap, on_error=on_error)
+
+
+def test_an_object_store_group_is_read_in_few_large_requests_whatever_the_order(tmp_path):
+    """Spill files on an object store: a writer's documents, asked for in shuffled order over many
+    chunks, come in one request per contiguous stretch (cut at read_bytes), not one per document."""
+    fs = CountingMemoryFS(skip_instance_cache=True)
+    fs.sizes = []
+    root = f"/spillcount/{tmp_path.name}"
+    # Two spill files of 3,000 short and 40 long documents each: two stretches in all.
+    refs, docs = _spill(fs, root, np.uint32, {"a.bin": [3, 9, 20] * 1000 + [5000] * 40,
+                                              "b.bin": [7, 1] * 1500 + [3000] * 40}, seed=3)
+    order = np.random.default_rng(11).permutation(refs.size)
+    reader = SpillReader(fs, np.dtype(np.uint32), chunk_tokens=5000, read_bytes=256 << 10, round_bytes=1 << 20)
+    try:
+        reader.stage(refs, order)
+        got = [t for _, _, t in reader.chunks(refs, order)]
+    finally:
+        reader.close()
+    np.testing.assert_array_equal(np.concatenate(got), np.concatenate([docs[i] for i in order]))
+    total = int(refs.lengths.sum()) * 4
+    assert max(fs.sizes) <= 256 << 10
+    assert len(fs.sizes) == reader.requests <= total // (256 << 10) + 2
+    assert reader.requests / refs.size <= 0.02
+    assert len(got) > 10  # many chunks, and no request of their own
+
+
+def test_documents_not_staged_are_fetched_when_asked_for(tmp_path):
+    fs = CountingMemoryFS(skip_instance_cache=True)
+    fs.sizes = []
+    refs, docs = _spill(fs, f"/spilllate/{tmp_path.name}", np.uint16, {"a.bin": [4, 5, 6] * 50}, seed=5)
+    reader = SpillReader(fs, np.dtype(np.uint16))
+    reader.stage(refs, np.arange(0, 100))
+    rest = np.arange(100, refs.size)[::-1]
+    got = np.concatenate([t for _, _, t in reader.chunks(refs, rest)])
+    reader.close()
+    np.testing.assert_array_equal(got, np.concatenate([docs[i] for i in rest]))
+    assert reader.requests == 2
+
+
+def test_the_spill_writer_holds_batches_up_to_its_budget(tmp_path):
+    """Batches are held until they pass flush_bytes, then written as one stretch per group: fewer,
+    longer stretches; every document is in exactly one, with its own tokens."""
+    import types
+
+    from transforms.core.batches import TokenBatch
+    from transforms.core.spill import SpillTokensFn, load_refs
+
+    rng = np.random.default_rng(2)
+    fn = SpillTokensFn(types.SimpleNamespace(spill_url=str(tmp_path / "spill")),
+                       lambda b, _: ([int(i.split(":")[1]) % 3 for i in b.ids], np.zeros(b.size, np.int64)),
+                       flush_bytes=4000)
+    fn.setup()
+    fn.start_bundle()
+    emitted, expected = [], {}
+    for n in range(10):
+        lengths = rng.integers(1, 30, 20)
+        ids = [f"{n}:{i}" for i in range(20)]
+        tokens = rng.integers(0, 1000, int(lengths.sum())).astype(np.uint32)
+        ends = np.cumsum(lengths)
+        expected.update({d: tokens[e - k:e].tolist() for d, e, k in zip(ids, ends, lengths, strict=True)})
+        emitted += list(fn.process(TokenBatch("src", ids, np.arange(20, dtype=np.int64), lengths, tokens)))
+    emitted += [w.value for w in fn.finish_bundle()]
+    fs = fsspec.filesystem("file")
+    refs = [load_refs(fs, [p])[0] for _, p in emitted]
+    assert 3 < len(emitted) < 30  # several flushes, each of three groups, not one per batch
+    assert sorted(i for r in refs for i in r.ids) == sorted(expected)
+    for (key, _), ref in zip(emitted, refs, strict=True):
+        assert {int(i.split(":")[1]) % 3 for i in ref.ids} == {key}
+        got = SpillReader(fs, np.uint32).chunks(Refs.concat([ref]), np.arange(ref.size))
+        assert np.concatenate([t for _, _, t in got]).tolist() == [t for i in ref.ids for t in expected[i]]
+
+
+def test_a_reader_of_s3_gets_a_connection_pool_as_large_as_its_requests_in_flight(monkeypatch):
+    """botocore's pool holds 10 connections unless told: a reader keeping 32 requests in flight (or
+    a publish keeping 64 copies) gets a client with that many, and fsspec's own s3 settings stay."""
+    s3fs = pytest.importorskip("s3fs")
+    from shards import storage
+
+    monkeypatch.setitem(fsspec.config.conf, "s3", {"endpoint_url": "http://127.0.0.1:9", "anon": True,
+                                                   "config_kwargs": {"read_timeout": 7}})
+    s3fs.S3FileSystem.clear_instance_cache()
+    fs, path = storage.filesystem("s3://bucket/out", connections=48)
+    assert path == "bucket/out"
+    assert fs.config_kwargs == {"read_timeout": 7, "max_pool_connections": 48}
+    assert fs.endpoint_url == "http://127.0.0.1:9"
+    plain, _ = storage.filesystem("s3://bucket/out")
+    assert "max_pool_connections" not in plain.config_kwargs
+    s3fs.S3FileSystem.clear_instance_cache()

@@ -215,3 +215,29 @@ def test_a_partition_keeps_the_first_copy_of_an_id_by_file_and_row(tmp_path):
     # The same files whatever order the copies come in.
     _, again, _ = _stage_copies(str(tmp_path / "two"), COPIES[::-1])
     assert [f for g in again for f in g.files] == [f for g in groups for f in g.files]
+
+
+def test_the_write_stage_has_one_work_item_per_bucket_and_partition_that_holds_documents(tmp_path, monkeypatch):
+    """The sample through the CLI (32 partitions): WriteShardFiles gets one element per (bucket,
+    partition) group the manifest has rows for, each once, not one per partition; the bytes are
+    those recorded before the split."""
+    from conftest import SAMPLE_PARQUET
+    from test_no_byte_changes import DESCRIPTION, SAMPLE_HASHES
+
+    from pipelines import cli
+    from transforms.bucketed import write
+
+    items = []
+    original = write.WriteShardFilesFn.process
+
+    def process(self, planned):
+        items.append((planned.bucket, planned.partition))
+        yield from original(self, planned)
+
+    monkeypatch.setattr(write.WriteShardFilesFn, "process", process)
+    out = tmp_path / "out"
+    assert cli.main(["bucketed", "--input", str(SAMPLE_PARQUET), "--output", str(out), "--runner=FnApiRunner"]) == 0
+    groups = {(path.split("/")[0], int(path.split("/")[1][1:3])) for path, _, _ in read_manifest(out)}
+    assert sorted(items) == sorted(groups)
+    assert len(items) > len({p for _, p in groups}) > 1  # more work items than partitions
+    assert tree_hashes(out, skip=DESCRIPTION) == SAMPLE_HASHES

@@ -2,7 +2,8 @@
 
 Its stats (dataset_stats.txt) are built from the job's settings and the staged groups; its own
 files are the manifest (processed_spec.txt, assembled in the staging area, moved in after the
-shards) and the removal records: the audit lines of a removal that was pending when the run began,
+shards), its reader index (processed_spec.idx, built from the staged manifest: shards.index)
+and the removal records: the audit lines of a removal that was pending when the run began,
 and those of the ids of --removal-list, so that every later run keeps them out.
 """
 
@@ -12,6 +13,7 @@ import dataclasses
 import posixpath
 import time
 
+from shards import index as reader_index
 from shards import layout, storage, tree
 from shards.card import description_files
 from shards.manifest import MANIFEST_HEADER, BucketStats, DatasetStats
@@ -82,8 +84,14 @@ class BucketedFormat:
         fs, _ = storage.filesystem(config.output)
         _, staged = storage.filesystem(config.staged_url)
         staged_manifest = posixpath.join(staged, layout.MANIFEST_NAME)
-        if fs.exists(staged_manifest):
-            return
+        if not fs.exists(staged_manifest):
+            self._assemble_manifest(fs, staged, staged_manifest, groups)
+        staged_index = posixpath.join(staged, reader_index.INDEX_NAME)
+        if not fs.exists(staged_index):
+            # The reader index, built from the manifest as staged (shards.index).
+            reader_index.write_index_file(fs, staged, staged_index, staged_index + ".partial")
+
+    def _assemble_manifest(self, fs, staged: str, staged_manifest: str, groups: list[ShardGroup]) -> None:
         tmp = staged_manifest + ".partial"
         fs.makedirs(staged, exist_ok=True)  # no group was staged when no document was kept
         with fs.open(tmp, "wb") as out:
@@ -100,8 +108,16 @@ class BucketedFormat:
 
         out = tree.Tree(config.output)
         staged_manifest = tree.Tree.temp_name(config.run_id, tree.Tree.STAGED_DIR, layout.MANIFEST_NAME)
+        staged_index = tree.Tree.temp_name(config.run_id, tree.Tree.STAGED_DIR, reader_index.INDEX_NAME)
+        if out.lexists(staged_index):
+            # Listed before it is there, as every derived file is (shards.tree): the next publish
+            # deletes it with the shards it describes.
+            record = tree.owned(config.output, self.kind)
+            tree.record_files(config.output, record, add_derived=[reader_index.INDEX_NAME])
         if out.lexists(staged_manifest):
             out.rename(staged_manifest, layout.MANIFEST_NAME)
+        if out.lexists(staged_index):
+            out.rename(staged_index, reader_index.INDEX_NAME)
         if config.pending_removal is not None:
             # Its documents were kept out of this run (its ids were a removal source): what is
             # left is its audit lines; then its journal goes.

@@ -102,6 +102,7 @@ class BucketedSettings(InputFields):
     eos_token: str | None = None
     tokenizer_backend: str = "auto"
     tokenizer_threads: int = 1
+    read_connections: int = storage.DEFAULT_CONNECTIONS  # never changes the bytes
     dtype: str = layout.DEFAULT_DTYPE
     partitions: int = layout.DEFAULT_PARTITIONS
     max_shard_bytes: int = layout.DEFAULT_MAX_SHARD_BYTES
@@ -134,4 +135,5 @@ class BucketedSettings(InputFields):
         from transforms.bucketed.write import ShardConfig
 
         return ShardConfig(output=storage.normalize(self.output), run_id=run_id, partitions=self.partitions,
-                           max_shard_bytes=self.max_shard_bytes, seed=self.seed, dtype=self.dtype)
+                           max_shard_bytes=self.max_shard_bytes, seed=self.seed, dtype=self.dtype,
+                           read_connections=self.read_connections)

@@ -2,15 +2,18 @@
 
 Only small per-document references are shuffled, never the tokens themselves:
 
-    SpillTokens      each bundle appends its documents' tokens to one spill file of its own on the
-                     output filesystem and emits (partition, DocRef): the partition and the sort
-                     key are hashes of the id
-    GroupByShard     DocRefs grouped by partition: tens of bytes a document. Every copy of an id
-                     lands in one partition, whatever its length, so duplicates meet here
-    WriteShardFiles  per partition: keep one copy of each id (the first by input file and row;
-                     the others are dropped as "duplicate_id"), then per bucket sort the refs by
-                     the seeded id hash and stream each document's tokens from its spill file
-                     into the (bucket, partition)'s rolling shard files
+    SpillTokens       each bundle appends its documents' tokens to one spill file of its own on the
+                      output filesystem, one stretch per (partition, bucket) and flush, and emits
+                      ((partition, bucket), RefPointer): the partition and the sort key are hashes
+                      of the id
+    GroupByPartition  the pointers grouped by partition: a few dozen bytes per stretch. Every copy
+                      of an id lands in one partition, whatever its length, so duplicates meet here
+    PlanShardGroups   per partition: keep one copy of each id (the first by input file and row;
+                      the others are dropped as "duplicate_id"); a PlannedGroup per (bucket,
+                      partition) that holds documents: its pointers and the copies it leaves out
+    WriteShardFiles   per (bucket, partition), spread over the workers: sort the refs by the seeded
+                      id hash and stream each document's tokens from the spill files (on an object
+                      store fetched first in a few large reads) into the group's rolling shard files
 
 A retried bundle writes a new spill file (its name is unique per attempt) and the runner keeps
 only the DocRefs of the attempt that committed, so a retry cannot duplicate or lose a document.
@@ -34,7 +37,7 @@ from transforms.core.drops import DUPLICATE_ID, Drops
 from transforms.core.progress import Progress
 from transforms.core.publish import RunPaths
 from transforms.core.records import DROPPED
-from transforms.core.spill import AtomicFile, RefPointer, SpillReader, load_refs, roll
+from transforms.core.spill import DEFAULT_CONNECTIONS, AtomicFile, RefPointer, SpillReader, load_refs, roll
 from transforms.core.spill import SpillTokensFn as CoreSpillTokensFn
 
 log = logging.getLogger(__name__)
@@ -59,8 +62,12 @@ class ShardConfig(RunPaths):
     # The saved work this run spills to and resumes from (transforms.core.resume); None: its own
     # run directory.
     work_dir: str | None = None
+    # Range requests a writer keeps in flight when it reads spill files on an object store.
+    read_connections: int = DEFAULT_CONNECTIONS
 
     def __post_init__(self):
+        if not 1 <= self.read_connections <= 1024:
+            raise ValueError(f"read_connections must be within 1..1024, got {self.read_connections}")
         if not 1 <= self.partitions <= 100_000:
             raise ValueError(f"partitions must be within 1..100000, got {self.partitions}")
         if self.dtype not in layout.DTYPES:
@@ -104,10 +111,11 @@ def write_group(bucket: str, partition: int, refs: Refs, order: np.ndarray, conf
         fs, _ = storage.filesystem(config.output)
     _, staged = storage.filesystem(config.staged_url)
     dtype = layout.DTYPES[config.dtype]
-    reader = SpillReader(fs, dtype)
+    reader = SpillReader(fs, dtype, connections=config.read_connections)
     files: list[ShardFile] = []
     rows: list[str] = []
     try:
+        reader.stage(refs, order)  # on an object store: the group's documents in a few large reads
         for first, end in roll(refs.lengths[order] * dtype.itemsize, config.max_shard_bytes):
             index = order[first:end]
             rel_path = layout.shard_rel_path(bucket, partition, len(files), config.partitions)
@@ -132,57 +140,147 @@ def write_group(bucket: str, partition: int, refs: Refs, order: np.ndarray, conf
     return ShardGroup(bucket, partition, tuple(files), storage.unstrip(fs, manifest_file.path, config.output))
 
 
+def bucket_indexes(lengths: np.ndarray) -> np.ndarray:
+    """The index in layout.BUCKET_NAMES of each length's bucket."""
+    return np.searchsorted(np.asarray(layout.BUCKET_BOUNDS, np.int64), lengths, side="left")
+
+
+def shard_group_keys(batch: TokenBatch, config: ShardConfig) -> tuple[list[tuple[int, int]], np.ndarray]:
+    """What SpillTokens keys documents by: (partition, bucket index), so that each (bucket,
+    partition) group's documents of a flush are one stretch of the spill file and its references
+    one RefBatch; and the sort keys of bucketed_keys."""
+    partitions, sort_keys = bucketed_keys(batch, config)
+    return list(zip(partitions, bucket_indexes(batch.lengths).tolist(), strict=True)), sort_keys
+
+
+class PlannedGroup(NamedTuple):
+    """One (bucket, partition) group to write: the RefBatches holding its documents (sorted), and
+    the positions (in those RefBatches end to end) of the copies of ids it leaves out."""
+
+    bucket: str
+    partition: int
+    pointers: tuple[RefPointer, ...]
+    dropped: tuple[int, ...]
+
+
+def plan_partition(partition: int, keyed: Iterable[tuple[int, RefPointer]], fs) -> tuple[list[PlannedGroup], int]:
+    """A partition's groups, from its (bucket index, RefPointer)s: every copy of an id is in this
+    partition, whatever its bucket, so copies are found here (the first by input file and row is
+    kept); the groups that hold documents, and how many copies were dropped."""
+    keyed = sorted(keyed, key=lambda kv: kv[1])
+    batches = load_refs(fs, [pointer for _, pointer in keyed])
+    refs = Refs.concat(batches)
+    kept = np.zeros(refs.size, dtype=bool)
+    kept[first_copies(refs, refs.id_ranks())] = True
+    ends = np.cumsum([b.size for b in batches], dtype=np.int64)
+    by_bucket: dict[int, list[int]] = {}
+    for n, (bucket, _) in enumerate(keyed):
+        by_bucket.setdefault(bucket, []).append(n)
+    groups = []
+    for bucket in sorted(by_bucket):
+        members = by_bucket[bucket]
+        positions = np.concatenate([np.arange(ends[n] - batches[n].size, ends[n]) for n in members])
+        keep = kept[positions]
+        if keep.any():
+            groups.append(PlannedGroup(layout.BUCKET_NAMES[bucket], partition, tuple(keyed[n][1] for n in members),
+                                       tuple(np.flatnonzero(~keep).tolist())))
+    return groups, int(refs.size - kept.sum())
+
+
+def write_planned(group: PlannedGroup, config: ShardConfig, fs=None) -> ShardGroup:
+    """Write a planned group: its references read back, the copies it leaves out dropped."""
+    if fs is None:
+        fs, _ = storage.filesystem(config.output)
+    refs = Refs.concat(load_refs(fs, group.pointers))
+    keep = np.ones(refs.size, dtype=bool)
+    keep[np.asarray(group.dropped, np.int64)] = False
+    return write_bucket(group.bucket, group.partition, refs.take(np.flatnonzero(keep)), config, fs)
+
+
+def write_bucket(bucket: str, partition: int, refs: Refs, config: ShardConfig, fs=None) -> ShardGroup:
+    """Write one (bucket, partition) group's documents (one copy of each id) in their seeded order."""
+    return write_group(bucket, partition, refs, stream_order(refs, refs.id_ranks()), config, fs)
+
+
 def write_partition(
     partition: int, batches: Iterable[RefBatch], config: ShardConfig, fs=None
 ) -> tuple[list[ShardGroup], int]:
-    """All buckets of one partition, copies of an id dropped (the first by input file and row is
-    kept); the staged groups and how many copies were dropped."""
+    """All buckets of one partition, from its RefBatches, copies of an id dropped (the first by
+    input file and row is kept); the staged groups and how many copies were dropped. The steps of
+    the job (plan_partition, write_planned) in one call, for references at hand."""
     refs = Refs.concat(list(batches))
-    id_rank = refs.id_ranks()
-    keep = first_copies(refs, id_rank)
+    keep = first_copies(refs, refs.id_ranks())
     duplicates = refs.size - len(keep)
-    refs, id_rank = refs.take(keep), id_rank[keep]
-    buckets = np.searchsorted(np.asarray(layout.BUCKET_BOUNDS, np.int64), refs.lengths, side="left")
-    order = stream_order(refs, id_rank)
+    refs = refs.take(keep)
+    buckets = bucket_indexes(refs.lengths)
     groups = []
     for b, name in enumerate(layout.BUCKET_NAMES):
-        in_bucket = order[buckets[order] == b]
+        in_bucket = np.flatnonzero(buckets == b)
         if len(in_bucket):
-            groups.append(write_group(name, partition, refs, in_bucket, config, fs))
+            groups.append(write_bucket(name, partition, refs.take(in_bucket), config, fs))
     return groups, duplicates
 
 
+class PlanShardGroupsFn(beam.DoFn):
+    """(partition, (bucket index, RefPointer)s) in; a PlannedGroup per (bucket, partition) that
+    holds documents out, and the copies of ids left out, counted."""
+
+    def __init__(self, config: ShardConfig):
+        self._config = config
+
+    def setup(self):
+        self._fs, _ = storage.filesystem(self._config.output, connections=self._config.read_connections)
+        self._drops = Drops()
+
+    def process(self, element: tuple[int, Iterable[tuple[int, RefPointer]]]):
+        partition, keyed = element
+        groups, duplicates = plan_partition(partition, keyed, self._fs)
+        yield from groups
+        if duplicates:
+            log.warning("partition %d: %d documents dropped as copies of an id already kept", partition, duplicates)
+            yield self._drops(DUPLICATE_ID, duplicates)  # a TaggedOutput of DROPPED
+
+
 class WriteShardFilesFn(beam.DoFn):
+    """A PlannedGroup in; its ShardGroup (files staged, manifest rows) out."""
+
     def __init__(self, config: ShardConfig):
         self._config = config
         self._docs = beam.metrics.Metrics.counter("pretokenize", "documents_written")
         self._tokens = beam.metrics.Metrics.counter("pretokenize", "tokens_written")
         self._files = beam.metrics.Metrics.counter("pretokenize", "files_written")
+        self._groups = beam.metrics.Metrics.counter("pretokenize", "groups_written")
 
     def setup(self):
-        self._fs, _ = storage.filesystem(self._config.output)
+        self._fs, _ = storage.filesystem(self._config.output, connections=self._config.read_connections)
         self._progress = Progress("write")
-        self._drops = Drops()
 
-    def process(self, element: tuple[int, Iterable[RefPointer]]):
-        partition, pointers = element
-        groups, duplicates = write_partition(partition, load_refs(self._fs, pointers), self._config, self._fs)
-        for group in groups:
-            docs = sum(f.documents for f in group.files)
-            tokens = sum(f.tokens for f in group.files)
-            self._docs.inc(docs)
-            self._tokens.inc(tokens)
-            self._files.inc(len(group.files))
-            self._progress.add(files=len(group.files), documents=docs, tokens=tokens)
-            yield group
-        if duplicates:
-            log.warning("partition %d: %d documents dropped as copies of an id already kept", partition, duplicates)
-            yield self._drops(DUPLICATE_ID, duplicates)
+    def process(self, planned: PlannedGroup):
+        group = write_planned(planned, self._config, self._fs)
+        docs = sum(f.documents for f in group.files)
+        tokens = sum(f.tokens for f in group.files)
+        self._docs.inc(docs)
+        self._tokens.inc(tokens)
+        self._files.inc(len(group.files))
+        self._groups.inc()
+        self._progress.add(files=len(group.files), documents=docs, tokens=tokens)
+        yield group
 
 
 def spill_fn(config: ShardConfig) -> CoreSpillTokensFn:
-    """The first step of WriteShards: TokenBatches in, (partition, RefPointer) out."""
-    return CoreSpillTokensFn(config, bucketed_keys)
+    """The first step of WriteShards: TokenBatches in, ((partition, bucket index), RefPointer) out."""
+    return CoreSpillTokensFn(config, shard_group_keys)
+
+
+class WrittenShards(NamedTuple):
+    """What WriteShards gives: ``groups`` (ShardGroups) and ``dropped`` (the copies of ids left
+    out, as ``("duplicate_id", n)``), also as ``written[DROPPED]``."""
+
+    groups: beam.PCollection
+    dropped: beam.PCollection
+
+    def __getitem__(self, key):
+        return self.dropped if key == DROPPED else tuple.__getitem__(self, key)
 
 
 class WriteShards(beam.PTransform):
@@ -204,8 +302,17 @@ class WriteShards(beam.PTransform):
     def expand(self, batches):
         if not self._spilled:
             batches = batches | "SpillTokens" >> beam.ParDo(spill_fn(self._config))
-        return (
+        planned = (
             batches
-            | "GroupByShard" >> beam.GroupByKey()
-            | "WriteShardFiles" >> beam.ParDo(WriteShardFilesFn(self._config)).with_outputs(DROPPED, main="groups")
+            | "KeyByPartition" >> beam.MapTuple(lambda key, pointer: (key[0], (key[1], pointer)))
+            | "GroupByPartition" >> beam.GroupByKey()
+            | "PlanShardGroups" >> beam.ParDo(PlanShardGroupsFn(self._config)).with_outputs(DROPPED, main="groups")
         )
+        groups = (
+            planned.groups
+            # One work item per (bucket, partition) group: 320 for the default layout, spread over
+            # the workers rather than left where their partition was planned.
+            | "SpreadShardGroups" >> beam.Reshuffle()
+            | "WriteShardFiles" >> beam.ParDo(WriteShardFilesFn(self._config))
+        )
+        return WrittenShards(groups, planned[DROPPED])

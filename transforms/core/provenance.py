@@ -34,7 +34,7 @@ HF_TOKENIZER_FILES = (
 # Flags that say where the tree goes, how many local workers wrote it, or whether saved work was
 # reused (--restart), never what is in it: left out (as Beam's --runner and --direct_num_workers
 # are), so the file is the same wherever it is written, with any number of workers, resumed or not.
-UNRECORDED_FLAGS = frozenset({"output", "workers", "restart"})
+UNRECORDED_FLAGS = frozenset({"output", "workers", "restart", "read_connections"})
 
 
 def versions() -> dict[str, str]:

@@ -31,6 +31,7 @@ import posixpath
 from typing import Protocol
 
 import apache_beam as beam
+from fsspec.asyn import AsyncFileSystem
 
 from shards import layout, storage, tree
 from shards.card import CARD_NAME
@@ -39,6 +40,12 @@ from shards.provenance import STATS_JSON_NAME
 from transforms.core.drops import CountDrops
 
 log = logging.getLogger(__name__)
+
+
+# Copies in flight when publishing to an object store: server-side copies (a GCS rewrite within a
+# bucket moves no data; an S3 CopyObject copies inside the store), so many at once cost the worker
+# nothing but connections. The client's pool is made as large (storage.filesystem).
+PUBLISH_CONNECTIONS = 64
 
 
 class UnaccountedDocumentsError(RuntimeError):
@@ -170,9 +177,9 @@ def replace_files(config: RunPaths, kind: str, new_files: set[str]) -> None:
 
     The record lists the new files before any of them is moved in, and the deleted ones until
     they are gone, so a crash leaves no file of ours unrecorded. Renames on a local disk; on
-    object stores, where a move is a copy and a delete, all copies at once (s3fs and gcsfs run
-    them concurrently). A file already moved by an earlier attempt is skipped, so a retried
-    publish finishes the job.
+    object stores, where a move is a copy and a delete, all copies at once, PUBLISH_CONNECTIONS
+    of them in flight (s3fs's pool would otherwise allow 10). A file already moved by an earlier
+    attempt is skipped, so a retried publish finishes the job.
     """
     out = tree.Tree(config.output)
     fs = out.fs
@@ -202,8 +209,11 @@ def replace_files(config: RunPaths, kind: str, new_files: set[str]) -> None:
         for src, dst in moves:
             out.rename(src, dst)
     elif moves:
-        fs.copy([out.writable(s) for s, _ in moves], [out.writable(d) for _, d in moves])
-        fs.rm([out.writable(s) for s, _ in moves])
+        # Copies through a client whose pool holds PUBLISH_CONNECTIONS (s3fs's would otherwise allow 10).
+        copier = storage.filesystem(config.output, connections=PUBLISH_CONNECTIONS)[0]
+        concurrency = {"batch_size": PUBLISH_CONNECTIONS} if isinstance(copier, AsyncFileSystem) else {}
+        copier.copy([out.writable(s) for s, _ in moves], [out.writable(d) for _, d in moves], **concurrency)
+        copier.rm([out.writable(s) for s, _ in moves])
 
 
 def commit(config: RunPaths, stats_text: str) -> None:

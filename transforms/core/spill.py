@@ -1,12 +1,14 @@
 """Tokens out of the shuffle: spill files, the references to them, and reading them back in order.
 
     SpillTokens   each bundle appends its TokenBatches' tokens to one spill file of its own on the
-                  output filesystem (a new name per bundle attempt), and, per group a job's
-                  ``key_fn`` puts documents in, one RefBatch (ids, lengths, offsets, sort keys) to
-                  a references file beside it; only a pointer to that RefBatch is emitted
+                  output filesystem (a new name per bundle attempt), held until ~32 MB of tokens
+                  and written one stretch per group a job's ``key_fn`` puts documents in, with one
+                  RefBatch (ids, lengths, offsets, sort keys) per stretch in a references file
+                  beside it; only a pointer to that RefBatch is emitted
     SpillReader   reads documents back from the spill files in the order a writer asks for, a
-                  bounded chunk at a time: gathered with numpy from memory maps on a local disk,
-                  with concurrent range requests (``cat_ranges``) on an object store
+                  bounded chunk at a time: gathered with numpy from memory maps on a local disk;
+                  on an object store fetched first, a stretch per range request, into a local
+                  scratch file
     AtomicFile    a file that appears whole or not at all
 
 A retried bundle writes a new spill file, and the runner keeps only the references of the attempt
@@ -24,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import posixpath
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
@@ -33,10 +36,21 @@ import numpy as np
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
+from fsspec.asyn import AsyncFileSystem
 
 from shards import storage
 from transforms.core.batches import RefBatch, Refs, TokenBatch
 from transforms.core.records import BadInputError
+
+# A SpillTokensFn holds batches until they pass this many token bytes, then writes them as one
+# stretch per group: the fewer and longer the stretches, the fewer requests a writer makes.
+SPILL_FLUSH_BYTES = 32 << 20
+# How a SpillReader fetches from an object store: requests in flight (the client's pool is sized
+# to match, storage.filesystem(connections=...)), the most one request asks for, the most held
+# in memory at once.
+DEFAULT_CONNECTIONS = storage.DEFAULT_CONNECTIONS
+DEFAULT_READ_BYTES = 8 << 20
+DEFAULT_ROUND_BYTES = 64 << 20
 
 # key_fn(batch, config) -> (a group key per document, a 63-bit sort key per document)
 KeyFn = Callable[[TokenBatch, object], tuple[list, np.ndarray]]
@@ -56,16 +70,20 @@ class RefPointer(NamedTuple):
 class SpillTokensFn(beam.DoFn):
     """TokenBatches in; (group key, RefPointer) out.
 
-    Each bundle appends its documents' tokens to a spill file of its own, and each (batch, group)'s
-    references (a RefBatch: ids, lengths, offsets, sort keys) to a references file of its own; what
-    is emitted is where those references are. ``config`` needs ``spill_url``; ``key_fn`` says which
-    group each document joins and where it sorts there (bucketed: its partition; scaffold: its
-    split's range).
+    Each bundle appends its documents' tokens to a spill file of its own, and the references (a
+    RefBatch: ids, lengths, offsets, sort keys) of each stretch to a references file of its own; what
+    is emitted is where those references are. Batches are held until they pass ``flush_bytes`` of
+    tokens (or the bundle ends), then each group's documents of one input file are written as one
+    stretch: a writer makes a request per stretch on an object store, so a stretch per (flush,
+    group) rather than per (batch, group) divides its requests by the batches a flush holds.
+    ``config`` needs ``spill_url``; ``key_fn`` says which group each document joins and where it
+    sorts there (bucketed: its (partition, bucket); scaffold: its split's range).
     """
 
-    def __init__(self, config, key_fn: KeyFn):
+    def __init__(self, config, key_fn: KeyFn, flush_bytes: int = SPILL_FLUSH_BYTES):
         self._config = config
         self._key_fn = key_fn
+        self._flush_bytes = flush_bytes
 
     def setup(self):
         self._fs, self._spill_dir = storage.filesystem(self._config.spill_url)
@@ -76,6 +94,8 @@ class SpillTokensFn(beam.DoFn):
         self._path = self._refs_path = None
         self._offset = self._refs_offset = 0
         self._written: list[str] = []
+        self._pending: list = []
+        self._pending_bytes = 0
 
     def _open(self):
         # New names for every bundle attempt: a retry never appends to a failed attempt's files.
@@ -90,40 +110,52 @@ class SpillTokensFn(beam.DoFn):
     def process(self, batch: TokenBatch):
         if not batch.size:
             return
+        self._pending.append(batch)
+        self._pending_bytes += batch.tokens.nbytes
+        if self._pending_bytes >= self._flush_bytes:
+            yield from self._flush()
+
+    def _flush(self) -> list:
+        """The batches held so far, written: per group and input file, one stretch of the spill file
+        and one RefBatch. Stretches go in the order of their keys' repr, so that keys that begin
+        alike (bucketed: (partition, bucket)) are neighbours, in the spill file and in the
+        references file: a reader of a whole partition reads one range. The (group key,
+        RefPointer)s, for what was written."""
+        batches, self._pending, self._pending_bytes = self._pending, [], 0
+        if not batches:
+            return []
         if self._file is None:
             self._open()
-        keys, sort_keys = self._key_fn(batch, self._config)
-        groups: dict = {}
-        for i, key in enumerate(keys):
-            groups.setdefault(key, []).append(i)
-        # Each group's documents are written next to each other, so that the writer of a group reads
-        # a few contiguous stretches of a spill file, not documents scattered over all of it.
-        order = np.fromiter((i for members in groups.values() for i in members), np.int64, len(keys))
-        lengths = batch.lengths[order]
-        starts = np.cumsum(batch.lengths) - batch.lengths
-        tokens = gather_ranges(batch.tokens, starts[order], lengths)
-        self._file.write(memoryview(tokens).cast("B"))
-        itemsize = tokens.dtype.itemsize
-        ends = np.cumsum(lengths) * itemsize
-        offsets = np.empty(len(order), np.int64)
-        offsets[order] = self._offset + ends - lengths * itemsize
-        self._offset += int(ends[-1])
-        for key, members in groups.items():
-            index = np.asarray(members, dtype=np.int64)
-            ref = RefBatch(self._path, batch.source, [batch.ids[i] for i in members],
-                           sort_keys[index], batch.lengths[index], offsets[index], batch.rows[index],
-                           {k: v[index] for k, v in batch.extra.items()})
-            data = encode_refs(ref)
-            self._refs.write(data)
-            yield key, RefPointer(self._refs_path, self._refs_offset, len(data), len(members))
-            self._refs_offset += len(data)
+        stretches: dict = {}
+        for b, batch in enumerate(batches):
+            keys, sort_keys = self._key_fn(batch, self._config)
+            for i, key in enumerate(keys):
+                stretches.setdefault((key, batch.source), []).append((b, i))
+            batches[b] = (batch, np.asarray(sort_keys, np.int64), np.cumsum(batch.lengths) - batch.lengths)
+        out = []
+        for (key, source), members in sorted(stretches.items(), key=lambda kv: (repr(kv[0][0]), kv[0][1])):
+            ref, tokens = _stretch(batches, members, self._path, source, self._offset)
+            self._file.write(memoryview(tokens).cast("B"))
+            self._offset += tokens.nbytes
+            out.append((key, self._write_ref(ref)))
+        return out
+
+    def _write_ref(self, ref: RefBatch) -> RefPointer:
+        data = encode_refs(ref)
+        self._refs.write(data)
+        pointer = RefPointer(self._refs_path, self._refs_offset, len(data), ref.size)
+        self._refs_offset += len(data)
+        return pointer
 
     def finish_bundle(self):
-        # A failure to close fails the bundle, so no pointer into these files survives.
+        # What is still held is written first; a failure to write or close fails the bundle, so no
+        # pointer into these files survives. The pointers leave only once both files are closed.
+        out = self._flush()
         for f in (self._file, self._refs):
             if f is not None:
                 f.close()
         self._file = self._refs = None
+        return [emit_at_finish(o) for o in out]
 
     def written_files(self) -> list[str]:
         """The spill and references files of the bundle (the paths its pointers name), once
@@ -131,9 +163,37 @@ class SpillTokensFn(beam.DoFn):
         return list(self._written)
 
 
-def load_refs(fs, pointers) -> list[RefBatch]:
-    """The RefBatches the pointers name, read back from the references files (one request per
-    pointer; on object stores, concurrent range requests)."""
+def _stretch(held: list, members: list[tuple[int, int]], spill_path: str, source: str,
+             offset: int) -> tuple[RefBatch, np.ndarray]:
+    """One group's documents of one input file, from the held ``(batch, sort keys, starts)``:
+    their tokens end to end, in the order they came, and their RefBatch, with offsets counted
+    from ``offset`` bytes into the spill file."""
+    which = np.fromiter((b for b, _ in members), np.int64, len(members))
+    within = np.fromiter((i for _, i in members), np.int64, len(members))
+    ids: list[str] = []
+    columns: dict[str, list] = {"lengths": [], "sort_keys": [], "rows": [], "tokens": []}
+    extra: dict[str, list] = {}
+    for b in dict.fromkeys(which.tolist()):  # the held batches in order, as members has them
+        batch, sort_keys, starts = held[b]
+        index = within[which == b]
+        ids += [batch.ids[i] for i in index.tolist()]
+        columns["lengths"].append(batch.lengths[index])
+        columns["sort_keys"].append(sort_keys[index])
+        columns["rows"].append(batch.rows[index])
+        columns["tokens"].append(gather_ranges(batch.tokens, starts[index], batch.lengths[index]))
+        for name, values in batch.extra.items():
+            extra.setdefault(name, []).append(values[index])
+    lengths = np.concatenate(columns["lengths"])
+    tokens = np.concatenate(columns["tokens"])
+    offsets = offset + (np.cumsum(lengths) - lengths) * tokens.dtype.itemsize
+    ref = RefBatch(spill_path, source, ids, np.concatenate(columns["sort_keys"]), lengths, offsets,
+                   np.concatenate(columns["rows"]), {k: np.concatenate(v) for k, v in extra.items()})
+    return ref, tokens
+
+
+def load_refs(fs, pointers, connections: int = DEFAULT_CONNECTIONS) -> list[RefBatch]:
+    """The RefBatches the pointers name, sorted by where they are, read back from the references
+    files (on an object store, pointers back to back are read with one range request)."""
     pointers = sorted(pointers)
     if not pointers:
         return []
@@ -152,9 +212,25 @@ def load_refs(fs, pointers) -> list[RefBatch]:
             if handle is not None:
                 handle.close()
         return out
-    data = fs.cat_ranges([p.path for p in pointers], [p.offset for p in pointers],
-                         [p.offset + p.size for p in pointers], on_error="raise")
-    return [decode_refs(d, p) for d, p in zip(data, pointers, strict=True)]
+    return [decode_refs(d, p) for d, p in zip(_read_pointed(fs, pointers, connections), pointers, strict=True)]
+
+
+def _read_pointed(fs, pointers: list[RefPointer], connections: int) -> list[bytes]:
+    """The bytes of each pointer (sorted) from an object store: the pointers of one flush are back
+    to back in their references file, so they are read as merged ranges, a few requests in all."""
+    paths = sorted({p.path for p in pointers})
+    file_of = {path: i for i, path in enumerate(paths)}
+    spill = np.asarray([file_of[p.path] for p in pointers], np.int64)
+    starts = np.asarray([p.offset for p in pointers], np.int64)
+    ranges, member = coalesce(spill, starts, starts + np.asarray([p.size for p in pointers], np.int64))
+    concurrency = {"batch_size": connections} if isinstance(fs, AsyncFileSystem) else {}
+    data = fs.cat_ranges([paths[f] for f, _, _ in ranges], [a for _, a, _ in ranges], [b for _, _, b in ranges],
+                         on_error="raise", **concurrency)
+    out = []
+    for p, r in zip(pointers, member.tolist(), strict=True):
+        at = p.offset - ranges[r][1]
+        out.append(data[r][at:at + p.size])
+    return out
 
 
 # A references file holds RefBatches back to back, each one record (encode_refs):
@@ -332,13 +408,31 @@ def emit_at_finish(value) -> WindowedValue:
 
 
 class SpillReader:
-    """Documents' tokens back from the spill files, in the order given, ``chunk_tokens`` at a time."""
+    """Documents' tokens back from the spill files, in the order given, ``chunk_tokens`` at a time.
 
-    def __init__(self, fs, dtype: np.dtype, chunk_tokens: int = 4 << 20):
+    On a local disk each chunk is gathered from memory maps of the spill files. On an object store
+    a range request per document would cost a request (and a millisecond of client CPU) per
+    document, so the documents a writer needs are first fetched into a local scratch file
+    (``stage``): sorted by where they are, neighbours merged into ranges (each (flush, group)
+    stretch of a spill file is one), a range cut at ``read_bytes``, ``connections`` requests in
+    flight and at most ``round_bytes`` in memory at a time. Chunks are then gathered from the
+    scratch file as from a local spill file. The scratch file has no name (it is unlinked when
+    made) and goes with the reader.
+    """
+
+    def __init__(self, fs, dtype: np.dtype, chunk_tokens: int = 4 << 20, connections: int = DEFAULT_CONNECTIONS,
+                 read_bytes: int = DEFAULT_READ_BYTES, round_bytes: int = DEFAULT_ROUND_BYTES):
+        if connections < 1 or read_bytes < 1 or round_bytes < 1:
+            raise ValueError("connections, read_bytes and round_bytes must be >= 1")
         self._fs = fs
         self._dtype = np.dtype(dtype)
         self._chunk = chunk_tokens
         self._local = storage.renames_atomically(fs)
+        self._connections, self._read_bytes, self._round_bytes = connections, read_bytes, round_bytes
+        self._scratch = None  # the scratch file (remote spill files only)
+        self._staged_refs: Refs | None = None
+        self._staged_at = np.zeros(0, np.int64)  # per document of _staged_refs: byte offset in scratch, or -1
+        self.requests = 0  # range requests made
 
     def chunks(self, refs: Refs, order: np.ndarray) -> Iterator[tuple[int, int, np.ndarray]]:
         """(first, end, tokens): the documents ``order[first:end]`` end to end, chunk by chunk."""
@@ -351,20 +445,65 @@ class SpillReader:
             yield first, end, self._gather(refs, order[first:end], lengths[first:end])
             first = end
 
+    def stage(self, refs: Refs, order: np.ndarray) -> None:
+        """Fetch the documents ``order`` names (those not fetched yet) into the scratch file, in few
+        large requests. Only for spill files on an object store; chunks() stages what it is asked
+        for when it was not staged."""
+        if self._local:
+            return
+        if self._staged_refs is not refs:
+            # Other documents: what was fetched for the last ones is dropped, so the scratch file
+            # holds one writer's group (or a chunk's documents) at most.
+            self._staged_refs, self._staged_at = refs, np.full(refs.size, -1, np.int64)
+            if self._scratch is not None:
+                self._scratch.truncate(0)
+        index = np.unique(order)
+        index = index[self._staged_at[index] < 0]
+        if not len(index):
+            return
+        itemsize = self._dtype.itemsize
+        spill, starts = refs.spill[index], refs.offsets[index]
+        at = np.lexsort((starts, spill))
+        index, spill, starts = index[at], spill[at], starts[at]
+        ranges, member = coalesce(spill, starts, starts + refs.lengths[index] * itemsize)
+        if self._scratch is None:
+            self._scratch = tempfile.TemporaryFile(prefix="pretokenize-gather-")
+        self._scratch.seek(0, 2)
+        base = np.zeros(len(ranges), np.int64)
+        pieces = [(r, p, min(p + self._read_bytes, stop))
+                  for r, (_, start, stop) in enumerate(ranges) for p in range(start, stop, self._read_bytes)]
+        for part in _rounds(pieces, self._round_bytes):
+            paths = [refs.spill_paths[ranges[r][0]] for r, _, _ in part]
+            for (r, p, stop), path, data in zip(part, paths, self._cat_ranges(paths, part), strict=True):
+                if len(data) != stop - p:
+                    raise OSError(f"spill file {path} is short: needed {stop - p} bytes at {p}, read {len(data)}")
+                if p == ranges[r][1]:
+                    base[r] = self._scratch.tell()
+                self._scratch.write(data)
+        self._scratch.flush()
+        range_start = np.asarray([start for _, start, _ in ranges], np.int64)
+        self._staged_at[index] = base[member] + starts - range_start[member]
+
+    def _cat_ranges(self, paths: list[str], part: list[tuple[int, int, int]]) -> list[bytes]:
+        """One round of range requests, ``connections`` of them in flight."""
+        concurrency = {"batch_size": self._connections} if isinstance(self._fs, AsyncFileSystem) else {}
+        self.requests += len(part)
+        return self._fs.cat_ranges(paths, [p for _, p, _ in part], [stop for _, _, stop in part],
+                                   on_error="raise", **concurrency)
+
     def _gather(self, refs: Refs, index: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         itemsize = self._dtype.itemsize
         total = int(lengths.sum())
-        if not self._local:
-            paths = [refs.spill_paths[s] for s in refs.spill[index].tolist()]
-            starts = refs.offsets[index]
-            stops = starts + lengths * itemsize
-            data = self._fs.cat_ranges(paths, starts.tolist(), stops.tolist(), on_error="raise")
-            for path, got, want in zip(paths, data, (lengths * itemsize).tolist(), strict=True):
-                if len(got) != want:
-                    raise OSError(f"spill file {path} is short: needed {want} bytes, read {len(got)}")
-            return np.frombuffer(b"".join(data), dtype=self._dtype)
         out = np.empty(total, dtype=self._dtype)
         dst = np.cumsum(lengths) - lengths
+        if not self._local:
+            self.stage(refs, index)
+            # Mapped for this chunk only, as a local spill file is (below).
+            mm = np.memmap(self._scratch, dtype=self._dtype, mode="r")
+            _copy_documents(out, mm, dst, self._staged_at[index] // itemsize, lengths)
+            mm._mmap.close()
+            del mm
+            return out
         src = refs.offsets[index] // itemsize
         spill = refs.spill[index]
         for s in np.unique(spill).tolist():
@@ -372,22 +511,67 @@ class SpillReader:
             # with the map, so memory stays bounded by the chunk, not by the spill files' size.
             mm = np.memmap(refs.spill_paths[s], dtype=self._dtype, mode="r")
             sel = np.flatnonzero(spill == s)
-            n, d, f = lengths[sel], dst[sel], src[sel]
-            if int((f + n).max()) > len(mm):
+            if int((src[sel] + lengths[sel]).max()) > len(mm):
                 raise OSError(f"spill file {refs.spill_paths[s]} is short: it holds {len(mm)} tokens")
-            if len(sel) <= 64 or int(n.sum()) > 64 * len(sel):
-                for a, b, m in zip(d.tolist(), f.tolist(), n.tolist(), strict=True):
-                    out[a:a + m] = mm[b:b + m]
-            else:
-                # Many short documents: one fancy-indexed copy instead of a Python loop.
-                within = np.arange(int(n.sum()), dtype=np.int64) - np.repeat(np.cumsum(n) - n, n)
-                out[np.repeat(d, n) + within] = mm[np.repeat(f, n) + within]
+            _copy_documents(out, mm, dst[sel], src[sel], lengths[sel])
             mm._mmap.close()
             del mm
         return out
 
     def close(self):
-        """Nothing stays open between chunks."""
+        """The scratch file goes (it has no name: closing it frees its space)."""
+        if self._scratch is not None:
+            self._scratch.close()
+            self._scratch = None
+        self._staged_refs, self._staged_at = None, np.zeros(0, np.int64)
+
+
+def _rounds(pieces: list[tuple[int, int, int]], budget: int) -> Iterator[list[tuple[int, int, int]]]:
+    """``(range, start, stop)`` pieces in rounds of at most ``budget`` bytes (a larger piece alone)."""
+    part, size = [], 0
+    for piece in pieces:
+        n = piece[2] - piece[1]
+        if part and size + n > budget:
+            yield part
+            part, size = [], 0
+        part.append(piece)
+        size += n
+    if part:
+        yield part
+
+
+def coalesce(spill: np.ndarray, starts: np.ndarray, stops: np.ndarray,
+             max_gap: int = 0) -> tuple[list[tuple[int, int, int]], np.ndarray]:
+    """Byte ranges sorted by (spill file, start) merged where one ends within ``max_gap`` bytes of
+    where the next begins in the same file: the merged ranges as (spill file, start, stop), and
+    for each input range the index of the merged range that holds it."""
+    if not len(starts):
+        return [], np.zeros(0, np.int64)
+    # Each file's bytes counted from its own 2**40 (a spill file is far smaller), so that one
+    # running maximum gives, range by range, the furthest end in its file so far.
+    lift = spill.astype(np.int64) << 40
+    reach = np.maximum.accumulate(stops + lift)
+    new = np.ones(len(starts), dtype=bool)
+    new[1:] = starts[1:] + lift[1:] > reach[:-1] + max_gap
+    member = np.cumsum(new) - 1
+    firsts = np.flatnonzero(new)
+    lasts = np.append(firsts[1:], len(starts)) - 1
+    ranges = [(int(spill[f]), int(starts[f]), int(reach[last] - lift[last]))
+              for f, last in zip(firsts.tolist(), lasts.tolist(), strict=True)]
+    return ranges, member
+
+
+def _copy_documents(out: np.ndarray, mm: np.ndarray, dst: np.ndarray, src: np.ndarray, lengths: np.ndarray) -> None:
+    """``out[dst[i]:dst[i] + lengths[i]] = mm[src[i]:src[i] + lengths[i]]`` for each i."""
+    if not len(lengths):
+        return
+    if len(lengths) <= 64 or int(lengths.sum()) > 64 * len(lengths):
+        for a, b, m in zip(dst.tolist(), src.tolist(), lengths.tolist(), strict=True):
+            out[a:a + m] = mm[b:b + m]
+    else:
+        # Many short documents: one fancy-indexed copy instead of a Python loop.
+        within = np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        out[np.repeat(dst, lengths) + within] = mm[np.repeat(src, lengths) + within]
 
 
 class AtomicFile:

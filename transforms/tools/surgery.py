@@ -235,6 +235,7 @@ def finish_removal(output: str, plan: RemovalPlan, sums: dict[str, str | None] |
             if (rel, doc_id) not in removed:
                 dst.write(manifest.format_row(rel, doc_id, n))
     fs.mv(tmp, manifest_path)
+    rewrite_index(output)
 
     checksums_path = posixpath.join(root, layout.CHECKSUMS_NAME)
     if sums and fs.exists(checksums_path):
@@ -266,6 +267,19 @@ def finish_removal(output: str, plan: RemovalPlan, sums: dict[str, str | None] |
     tree.write_file(output, layout.STATS_NAME, stats.to_text().encode("utf-8"))
     delete_journal(output)
     return stats
+
+
+def rewrite_index(output: str) -> None:
+    """The reader index built again from the rewritten manifest, when the record lists one (until
+    then a reader sees the manifest's new size and parses the manifest instead). Repeatable."""
+    from shards import index as reader_index
+
+    record = tree.read_record(output)
+    if record is None or reader_index.INDEX_NAME not in record.derived:
+        return
+    fs, root = storage.filesystem(output)
+    tmp = posixpath.join(storage.filesystem(journal_url(output))[1], f"{reader_index.INDEX_NAME}.partial")
+    reader_index.write_index_file(fs, root, posixpath.join(root, reader_index.INDEX_NAME), tmp)
 
 
 def rewrite_description(output: str, stats: DatasetStats) -> None:

@@ -13,6 +13,8 @@ lists the bucket directories; each file is then one unit of work:
                 file is a problem: without it a changed token would pass)
     removals    no stored id that the tree's removals.txt (or a --removal-list) says is removed
     stats       documents, tokens and files per bucket equal to the manifest's; read = kept + dropped
+    index       the reader index (processed_spec.idx), where the record lists one, byte for byte
+                what the manifest gives (shards.index)
 
 With ``--input``, the source documents are read again, filtered with the settings the stats
 record, tokenized with the tokenizer and special-token mode they name (by the other backend than the one that wrote the
@@ -175,6 +177,41 @@ def read_checksums(output: str) -> tuple[dict[str, str] | None, list[str]]:
         return manifest.parse_checksums(fs.cat_file(path).decode("utf-8")), []
     except (ValueError, UnicodeDecodeError) as e:
         return None, [f"{layout.CHECKSUMS_NAME}: unreadable: {e}"]
+
+
+def index_problems(output: str) -> list[str]:
+    """The reader index (shards.index), when the tree's record lists one: there, and the same bytes
+    as an index built again from the manifest."""
+    from shards import index as reader_index
+
+    record = tree.read_record(output)
+    name = reader_index.INDEX_NAME
+    if record is None or name not in record.derived:
+        return []
+    fs, root = storage.filesystem(output)
+    path = posixpath.join(root, name)
+    if not fs.exists(path):
+        return [f"{name}: listed in the tree's record but missing"]
+    digest = hashlib.sha256()
+    with fs.open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+
+    class _Hashing:
+        def __init__(self):
+            self.digest = hashlib.sha256()
+
+        def write(self, data):
+            self.digest.update(data)
+
+    rebuilt = _Hashing()
+    try:
+        reader_index.build_from_manifest(fs, root, rebuilt)
+    except (ValueError, FileNotFoundError) as e:
+        return [f"{name}: cannot be rebuilt from {layout.MANIFEST_NAME} to compare: {e}"]
+    if rebuilt.digest.digest() != digest.digest():
+        return [f"{name}: does not describe {layout.MANIFEST_NAME} (readers would skip it; a publish rewrites it)"]
+    return []
 
 
 def plan_units(output: str, removed: Mapping[str, str] | None = None) -> tuple[list[FileUnit], list[str], int]:

@@ -1,0 +1,282 @@
+"""The reader index: the manifest of a bucketed tree as columns a reader memory-maps.
+
+``processed_spec.txt`` stays the source of truth and the format the dataset card documents; this
+file, ``processed_spec.idx``, says the same in a form that opens in constant time and memory: a
+reader maps it and touches only the pages of the documents it asks for, where parsing the text
+costs ~1 s and ~100 bytes a document in every process (every DataLoader worker, every rank).
+
+Layout (little-endian), written at publish from the staged manifest and listed in the tree's
+record as derived (so the next publish replaces it, and only the tool deletes it):
+
+    header      256 bytes: MAGIC, version, documents n, files f, the manifest's size in bytes,
+                then (offset, size) of each section below, in that order
+    files       int64[f + 1] offsets into the names blob, the names (UTF-8), int64[f] tokens a file
+    documents   int64[n] first token in the stream of the files end to end (layout order),
+                int64[n] length (EOS included), int32[n] file, int8[n] bucket, int32[n] partition
+    ids         int64[n + 1] offsets into the ids blob, the ids (UTF-8)
+    lookup      uint64[n] id hashes sorted, int64[n] the document of each (``id_hash``)
+
+Documents are in storage order (files in layout order: bucket, partition, rolling index; a file's
+documents in its order), which is the order of a published manifest. The index is built in one pass
+over the manifest with its columns spooled to local scratch files, and the lookup table sorted in
+slices of the hash range, so building it holds a few hundred MB at most, whatever the tree's size.
+
+A reader uses the index only when the record lists it and its header's manifest size and file
+token counts agree with the tree (the counts are checked against the shards' sizes, as without
+an index); otherwise it parses the manifest, as for a tree written before indexes existed.
+``verify`` rebuilds the index from the manifest and compares the bytes.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import os
+import posixpath
+import shutil
+import struct
+import tempfile
+from typing import BinaryIO, NamedTuple
+
+import numpy as np
+from fsspec.implementations.local import LocalFileSystem
+
+from shards import layout, manifest
+
+INDEX_NAME = "processed_spec.idx"
+MAGIC = b"PTKIDX\x00\x00"
+VERSION = 1
+HEADER_BYTES = 256
+SECTIONS = ("file_offsets", "file_names", "file_tokens", "start", "length", "file", "bucket", "partition",
+            "id_offsets", "id_blob", "hashes", "hash_rows")
+DTYPES = {"file_offsets": "<i8", "file_tokens": "<i8", "start": "<i8", "length": "<i8", "file": "<i4",
+          "bucket": "i1", "partition": "<i4", "id_offsets": "<i8", "hashes": "<u8", "hash_rows": "<i8"}
+_HEAD = struct.Struct("<8sIIQQQ")  # magic, version, reserved, documents, files, manifest bytes
+_SPAN = struct.Struct("<QQ")
+_ROWS_PER_FLUSH = 1 << 18
+_LOOKUP_SLICE = 1 << 22  # documents per slice of the hash range when sorting the lookup table
+
+
+class NotIndexable(ValueError):
+    """A manifest whose rows are not in storage order (files in layout order, each file's rows
+    together): the jobs never write one, and no index is made for it."""
+
+
+def id_hash(doc_id: bytes) -> int:
+    """The lookup key of an id: BLAKE2b-64 of its UTF-8 bytes, personalised for this index."""
+    return int.from_bytes(hashlib.blake2b(doc_id, digest_size=8, person=b"ptk-index").digest(), "little")
+
+
+def _layout_key(rel: str) -> tuple[int, int, int]:
+    name = layout.parse_shard_rel_path(rel)
+    return layout.BUCKET_NAMES.index(name.bucket), name.partition, name.index
+
+
+class _Spool:
+    """A column written to a scratch file a block at a time."""
+
+    def __init__(self, directory: str, name: str, dtype: str | None):
+        self.path = os.path.join(directory, name)
+        self.file = open(self.path, "wb")  # noqa: SIM115 - closed by close()
+        self.dtype = dtype
+        self.pending: list = []
+
+    def add(self, value) -> None:
+        self.pending.append(value)
+        if len(self.pending) >= _ROWS_PER_FLUSH:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.pending:
+            data = b"".join(self.pending) if self.dtype is None else np.asarray(self.pending, self.dtype).tobytes()
+            self.file.write(data)
+            self.pending = []
+
+    def close(self) -> int:
+        self.flush()
+        self.file.close()
+        return os.path.getsize(self.path)
+
+
+def write_index(rows, manifest_bytes: int, out: BinaryIO) -> int:
+    """Write the index of the manifest ``rows`` ((rel_path, id, tokens), as manifest.read_rows gives
+    them) to ``out``; the number of documents. NotIndexable when the rows are not in storage order."""
+    with tempfile.TemporaryDirectory(prefix="pretokenize-index-") as scratch:
+        spools = {name: _Spool(scratch, name, DTYPES.get(name)) for name in
+                  ("start", "length", "file", "bucket", "partition", "id_offsets", "id_blob", "hashes")}
+        files: list[str] = []
+        file_tokens: list[int] = []
+        last_key = None
+        total = id_bytes = n = 0
+        spools["id_offsets"].add(0)
+        for rel, doc_id, tokens in rows:
+            if not files or rel != files[-1]:
+                key = _layout_key(rel)
+                if last_key is not None and key <= last_key:
+                    raise NotIndexable(f"{rel}: rows not in storage order (files in layout order, each one together)")
+                files.append(rel)
+                file_tokens.append(0)
+                last_key = key
+            if tokens < 1:
+                raise ValueError(f"manifest row of {doc_id!r} has token count {tokens}")
+            raw = doc_id.encode("utf-8")
+            spools["start"].add(total)
+            spools["length"].add(tokens)
+            spools["file"].add(len(files) - 1)
+            spools["bucket"].add(bisect.bisect_left(layout.BUCKET_BOUNDS, tokens))  # by length, as the reader
+            spools["partition"].add(last_key[1])
+            id_bytes += len(raw)
+            spools["id_offsets"].add(id_bytes)
+            spools["id_blob"].add(raw)
+            spools["hashes"].add(id_hash(raw))
+            total += tokens
+            file_tokens[-1] += tokens
+            n += 1
+        sizes = {name: spool.close() for name, spool in spools.items()}
+        names = [f.encode("utf-8") for f in files]
+        small = {
+            "file_offsets": np.concatenate([[0], np.cumsum([len(x) for x in names], dtype=np.int64)]).astype("<i8"),
+            "file_names": b"".join(names),
+            "file_tokens": np.asarray(file_tokens, "<i8"),
+        }
+        spans = []
+        at = HEADER_BYTES
+        for name in SECTIONS:
+            size = (len(small[name]) if isinstance(small.get(name), bytes) else
+                    small[name].nbytes if name in small else n * 8 if name == "hash_rows" else sizes[name])
+            spans.append((at, size))
+            at += size + (-size) % 8
+        header = _HEAD.pack(MAGIC, VERSION, 0, n, len(files), manifest_bytes)
+        header += b"".join(_SPAN.pack(*s) for s in spans)
+        out.write(header.ljust(HEADER_BYTES, b"\0"))
+        for name, (_, size) in zip(SECTIONS, spans, strict=True):
+            if name in small:
+                data = small[name]
+                out.write(data if isinstance(data, bytes) else data.tobytes())
+            elif name == "hashes":
+                _write_lookup(os.path.join(scratch, "hashes"), n, out)
+                continue  # hash_rows is written with it
+            elif name == "hash_rows":
+                continue
+            else:
+                with open(os.path.join(scratch, name), "rb") as src:
+                    shutil.copyfileobj(src, out, 1 << 20)
+            out.write(b"\0" * ((-size) % 8))
+    return n
+
+
+def _write_lookup(hashes_path: str, n: int, out: BinaryIO) -> None:
+    """The sorted hashes, then the document of each, sorted a slice of the hash range at a time
+    (the hashes are uniform, so each slice holds about _LOOKUP_SLICE of them)."""
+    if not n:
+        return
+    hashes = np.memmap(hashes_path, dtype="<u8", mode="r", shape=(n,))
+    slices = max(1, -(-n // _LOOKUP_SLICE))
+    bounds = [(1 << 64) * k // slices for k in range(slices + 1)]
+    with tempfile.TemporaryFile() as rows_out:
+        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+            picked_rows, picked = [], []
+            for first in range(0, n, _LOOKUP_SLICE):
+                block = np.asarray(hashes[first:first + _LOOKUP_SLICE])
+                mine = (block >= np.uint64(lo)) if hi == 1 << 64 else (block >= np.uint64(lo)) & (block < np.uint64(hi))
+                where = np.flatnonzero(mine)
+                picked.append(block[where])
+                picked_rows.append(where + first)
+            h, r = np.concatenate(picked), np.concatenate(picked_rows).astype("<i8")
+            order = np.lexsort((r, h))
+            out.write(h[order].astype("<u8").tobytes())
+            rows_out.write(r[order].tobytes())
+        out.write(b"\0" * ((-(n * 8)) % 8))
+        rows_out.seek(0)
+        shutil.copyfileobj(rows_out, out, 1 << 20)
+    del hashes
+
+
+class ReaderIndex(NamedTuple):
+    """A mapped index: its columns as numpy arrays over the file (pages read when touched)."""
+
+    documents: int
+    files: list[str]
+    file_tokens: np.ndarray
+    manifest_bytes: int
+    start: np.ndarray
+    length: np.ndarray
+    file: np.ndarray
+    bucket: np.ndarray
+    partition: np.ndarray
+    id_offsets: np.ndarray
+    id_blob: np.ndarray
+    hashes: np.ndarray
+    hash_rows: np.ndarray
+
+    def id(self, i: int) -> bytes:
+        return self.id_blob[int(self.id_offsets[i]):int(self.id_offsets[i + 1])].tobytes()
+
+    def find(self, doc_id: bytes) -> int | None:
+        """The document of ``doc_id``, or None: a binary search of the hashes, then the id compared."""
+        key = np.uint64(id_hash(doc_id))
+        pos = int(np.searchsorted(self.hashes, key, side="left"))
+        while pos < self.documents and self.hashes[pos] == key:
+            row = int(self.hash_rows[pos])
+            if 0 <= row < self.documents and self.id(row) == doc_id:
+                return row
+            pos += 1
+        return None
+
+
+def open_index(path: str) -> ReaderIndex:
+    """Map a local index file; ValueError when it is not one this version reads."""
+    with open(path, "rb") as f:
+        head = f.read(HEADER_BYTES)
+    if len(head) < HEADER_BYTES:
+        raise ValueError(f"{path}: too short for a reader index")
+    magic, version, _, n, f_count, manifest_bytes = _HEAD.unpack_from(head)
+    if magic != MAGIC or version != VERSION:
+        raise ValueError(f"{path}: not a reader index of version {VERSION}")
+    spans = [_SPAN.unpack_from(head, _HEAD.size + k * _SPAN.size) for k in range(len(SECTIONS))]
+    size = os.path.getsize(path)
+    if any(at + length > size for at, length in spans):
+        raise ValueError(f"{path}: a section runs past the end of the file")
+    whole = np.memmap(path, dtype=np.uint8, mode="r")
+    cols = {}
+    for name, (at, length) in zip(SECTIONS, spans, strict=True):
+        raw = whole[at:at + length]
+        cols[name] = raw.view(DTYPES[name]) if name in DTYPES else raw
+    expected = {"file_offsets": f_count + 1, "file_tokens": f_count, "start": n, "length": n, "file": n, "bucket": n,
+                "partition": n, "id_offsets": n + 1, "hashes": n, "hash_rows": n}
+    if any(len(cols[k]) != v for k, v in expected.items()):
+        raise ValueError(f"{path}: section sizes do not match its {n} documents and {f_count} files")
+    names_blob = cols["file_names"].tobytes()
+    offsets = cols["file_offsets"].tolist()
+    files = [names_blob[a:b].decode("utf-8") for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
+    return ReaderIndex(n, files, np.asarray(cols["file_tokens"]), manifest_bytes, cols["start"], cols["length"],
+                       cols["file"], cols["bucket"], cols["partition"], cols["id_offsets"], cols["id_blob"],
+                       cols["hashes"], cols["hash_rows"])
+
+
+def build_from_manifest(fs, root: str, out: BinaryIO) -> int:
+    """Write the index of the manifest at ``root`` (on ``fs``) to ``out``; its documents."""
+    path = posixpath.join(root, layout.MANIFEST_NAME)
+    size = fs.size(path)
+    with fs.open(path, "r", encoding="utf-8") as f:
+        return write_index(manifest.read_rows(f), size, out)
+
+
+def write_index_file(fs, manifest_root: str, dest: str, tmp: str) -> None:
+    """Build the index of the manifest in ``manifest_root`` and put it at ``dest`` whole: built in a
+    local scratch file, copied to ``tmp`` and renamed on a local disk (an upload is whole already
+    on an object store, so there it is written at ``dest``). NotIndexable passes to the caller."""
+    with tempfile.TemporaryFile(prefix="pretokenize-index-") as local:
+        build_from_manifest(fs, manifest_root, local)
+        local.seek(0)
+        target = tmp if isinstance(fs, LocalFileSystem) else dest
+        fs.makedirs(posixpath.dirname(target), exist_ok=True)
+        try:
+            with fs.open(target, "wb") as out:
+                shutil.copyfileobj(local, out, 1 << 20)
+            if target != dest:
+                fs.mv(target, dest)
+        except BaseException:
+            if target != dest and fs.exists(target):
+                fs.rm(target)
+            raise

@@ -1,0 +1,172 @@
+"""The reader index (processed_spec.idx): written at publish, listed in the record, checked by verify,
+mapped by open_tree; what it gives is exactly what parsing the manifest gives, and a tree without
+one (or with one that no longer describes its manifest) opens from the manifest."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pickle
+
+import numpy as np
+import pytest
+from conftest import SAMPLE_PARQUET
+
+from pipelines import cli
+from shards import index as reader_index
+from shards import layout, reader, tree
+
+FLAGS = ["--partitions", "4", "--max-shard-bytes", "120000", "--runner=FnApiRunner"]
+
+
+@pytest.fixture(scope="module")
+def sample_tree(tmp_path_factory):
+    out = tmp_path_factory.mktemp("indexed") / "out"
+    assert cli.main(["bucketed", "--input", str(SAMPLE_PARQUET), "--output", str(out), *FLAGS]) == 0
+    return out
+
+
+def _copy(src, dst):
+    import shutil
+
+    shutil.copytree(src, dst)
+    return dst
+
+
+def _parsed(out) -> reader.ShardTree:
+    """The tree as the manifest alone gives it (the path of a tree without an index)."""
+    t = tree.OutputTree.open(str(out))
+    fs, root = reader.storage.filesystem(str(out))
+    return reader._open_bucketed(fs, root.rstrip("/"), str(out), t.stats())
+
+
+def test_publish_writes_the_index_and_lists_it_in_the_record(sample_tree):
+    record = json.loads((sample_tree / tree.RECORD_NAME).read_text(encoding="utf-8"))
+    assert reader_index.INDEX_NAME in record["derived"]
+    assert (sample_tree / reader_index.INDEX_NAME).is_file()
+    assert isinstance(reader.open_tree(str(sample_tree)).documents, reader.IndexedDocuments)
+
+
+def test_the_index_gives_what_the_manifest_gives(sample_tree):
+    fast, slow = reader.open_tree(str(sample_tree)), _parsed(sample_tree)
+    assert isinstance(fast.documents, reader.IndexedDocuments)
+    assert not isinstance(slow.documents, reader.IndexedDocuments)
+    assert len(fast) == len(slow) > 100
+    assert fast.store.rel_paths == slow.store.rel_paths
+    np.testing.assert_array_equal(fast.store.starts, slow.store.starts)
+    for col in ("start", "length", "file", "bucket", "partition", "split"):
+        np.testing.assert_array_equal(getattr(fast.documents, col), getattr(slow.documents, col), err_msg=col)
+    assert [fast.documents.id(i) for i in range(len(fast))] == [slow.documents.id(i) for i in range(len(slow))]
+    for i in range(len(slow)):
+        doc_id = slow.documents.id(i)
+        assert fast.row(doc_id) == i
+        np.testing.assert_array_equal(fast.document(doc_id), slow.document(doc_id))
+    with pytest.raises(KeyError, match="no document"):
+        fast.row("not-an-id")
+    a, b = fast.sampler(256, seed=3, val_fraction=0.1), slow.sampler(256, seed=3, val_fraction=0.1)
+    assert len(a) == len(b)
+    for k in (0, 1, len(a) - 1):
+        wa, wb = a.window(k), b.window(k)
+        for name in wa._fields:
+            np.testing.assert_array_equal(getattr(wa, name), getattr(wb, name))
+
+
+def test_a_pickled_tree_carries_the_index_path_not_its_columns(sample_tree):
+    t = reader.open_tree(str(sample_tree))
+    data = pickle.dumps(t.documents)
+    assert len(data) < 1000
+    again = pickle.loads(data)  # noqa: S301 - our own object, pickled above
+    np.testing.assert_array_equal(again.length, t.documents.length)
+    assert again.index_of(t.documents.id(7)) == 7
+
+
+def test_a_tree_without_the_index_opens_from_the_manifest(sample_tree, tmp_path):
+    out = _copy(sample_tree, tmp_path / "old")
+    os.remove(out / reader_index.INDEX_NAME)  # as a tree written before indexes
+    t = reader.open_tree(str(out))
+    assert not isinstance(t.documents, reader.IndexedDocuments)
+    assert len(t) == len(_parsed(sample_tree))
+
+
+def test_an_index_that_no_longer_describes_the_manifest_is_not_used(sample_tree, tmp_path):
+    out = _copy(sample_tree, tmp_path / "edited")
+    path = out / layout.MANIFEST_NAME
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    path.write_text("".join(lines[:2] + lines[3:]), encoding="utf-8")  # a row fewer: its shard disagrees
+    with pytest.raises(ValueError, match="manifest's rows sum"):
+        reader.open_tree(str(out))  # the manifest decides, and says what is wrong
+
+
+def test_verify_checks_the_index_against_the_manifest(sample_tree, tmp_path, capsys):
+    assert cli.main(["verify", "--output", str(sample_tree), "--runner=FnApiRunner"]) == 0
+    out = _copy(sample_tree, tmp_path / "bad")
+    path = out / reader_index.INDEX_NAME
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0xFF  # a byte of the lookup table
+    path.write_bytes(bytes(data))
+    capsys.readouterr()
+    assert cli.main(["verify", "--output", str(out), "--runner=FnApiRunner"]) == 1
+    assert f"{reader_index.INDEX_NAME}: does not describe {layout.MANIFEST_NAME}" in capsys.readouterr().out
+    os.remove(path)
+    assert cli.main(["verify", "--output", str(out), "--runner=FnApiRunner"]) == 1
+    assert "listed in the tree's record but missing" in capsys.readouterr().out
+
+
+def test_a_removal_rewrites_the_index(sample_tree, tmp_path):
+    out = _copy(sample_tree, tmp_path / "removal")
+    before = reader.open_tree(str(out))
+    gone = [before.documents.id(i) for i in (0, 5, 50)]
+    ids = tmp_path / "ids.txt"
+    ids.write_text("".join(f"{i}\n" for i in gone), encoding="utf-8")
+    assert cli.main(["remove", "--output", str(out), "--removal-list", str(ids), "--runner=FnApiRunner"]) == 0
+    after = reader.open_tree(str(out))
+    assert isinstance(after.documents, reader.IndexedDocuments)
+    assert len(after) == len(before) - 3
+    for doc_id in gone:
+        with pytest.raises(KeyError):
+            after.row(doc_id)
+    assert [after.documents.id(i) for i in range(len(after))] == \
+        [_parsed(out).documents.id(i) for i in range(len(after))]
+    assert cli.main(["verify", "--output", str(out), "--runner=FnApiRunner"]) == 0
+
+
+@pytest.mark.parametrize("rows", [
+    [],
+    [("1024/p00_00000.npy", "a", 3)],
+    [("1024/p00_00000.npy", "a", 3), ("1024/p00_00000.npy", "é", 1), ("2048/p01_00000.npy", "b" * 300, 1500),
+     ("beyond/p00_00003.npy", "z", 300000)],
+])
+def test_the_index_of_rows_finds_every_id(tmp_path, rows):
+    buf = io.BytesIO()
+    assert reader_index.write_index(iter(rows), 123, buf) == len(rows)
+    path = tmp_path / "x.idx"
+    path.write_bytes(buf.getvalue())
+    index = reader_index.open_index(str(path))
+    assert index.manifest_bytes == 123
+    assert index.files == list(dict.fromkeys(r for r, _, _ in rows))
+    assert [index.id(i).decode() for i in range(len(rows))] == [i for _, i, _ in rows]
+    assert index.length.tolist() == [n for _, _, n in rows]
+    assert index.bucket.tolist() == [layout.bucket_index(n) for _, _, n in rows]
+    for row, (_, doc_id, _) in enumerate(rows):
+        assert index.find(doc_id.encode()) == row
+    assert index.find(b"missing") is None
+
+
+def test_rows_out_of_storage_order_get_no_index():
+    rows = [("2048/p00_00000.npy", "a", 1500), ("1024/p00_00000.npy", "b", 3)]
+    with pytest.raises(reader_index.NotIndexable):
+        reader_index.write_index(iter(rows), 1, io.BytesIO())
+
+
+def test_the_lookup_table_is_sorted_in_slices_whatever_their_count(tmp_path, monkeypatch):
+    monkeypatch.setattr(reader_index, "_LOOKUP_SLICE", 7)  # many slices of the hash range
+    rows = [("1024/p00_00000.npy", f"doc-{i}", 1 + i % 5) for i in range(100)]
+    buf = io.BytesIO()
+    reader_index.write_index(iter(rows), 1, buf)
+    path = tmp_path / "s.idx"
+    path.write_bytes(buf.getvalue())
+    index = reader_index.open_index(str(path))
+    assert np.all(np.diff(index.hashes.astype(np.float64)) >= 0)
+    assert sorted(index.hash_rows.tolist()) == list(range(100))
+    assert all(index.find(f"doc-{i}".encode()) == i for i in range(100))
