@@ -37,7 +37,16 @@ import apache_beam as beam
 
 from shards import layout, manifest, storage, tree
 from shards.manifest import DatasetStats
-from shards.removal import REMOVALS_HEADER, REMOVALS_NAME, format_removal_line, parse_removal_line
+from shards.removal import (
+    DEFAULT_ID_FIELD,
+    REMOVALS_NAME,
+    RemovalLog,
+    format_removal_line,
+    log_text,
+    parse_removal_log,
+    read_log,
+    tree_id_field,
+)
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +153,61 @@ def make_plan(output: str, removal_ids: Iterable[str], run: str, utc_time: str) 
     return RemovalPlan(run, utc_time, out.stats_text, tuple(files), not_found)
 
 
+def member_path(root: str, rel: str) -> str:
+    """The path of the tree member a manifest row or journal entry names."""
+    # tree-layer: name -> path
+    return posixpath.join(root, rel)
+
+
+def publishing_runs(output: str) -> list[str]:
+    """The runs whose directory under the tree's temporary directory says they began publishing
+    and did not finish (a killed bucketed re-run): until one finishes, the tree is theirs."""
+    from transforms.core.publish import PUBLISHING_NAME
+
+    fs, root = storage.filesystem(output)
+    temp_root = posixpath.join(root, layout.TEMP_DIR_NAME)
+    if not fs.isdir(temp_root):
+        return []
+    runs = []
+    for entry in sorted(fs.ls(temp_root, detail=False)):
+        name = posixpath.basename(entry.rstrip("/"))
+        if name != JOURNAL_DIR and fs.exists(posixpath.join(entry, PUBLISHING_NAME)):
+            runs.append(name)
+    return runs
+
+
+def check_plan(output: str, plan: RemovalPlan) -> None:
+    """Every check a removal can make before it changes a byte: each affected file is a shard
+    whose size is its count before (or after, done by an earlier attempt; or gone when nothing
+    is left of it), and no bucketed run is half published over the tree. A ValueError in one line
+    otherwise, saying which command finishes the tree."""
+    running = publishing_runs(output)
+    if running:
+        raise ValueError(
+            f"a bucketed re-run into {output} took over the unfinished removal {plan.run} and stopped while "
+            f"publishing ({storage.join(output, layout.TEMP_DIR_NAME, running[0])}): run that bucketed command "
+            "again; it finishes the removal too"
+        )
+    stats = DatasetStats.from_text(plan.stats_before)
+    itemsize = layout.DTYPES[stats.dtype].itemsize
+    fs, root = storage.filesystem(output)
+    for f in plan.files:
+        bucket = layout.parse_shard_rel_path(f.rel_path).bucket  # ValueError for a name that is no shard's
+        if bucket not in stats.buckets:
+            raise ValueError(f"{f.rel_path}: bucket {bucket} is not in the tree's stats (run pretokenize verify)")
+        path = member_path(root, f.rel_path)
+        before, after = f.tokens_before * itemsize, f.tokens_after * itemsize
+        size = fs.size(path) if fs.exists(path) else None
+        if size is None and after == 0:
+            continue
+        if size not in (before, after):
+            raise ValueError(
+                f"{storage.join(output, f.rel_path)} holds {'no file' if size is None else f'{size} bytes'}; the "
+                f"removal {plan.run} expects {before} (before) or {after} (after): the file does not match its "
+                "manifest rows and nothing was changed (run pretokenize verify)"
+            )
+
+
 def write_journal(output: str, plan: RemovalPlan) -> None:
     storage.write_atomic(storage.join(journal_url(output), PLAN_NAME), plan.to_json().encode("utf-8"))
 
@@ -162,7 +226,7 @@ def rewrite_file(output: str, plan: FilePlan, itemsize: int) -> tuple[str, str |
     Returns what was done (for the log) and the new file's sha256 (None when it was deleted).
     """
     fs, root = storage.filesystem(output)
-    path = posixpath.join(root, plan.rel_path)
+    path = member_path(root, plan.rel_path)
     before, after = plan.tokens_before * itemsize, plan.tokens_after * itemsize
     if not fs.exists(path):
         if after == 0:
@@ -276,32 +340,49 @@ def rewrite_description(output: str, stats: DatasetStats) -> None:
         write_description(output, "bucketed", description_files(bucketed_document(provenance, stats)))
 
 
-def append_audit_lines(output: str, plan: RemovalPlan) -> None:
-    """One removals.txt line per document the plan takes out, once per removal run."""
+def read_tree_log(output: str) -> RemovalLog | None:
+    """The tree's removals.txt, read strictly as its audit log (None when it has none); a ValueError
+    naming the line that is not a log line."""
+    fs, root = storage.filesystem(output)
+    with storage.reaching(output):
+        exists = fs.exists(posixpath.join(root, REMOVALS_NAME))
+    return read_log(storage.join(output, REMOVALS_NAME)) if exists else None
+
+
+def _existing_log(output: str) -> str | None:
     fs, root = storage.filesystem(output)
     log_path = posixpath.join(root, REMOVALS_NAME)
-    existing = fs.cat_file(log_path).decode("utf-8") if fs.exists(log_path) else REMOVALS_HEADER + "\n"
-    if not any(parse_removal_line(line)[1] == plan.run for line in existing.splitlines()[1:] if line.strip()):
+    if not fs.exists(log_path):
+        return None
+    text = fs.cat_file(log_path).decode("utf-8")
+    parse_removal_log(text.splitlines(), where=storage.join(output, REMOVALS_NAME))  # strictly, before any change
+    return text
+
+
+def append_audit_lines(output: str, plan: RemovalPlan) -> None:
+    """One removals.txt line per document the plan takes out, once per removal run."""
+    existing = _existing_log(output)
+    runs = set() if existing is None else parse_removal_log(existing.splitlines()).runs
+    if plan.run not in runs:
         lines = [format_removal_line(plan.utc_time, plan.run, d, rel, n) for rel, d, n in plan.removed_rows]
-        tree.write_file(output, REMOVALS_NAME, (existing + "".join(lines)).encode("utf-8"))
+        id_field = tree_id_field(plan.stats_before) or DEFAULT_ID_FIELD
+        tree.write_file(output, REMOVALS_NAME, log_text(existing, id_field, lines).encode("utf-8"))
 
 
 # The rel_path of an audit line for an id a --removal-list run kept out: it was never stored.
 NOT_STORED = "-"
 
 
-def record_removal_list(output: str, ids: list[str], run: str, utc_time: str) -> int:
+def record_removal_list(output: str, ids: list[str], run: str, utc_time: str, id_field: str) -> int:
     """Append to removals.txt every id of a --removal-list that it does not list yet (rel_path
-    ``-``, tokens 0: left out before tokenizing), so that every later run keeps it out too.
-    Returns how many lines were added."""
-    fs, root = storage.filesystem(output)
-    log_path = posixpath.join(root, REMOVALS_NAME)
-    existing = fs.cat_file(log_path).decode("utf-8") if fs.exists(log_path) else REMOVALS_HEADER + "\n"
-    known = {parse_removal_line(line)[2] for line in existing.splitlines()[1:] if line.strip()}
+    ``-``, tokens 0: left out before tokenizing), so that every later run keeps it out too; the
+    ids are values of ``id_field``, the run's --id-field. Returns how many lines were added."""
+    existing = _existing_log(output)
+    known = set() if existing is None else set(parse_removal_log(existing.splitlines()).ids)
     new = [i for i in ids if i not in known]
     if new:
-        lines = "".join(format_removal_line(utc_time, run, i, NOT_STORED, 0) for i in new)
-        tree.write_file(output, REMOVALS_NAME, (existing + lines).encode("utf-8"))
+        lines = [format_removal_line(utc_time, run, i, NOT_STORED, 0) for i in new]
+        tree.write_file(output, REMOVALS_NAME, log_text(existing, id_field, lines).encode("utf-8"))
     return len(new)
 
 
