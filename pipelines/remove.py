@@ -40,6 +40,7 @@ from transforms.tools.surgery import (
     check_plan,
     load_journal,
     make_plan,
+    purge_saved_work,
     read_tree_log,
     write_journal,
 )
@@ -106,6 +107,10 @@ def prepare(options: RemoveOptions, write: bool = True) -> RemovalPlan | None:
         write_journal(options.output, plan)
     if not write:
         return plan
+    purged = purge_saved_work(options.output)  # the journal holds the request: a kill here is finished by a re-run
+    if purged:
+        print(f"deleted the saved work of interrupted runs ({', '.join(purged)}): it may hold the removed "
+              "documents; the next bucketed run starts afresh", flush=True)
     tree.delete_listed(options.output, [layout.STATS_NAME])  # the tree reads as unfinished until the removal is done
     return plan
 

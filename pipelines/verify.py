@@ -28,7 +28,15 @@ from shards import layout, llmc, storage
 from shards.removal import DEFAULT_ID_FIELD, REMOVALS_NAME, read_log, read_removal_list
 from shards.tree import IncompleteTreeError, OutputTree, UnreadableStatsError
 from transforms.core.records import UsageError
-from transforms.tools.verify import MAX_REPORTED, VerifyConfig, VerifyOutput, plan_units, read_checksums, write_report
+from transforms.tools.verify import (
+    MAX_REPORTED,
+    VerifyConfig,
+    VerifyOutput,
+    files_holding_ids,
+    plan_units,
+    read_checksums,
+    write_report,
+)
 
 
 def parse_args(argv: list[str]):
@@ -141,8 +149,9 @@ def run(argv: list[str] | None = None) -> int:
             raise ValueError(f"--sample must be within (0, 1], got {args.sample}")
         output = storage.normalize(args.output)
         fs, path = storage.filesystem(output)
-        if not fs.isdir(path):
-            raise FileNotFoundError(f"--output {output} is not a directory")
+        with storage.reaching(output):
+            if not fs.isdir(path):
+                raise FileNotFoundError(f"--output {output} is not a directory")
         tree = OutputTree.open(output)
     if tree.kind == "scaffold":
         return _verify_scaffold(output, args)
@@ -158,6 +167,7 @@ def run(argv: list[str] | None = None) -> int:
         removed, removal_problems = _removed_ids(output, args.removal_list,
                                                  stats.field_settings.get("id_field", DEFAULT_ID_FIELD))
         units, launch_problems, rows = plan_units(output, removed)
+        launch_problems += files_holding_ids(output, removed, {u.rel_path for u in units})
         launch_problems += checksum_problems + removal_problems
         if checksums is not None:
             launch_problems += [f"{layout.CHECKSUMS_NAME} names {rel}, which is not in the tree"

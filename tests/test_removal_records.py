@@ -303,3 +303,60 @@ def test_a_second_remove_of_the_same_ids_says_already_removed(removed_tree, tmp_
     printed = capsys.readouterr().out
     assert "3 ids, 0 found in the manifest, 2 already removed (removals.txt lists them), 1 not found" in printed
     assert "not found: never-stored" in printed and "not found: doc-03" not in printed
+
+
+# --- Defect 3: removal reaches the saved work of a killed run; verify scans every file ---------------------------
+
+
+KILL_WHILE_WRITING = """
+import os, sys
+from fsspec.implementations.local import LocalFileSystem
+real_mv = LocalFileSystem.mv
+def mv(self, src, dst, *a, **k):
+    if "/staged/" in str(dst):
+        os._exit(9)  # killed once the documents are spilled and marked done, as the shards are written
+    return real_mv(self, src, dst, *a, **k)
+LocalFileSystem.mv = mv
+from pipelines import cli
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+def files_holding(out, ids) -> list[str]:
+    """Every file under ``out`` but removals.txt whose bytes hold one of ``ids``."""
+    found = []
+    for dirpath, _, names in os.walk(out):
+        for name in names:
+            path = os.path.join(dirpath, name)
+            rel = os.path.relpath(path, out)
+            data = open(path, "rb").read()
+            if rel != REMOVALS_NAME and any(i.encode() in data for i in ids):
+                found.append(rel)
+    return found
+
+
+def test_remove_deletes_a_killed_runs_saved_work_and_verify_flags_saved_work_left(source, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert bucketed(source, out) == 0
+    rerun = ["bucketed", "--input", str(source), "--output", str(out), "--partitions", "3", *RUNNER]
+    proc = subprocess.run([sys.executable, "-c", KILL_WHILE_WRITING, *rerun], cwd=REPO, capture_output=True,
+                          timeout=300)
+    assert proc.returncode == 9, proc.stderr[-3000:]
+    ids = ["doc-05", "doc-17", "doc-33"]
+    temp = layout.TEMP_DIR_NAME
+    assert any(rel.startswith(temp) for rel in files_holding(out, ids)), "the premise: saved work holds them"
+    saved = tmp_path / "saved"
+    shutil.copytree(out / temp, saved)
+    flagged = tmp_path / "flagged.txt"
+    flagged.write_text("\n".join(ids) + "\n")
+    capsys.readouterr()
+    assert cli.main(["remove", "--output", str(out), "--removal-list", str(flagged), *RUNNER]) == 0
+    assert "deleted the saved work of interrupted runs" in capsys.readouterr().out
+    assert files_holding(out, ids) == [] and not (out / temp).exists()
+    assert cli.main(["verify", "--output", str(out), *RUNNER]) == 0
+    # Saved work put back (a copy of the tree made before the removal, say): verify names it.
+    shutil.copytree(saved, out / temp)
+    capsys.readouterr()
+    assert cli.main(["verify", "--output", str(out), *RUNNER]) == 1
+    printed = capsys.readouterr().out
+    assert f"{temp}/" in printed and "which removals.txt lists as removed" in printed

@@ -208,6 +208,36 @@ def check_plan(output: str, plan: RemovalPlan) -> None:
             )
 
 
+def purge_saved_work(output: str) -> list[str]:
+    """Delete every entry of the tree's temporary directory but the removal's journal: the saved
+    work of interrupted runs (spill files, references, markers) and their run directories may hold
+    the removed documents' tokens and ids, and would go wherever the tree is copied. All saved work
+    goes, not only what holds a removed document: the next bucketed run starts afresh. A symlink
+    there is removed itself, never followed. Returns the names deleted."""
+    import os
+
+    fs, root = storage.filesystem(output)
+    temp_root = posixpath.join(root, layout.TEMP_DIR_NAME)
+    local = storage.renames_atomically(fs)
+    if local and os.path.islink(temp_root):
+        raise ValueError(f"{storage.join(output, layout.TEMP_DIR_NAME)} is a symlink: remove will not delete "
+                         "through it (replace it with a directory)")
+    if not fs.isdir(temp_root):
+        return []
+    deleted = []
+    for entry in sorted(fs.ls(temp_root, detail=False)):
+        name = posixpath.basename(entry.rstrip("/"))
+        if name == JOURNAL_DIR:
+            continue
+        path = member_path(temp_root, name)
+        if local and os.path.islink(path):
+            os.unlink(path)
+        else:
+            fs.rm(path, recursive=True)
+        deleted.append(name)
+    return deleted
+
+
 def write_journal(output: str, plan: RemovalPlan) -> None:
     storage.write_atomic(storage.join(journal_url(output), PLAN_NAME), plan.to_json().encode("utf-8"))
 
