@@ -13,6 +13,7 @@ import argparse
 import dataclasses
 import datetime
 import logging
+import tempfile
 import uuid
 
 import apache_beam as beam
@@ -70,13 +71,13 @@ def parse_args(argv: list[str]) -> tuple[RemoveOptions, PipelineOptions]:
     )
 
 
-def prepare(options: RemoveOptions, write: bool = True) -> RemovalPlan | None:
+def prepare(options: RemoveOptions, write: bool = True, plan_url: str | None = None) -> RemovalPlan | None:
     """The plan to carry out: an interrupted one first, else a new one; None when nothing is flagged.
 
     Everything is read and checked before any byte changes: the tree's audit log (strictly), the
     list, the manifest, and the plan against the files. A new plan is journalled and
     dataset_stats.txt removed before any shard changes. Without ``write`` (a dry run) the same
-    reading and checks, and nothing is written.
+    reading and checks, and nothing is written in the tree (the plan's rows go to ``plan_url``).
     """
     log_url = storage.join(options.output, REMOVALS_NAME)
     audit = read_tree_log(options.output)  # a log it cannot read stops the removal here, naming the line
@@ -97,7 +98,7 @@ def prepare(options: RemoveOptions, write: bool = True) -> RemovalPlan | None:
         if id_field is not None:
             check_id_field(list_field, f"--removal-list {options.removal_list}", id_field, flag="the tree's id field")
         now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        plan = make_plan(options.output, ids, run=uuid.uuid4().hex[:12], utc_time=now)
+        plan = make_plan(options.output, ids, run=uuid.uuid4().hex[:12], utc_time=now, plan_url=plan_url)
         _report_not_found(plan, len(ids), set(audit.ids) if audit is not None else set())
         if not plan.files:
             return None
@@ -142,9 +143,11 @@ def run(argv: list[str] | None = None) -> RemovalPlan | None:
                 raise FileNotFoundError(f"--output {options.output} is not a directory")
         tree.owned(options.output, "bucketed")  # never rewrite files this tool did not write
     interrupted: list = []
+    # A dry run's plan goes to a local scratch directory, deleted once the job is translated.
+    scratch = tempfile.TemporaryDirectory(prefix="pretokenize-dry-run-") if dry_run else None
     try:
         with _noting_interrupts(interrupted):
-            plan = prepare(options, write=not dry_run)
+            plan = prepare(options, write=not dry_run, plan_url=scratch.name if scratch else None)
             if plan is None:
                 print("nothing to remove: no listed id is in the output; nothing was changed", flush=True)
                 return None
@@ -154,13 +157,15 @@ def run(argv: list[str] | None = None) -> RemovalPlan | None:
         raise
     except BaseException as e:
         raise _stopped(options.output, e, bool(interrupted) or isinstance(e, KeyboardInterrupt), dry_run) from None
+    finally:
+        if scratch is not None:
+            scratch.cleanup()
     if dry_run:
         print(end_dry_run(options.output, pipeline_options), flush=True)
         return plan
-    rows = plan.removed_rows
     deleted = sum(1 for f in plan.files if f.tokens_after == 0)
     print(
-        f"removed {len(rows)} documents ({sum(n for _, _, n in rows):,} tokens) from {len(plan.files)} files "
+        f"removed {plan.removed_documents} documents ({plan.removed_tokens:,} tokens) from {len(plan.files)} files "
         f"({deleted} deleted, now empty); every other file is unchanged; audit lines in removals.txt "
         f"under run {plan.run}",
         flush=True,

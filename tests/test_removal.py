@@ -86,7 +86,7 @@ def test_both_ways_give_the_same_shards_and_every_other_document(original, sourc
     for out in (rerun, surgical):
         assert stored_ids(out) == {r["id"] for r in ROWS} - set(flagged)
     # Only the files that held a flagged id changed; the one left empty is gone.
-    touched = {rel for rel, _, _ in plan.removed_rows}
+    touched = {f.rel_path for f in plan.files}
     assert len(touched) == 3
     for rel, digest in before.items():
         if rel.endswith(".npy") and rel not in touched:
@@ -119,7 +119,7 @@ def test_a_removal_interrupted_after_the_first_shard_is_finished_by_a_rerun(orig
     shutil.copytree(original, crashed)
     options, _ = remove.parse_args(["--output", str(crashed), "--removal-list", removal_list])
     plan = remove.prepare(options)  # journal written, commit marker removed
-    rewrite_file(str(crashed), plan.files[0], itemsize=4)  # ... and the process dies here
+    rewrite_file(str(crashed), plan.file_plan(0), itemsize=4)  # ... and the process dies here
     assert not (crashed / layout.STATS_NAME).exists(), "a half-done removal must not look finished"
     assert verify.run(["--output", str(crashed), *RUNNER]) == 1
 
