@@ -282,6 +282,8 @@ def run(argv: list[str] | None = None) -> files.TrainingStats | None:
                     with contextlib.suppress(Exception):
                         result.cancel()
                 raise
+            if interrupted:  # Ctrl-C that a runner swallowed: stop before learning and publishing
+                raise KeyboardInterrupt
             count_seconds = time.monotonic() - start - launch_seconds
             stats, merge_seconds = learn_and_publish(options, run_id, argv, removal)
     except BaseException as e:
