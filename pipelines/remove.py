@@ -85,10 +85,11 @@ def prepare(options: RemoveOptions, write: bool = True, plan_url: str | None = N
     if plan is not None:
         print(
             f"resuming the interrupted removal {plan.run} (started {plan.utc_time}); once it is finished, "
-            f"run this command again if {options.removal_list} is a different list",
+            f"{options.removal_list} is applied",
             flush=True,
         )
         check_plan(options.output, plan)
+        plan = dataclasses.replace(plan, resumed=True)
     else:
         ids, list_field = read_removal_source(options.removal_list)
         out = tree.OutputTree.open(options.output)
@@ -163,6 +164,14 @@ def run(argv: list[str] | None = None) -> RemovalPlan | None:
     if dry_run:
         print(end_dry_run(options.output, pipeline_options), flush=True)
         return plan
+    if plan.resumed:  # an interrupted removal is finished: now the list this command was given
+        _summary(plan)
+        return run(argv) or plan
+    _summary(plan)
+    return plan
+
+
+def _summary(plan: RemovalPlan) -> None:
     deleted = sum(1 for f in plan.files if f.tokens_after == 0)
     print(
         f"removed {plan.removed_documents} documents ({plan.removed_tokens:,} tokens) from {len(plan.files)} files "
@@ -170,7 +179,6 @@ def run(argv: list[str] | None = None) -> RemovalPlan | None:
         f"under run {plan.run}",
         flush=True,
     )
-    return plan
 
 
 def _stopped(output: str, error: BaseException, interrupted: bool, dry_run: bool) -> BaseException:

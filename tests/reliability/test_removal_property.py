@@ -23,6 +23,7 @@ import os
 import random
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import REPO, finepdfs_row
@@ -130,7 +131,7 @@ def test_no_accepted_removal_is_lost(seed, tmp_path):
         if code == 0 and finished:
             assert holding(out, accepted) == [], f"seed {seed} step {step} ({choice})"
         if code == 0 and args[0] == "train-bpe":
-            stats = (tmp_path / f"tok-{step}" / "training_stats.txt").read_text()
+            stats = (Path(args[args.index("--output") + 1]) / "training_stats.txt").read_text()
             logged = {line.split(" | ")[2] for line in ever[2:]}
             removed = len({r["id"] for r in ROWS} & logged)
             assert (f"documents dropped (removed): {removed}" in stats) or removed == 0, stats

@@ -109,6 +109,7 @@ class RemovalPlan:
     files: tuple[FileSummary, ...]
     not_found: tuple[str, ...]
     plan_url: str = ""
+    resumed: bool = False  # read from a journal an interrupted run left (not written)
 
     def to_json(self) -> str:
         return json.dumps(
