@@ -12,13 +12,12 @@ import dataclasses
 import hashlib
 import logging
 import os
-import posixpath
 from typing import TYPE_CHECKING
 
 from pipelines import common
 from shards import layout, lock, storage, tree
 from shards.manifest import DatasetStats
-from shards.removal import REMOVALS_NAME, read_removal_list
+from shards.removal import REMOVALS_NAME, check_id_field, read_removal_list, read_removal_source, tree_id_field
 from transforms.bucketed.settings import BucketedSettings
 from transforms.core.encoders import BACKENDS, SPECIAL_TOKEN_MODES
 
@@ -80,7 +79,7 @@ def build(pipeline: beam.Pipeline, options: BucketedSettings, run_id: str | None
     from transforms.core.provenance import launch_provenance
     from transforms.core.publish import PublishOutput
     from transforms.core.read import RECORDS, CountRecords, ReadDocuments, ReadUnitFn
-    from transforms.tools.surgery import JOURNAL_DIR, load_journal
+    from transforms.tools.surgery import JOURNAL_DIR, load_journal, read_tree_log
 
     output = storage.normalize(options.output)
     tokenizer = options.tokenizer_config()
@@ -96,9 +95,20 @@ def build(pipeline: beam.Pipeline, options: BucketedSettings, run_id: str | None
     keep = (JOURNAL_DIR,) if pending else ()
     # Removal requests this output has accepted stay honoured: the ids removals.txt lists as taken
     # out, and those of a removal that was interrupted (its journal), which this run finishes.
-    fs, root = storage.filesystem(output)
-    removals_txt = storage.join(output, REMOVALS_NAME) if fs.exists(posixpath.join(root, REMOVALS_NAME)) else None
+    # removals.txt is read as the log it is, strictly; a run that would read ids from another
+    # field than the one they are values of is refused (the removed documents would come back).
+    tree_log = read_tree_log(output)
+    removals_txt = output if tree_log is not None else None  # the tree itself: its removals.txt is its log
+    if tree_log is not None:
+        check_id_field(tree_log.id_field or tree_id_field(_stats_text(output)), storage.join(output, REMOVALS_NAME),
+                       options.id_field)
+    if pending is not None:
+        check_id_field(tree_id_field(pending.stats_before), f"the unfinished removal {pending.run} in {output}",
+                       options.id_field)
     lists = [storage.normalize(options.removal_list)] if options.removal_list else []
+    for url in lists:
+        _, list_field = read_removal_source(url)
+        check_id_field(list_field, f"--removal-list {url}", options.id_field)
     removal_ids = removed_ids(lists + ([removals_txt] if removals_txt else []), pending)
     description = resume.WorkDescription.of("bucketed", options, units, {
         "tokenizer_probe": resume.tokenizer_probe(encoder),
@@ -155,6 +165,10 @@ def build(pipeline: beam.Pipeline, options: BucketedSettings, run_id: str | None
     drops.append(written[DROPPED])
     extras = {} if removal_found is None else {"removal_found": beam.pvalue.AsSingleton(removal_found)}
     return written.groups | "PublishOutput" >> PublishOutput(publish_format, shards, raw, tuple(drops), **extras)
+
+
+def _stats_text(output: str) -> str | None:
+    return tree.OutputTree.open(output).stats_text if tree.read_record(output) is not None else None
 
 
 def removed_ids(lists: list[str], pending) -> set[str]:

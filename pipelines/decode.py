@@ -153,15 +153,16 @@ def expand_paths(paths: Sequence[str]) -> list[str]:
     for path in paths:
         url = storage.normalize(path)
         fs, p = storage.filesystem(url)
-        if fs.isdir(p):
-            found = llmc.sorted_shard_files(fs.ls(p, detail=False))
-            if not found:
-                raise BadInputError(path, "is a directory without shard_NNN.bin files")
-            out += [storage.unstrip(fs, f, url) for f in found]
-        elif fs.exists(p):
-            out.append(url)
-        else:
-            raise BadInputError(path, "no such file or directory")
+        with storage.reaching(url):
+            if fs.isdir(p):
+                found = llmc.sorted_shard_files(fs.ls(p, detail=False))
+                if not found:
+                    raise BadInputError(path, "is a directory without shard_NNN.bin files")
+                out += [storage.unstrip(fs, f, url) for f in found]
+            elif fs.exists(p):
+                out.append(url)
+            else:
+                raise BadInputError(path, "no such file or directory")
     return out
 
 

@@ -13,14 +13,27 @@ import argparse
 import dataclasses
 import datetime
 import logging
+import tempfile
 import uuid
 from typing import TYPE_CHECKING
 
-from pipelines.common import add_break_lock_flag, add_flag, add_workers_flag, launching, parse_job_args
+from pipelines.common import (
+    RunStopped,
+    _noting_interrupts,
+    add_break_lock_flag,
+    add_flag,
+    add_workers_flag,
+    end_dry_run,
+    is_dry_run,
+    launching,
+    no_space_message,
+    parse_job_args,
+)
 from pipelines.help_format import DefaultsHelpFormatter
 from shards import layout, lock, storage, tree
 from shards.manifest import DatasetStats
-from shards.removal import read_removal_list
+from shards.removal import REMOVALS_NAME, check_id_field, read_removal_source, tree_id_field
+from transforms.core.records import BadInputError, UsageError
 
 if TYPE_CHECKING:  # Beam and the steps are imported once the flags are read: --help imports none of it
     import apache_beam as beam
@@ -56,39 +69,71 @@ def parse_args(argv: list[str]) -> tuple[RemoveOptions, PipelineOptions]:
     )
 
 
-def prepare(options: RemoveOptions) -> RemovalPlan | None:
+def prepare(options: RemoveOptions, write: bool = True, plan_url: str | None = None) -> RemovalPlan | None:
     """The plan to carry out: an interrupted one first, else a new one; None when nothing is flagged.
 
-    A new plan is journalled and dataset_stats.txt removed before any shard changes.
+    Everything is read and checked before any byte changes: the tree's audit log (strictly), the
+    list, the manifest, and the plan against the files. A new plan is journalled and
+    dataset_stats.txt removed before any shard changes. Without ``write`` (a dry run) the same
+    reading and checks, and nothing is written in the tree (the plan's rows go to ``plan_url``).
     """
-    from transforms.tools.surgery import load_journal, make_plan, write_journal
+    from transforms.tools.surgery import (
+        check_plan,
+        load_journal,
+        make_plan,
+        purge_saved_work,
+        read_tree_log,
+        write_journal,
+    )
 
+    log_url = storage.join(options.output, REMOVALS_NAME)
+    audit = read_tree_log(options.output)  # a log it cannot read stops the removal here, naming the line
     plan = load_journal(options.output)
     if plan is not None:
         print(
             f"resuming the interrupted removal {plan.run} (started {plan.utc_time}); once it is finished, "
-            f"run this command again if {options.removal_list} is a different list",
+            f"{options.removal_list} is applied",
             flush=True,
         )
+        check_plan(options.output, plan)
+        plan = dataclasses.replace(plan, resumed=True)
     else:
-        ids = read_removal_list(options.removal_list)
+        ids, list_field = read_removal_source(options.removal_list)
+        out = tree.OutputTree.open(options.output)
+        id_field = tree_id_field(out.stats_text)
+        if audit is not None and id_field is not None:
+            check_id_field(audit.id_field, log_url, id_field, flag="the tree's id field")
+        if id_field is not None:
+            check_id_field(list_field, f"--removal-list {options.removal_list}", id_field, flag="the tree's id field")
         now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        plan = make_plan(options.output, ids, run=uuid.uuid4().hex[:12], utc_time=now)
-        _report_not_found(plan, len(ids))
+        plan = make_plan(options.output, ids, run=uuid.uuid4().hex[:12], utc_time=now, plan_url=plan_url)
+        _report_not_found(plan, len(ids), set(audit.ids) if audit is not None else set())
         if not plan.files:
             return None
+        check_plan(options.output, plan)
+        if not write:
+            return plan
         write_journal(options.output, plan)
+    if not write:
+        return plan
+    purged = purge_saved_work(options.output)  # the journal holds the request: a kill here is finished by a re-run
+    if purged:
+        print(f"deleted the saved work of interrupted runs ({', '.join(purged)}): it may hold the removed "
+              "documents; the next bucketed run starts afresh", flush=True)
     tree.delete_listed(options.output, [layout.STATS_NAME])  # the tree reads as unfinished until the removal is done
     return plan
 
 
-def _report_not_found(plan: RemovalPlan, listed: int) -> None:
+def _report_not_found(plan: RemovalPlan, listed: int, already: set[str]) -> None:
+    gone = [i for i in plan.not_found if i in already]
+    missing = [i for i in plan.not_found if i not in already]
     found = listed - len(plan.not_found)
-    print(f"removal list: {listed} ids, {found} found in the manifest, {len(plan.not_found)} not found", flush=True)
-    for doc_id in plan.not_found[:20]:
+    print(f"removal list: {listed} ids, {found} found in the manifest, {len(gone)} already removed "
+          f"({REMOVALS_NAME} lists them), {len(missing)} not found", flush=True)
+    for doc_id in missing[:20]:
         print(f"  not found: {doc_id}", flush=True)
-    if len(plan.not_found) > 20:
-        print(f"  ... and {len(plan.not_found) - 20} more", flush=True)
+    if len(missing) > 20:
+        print(f"  ... and {len(missing) - 20} more", flush=True)
 
 
 def build(pipeline: beam.Pipeline, options: RemoveOptions, plan: RemovalPlan):
@@ -100,31 +145,88 @@ def build(pipeline: beam.Pipeline, options: RemoveOptions, plan: RemovalPlan):
 
 @lock.command("remove")
 def run(argv: list[str] | None = None) -> RemovalPlan | None:
+    return _run(argv or [])
+
+
+def _run(argv: list[str]) -> RemovalPlan | None:
+    """remove, in the scope of its lock (taken once, for the whole command: an interrupted removal
+    it finishes and then its own list)."""
     with launching():
         options, pipeline_options = parse_args(argv or [])
+        dry_run = is_dry_run(pipeline_options)  # a local runner refuses it, as the jobs do
         fs, path = storage.filesystem(options.output)
-        if not fs.isdir(path):
-            raise FileNotFoundError(f"--output {options.output} is not a directory")
+        with storage.reaching(options.output):
+            if not fs.isdir(path):
+                raise FileNotFoundError(f"--output {options.output} is not a directory")
         tree.owned(options.output, "bucketed")  # never rewrite files this tool did not write
-        lock.take(options.output)  # one writer at a time: before the journal is read or anything changes
-        plan = prepare(options)
-    if plan is None:
-        print("nothing to remove: no listed id is in the output; nothing was changed", flush=True)
-        return None
-    import apache_beam as beam
+        if not dry_run:
+            lock.take(options.output)  # one writer at a time: before the journal is read or anything changes
+    interrupted: list = []
+    # A dry run's plan goes to a local scratch directory, deleted once the job is translated.
+    scratch = tempfile.TemporaryDirectory(prefix="pretokenize-dry-run-") if dry_run else None
+    try:
+        with _noting_interrupts(interrupted):
+            plan = prepare(options, write=not dry_run, plan_url=scratch.name if scratch else None)
+            if plan is None:
+                print("nothing to remove: no listed id is in the output; nothing was changed", flush=True)
+                return None
+            import apache_beam as beam
 
-    from pipelines.common import new_run_id, showing_progress
-    from transforms.core.progress import Stage
+            from pipelines.common import new_run_id, showing_progress
+            from transforms.core.progress import Stage
 
-    stages = [Stage("rewrite", "rewrite", ("files",), "files", total=len(plan.files))]
-    with showing_progress(pipeline_options, new_run_id(), stages), beam.Pipeline(options=pipeline_options) as pipeline:
-        build(pipeline, options, plan)
-    rows = plan.removed_rows
+            stages = [Stage("rewrite", "rewrite", ("files",), "files", total=len(plan.files))]
+            with showing_progress(pipeline_options, new_run_id(), stages), \
+                    beam.Pipeline(options=pipeline_options) as pipeline:
+                build(pipeline, options, plan)
+    except (UsageError, BadInputError):
+        raise
+    except BaseException as e:
+        raise _stopped(options.output, e, bool(interrupted) or isinstance(e, KeyboardInterrupt), dry_run) from None
+    finally:
+        if scratch is not None:
+            scratch.cleanup()
+    if dry_run:
+        print(end_dry_run(options.output, pipeline_options), flush=True)
+        return plan
+    if plan.resumed:  # an interrupted removal is finished: now the list this command was given
+        _summary(plan)
+        return _run(argv) or plan
+    _summary(plan)
+    return plan
+
+
+def _summary(plan: RemovalPlan) -> None:
     deleted = sum(1 for f in plan.files if f.tokens_after == 0)
     print(
-        f"removed {len(rows)} documents ({sum(n for _, _, n in rows):,} tokens) from {len(plan.files)} files "
+        f"removed {plan.removed_documents} documents ({plan.removed_tokens:,} tokens) from {len(plan.files)} files "
         f"({deleted} deleted, now empty); every other file is unchanged; audit lines in removals.txt "
         f"under run {plan.run}",
         flush=True,
     )
-    return plan
+
+
+def _stopped(output: str, error: BaseException, interrupted: bool, dry_run: bool) -> BaseException:
+    """What a removal that stopped says, in one line: a RunStopped for Ctrl-C, a full disk and an
+    unreachable store (the error itself for anything else)."""
+    from transforms.tools.surgery import load_journal
+
+    pending = None if dry_run else load_journal(output)
+    if pending is not None:
+        state = (f"the removal {pending.run} is journalled and {output} reads as unfinished until it is done: "
+                 "run the same command again to finish it")
+    else:
+        state = f"nothing in {output} was changed"
+    if interrupted:
+        return RunStopped(f"interrupted; {state}")
+    full = no_space_message(error)
+    if full is not None:
+        return RunStopped(f"{full} ({output}); {state}")
+    from pipelines.cli import unreachable_message
+
+    unreachable = unreachable_message(error)
+    if unreachable is not None:
+        return RunStopped(f"{unreachable}; {state}")
+    if isinstance(error, (ValueError, OSError)):  # found while reading and checking, before any change
+        return UsageError(f"{error}; {state}")
+    return error

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import importlib.metadata
 import json
 import logging
@@ -33,6 +34,7 @@ from typing import TYPE_CHECKING
 
 from pipelines import common
 from shards import lock, storage, tree
+from shards.removal import check_id_field, is_tree_source, log_url_of, read_removal_source
 from transforms.bpe import files, pretokenize
 from transforms.bpe.settings import TrainBpeSettings
 
@@ -68,6 +70,8 @@ def make_parser() -> argparse.ArgumentParser:
     flag(p, "count-shards", type=int, default=d.count_shards,
          help="pieces the word table is counted in (each summed on one worker); never changes the result")
     flag(p, "eos-token", default=d.eos_token, help="the EOS, added as a special token right after the ranks")
+    flag(p, "removal-list", default=None,
+         help="ids to leave out, one a line, no comments; or an output tree (its removals.txt)")
     common.add_document_filter_flags(p, d)
     common.add_common_flags(p)
     return p
@@ -87,6 +91,7 @@ def build(pipeline: beam.Pipeline, options: TrainBpeSettings, run_id: str):
 
     from transforms.bpe.count import STATS, CountWords
     from transforms.bucketed.filter import DROPPED, FilterLanguage
+    from transforms.bucketed.removal import DropRemoved
     from transforms.core.drops import CountDrops
     from transforms.core.progress import Stage, announce_stages
     from transforms.core.read import RECORDS, CountRecords, ReadDocuments
@@ -103,6 +108,10 @@ def build(pipeline: beam.Pipeline, options: TrainBpeSettings, run_id: str):
     read_result = pipeline | "ReadDocuments" >> read
     batches = read_result.docs
     drops = [read_result[DROPPED]]
+    if options.removal_list:
+        removed = batches | "DropRemoved" >> DropRemoved(storage.normalize(options.removal_list))
+        batches = removed.kept
+        drops.append(removed[DROPPED])
     filtered = batches | "FilterLanguage" >> FilterLanguage(lid)
     batches = filtered.kept
     drops.append(filtered[DROPPED])
@@ -128,6 +137,22 @@ def _write_run_stats(numbers: dict, url: str) -> None:
     storage.write_atomic(url, json.dumps(dict(sorted(numbers.items()))).encode())
 
 
+def removal_record(options: TrainBpeSettings) -> dict | None:
+    """What tokenizer_info.json and training_stats.txt record of the --removal-list: where it was,
+    the sha256 of its bytes (a tree's: of its removals.txt), how many ids. Read at launch, where the
+    ids it is checked for are read; a list of ids of another --id-field than this run's is refused."""
+    if not options.removal_list:
+        return None
+    url = storage.normalize(options.removal_list)
+    ids, id_field = read_removal_source(url)
+    check_id_field(id_field, f"--removal-list {url}", options.id_field)
+    listed = log_url_of(url) if is_tree_source(url) else url
+    fs, path = storage.filesystem(listed)
+    with storage.reaching(listed):
+        digest = hashlib.sha256(fs.cat_file(path)).hexdigest()
+    return {"source": url, "sha256": digest, "ids": len(ids)}
+
+
 def tool_version() -> str:
     try:
         return importlib.metadata.version("beam-pretokenize")
@@ -135,8 +160,8 @@ def tool_version() -> str:
         return "unknown"
 
 
-def learn_and_publish(options: TrainBpeSettings, run_id: str,
-                      argv: list[str]) -> tuple[files.TrainingStats, tuple[float, float]]:
+def learn_and_publish(options: TrainBpeSettings, run_id: str, argv: list[str],
+                      removal: dict | None = None) -> tuple[files.TrainingStats, tuple[float, float]]:
     """Steps 3 and 4: learn the merges from the run's count shards, then publish the files.
     Returns the stats and the wall and CPU seconds the merges took."""
     from pipelines.progress_display import LauncherBar
@@ -196,6 +221,7 @@ def learn_and_publish(options: TrainBpeSettings, run_id: str,
         tokens_before=learned.symbols_before,
         tokens_after=learned.symbols_after,
         first_merges=tuple(files.shown(t) for t in tokens[base:base + files.SHOWN_MERGES]),
+        removal_list=removal,
     )
     regex = pretokenize.PATTERNS[options.pattern]
     written = {
@@ -209,6 +235,7 @@ def learn_and_publish(options: TrainBpeSettings, run_id: str,
         pattern=options.pattern, regex=regex, alphabet=options.alphabet, ranks=len(tokens),
         eos_token=options.eos_token, eos_id=eos_id, merges=len(learned.merges), version=tool_version(),
         flags=tuple(argv), sha256={name: files.sha256(data) for name, data in written.items()},
+        removal_list=removal,
     )
     written[files.INFO_NAME] = info.to_json().encode()
     tree.Tree(output).write(tree.Tree.temp_name(run_id, tree.Tree.PUBLISHING_MARK), b"")  # abandon_run reads it
@@ -255,6 +282,7 @@ def run(argv: list[str] | None = None) -> files.TrainingStats | None:
     with common.launching():
         options, pipeline_options = parse_args(argv)
         dry_run = common.is_dry_run(pipeline_options)
+        removal = removal_record(options)
         import apache_beam as beam
 
         pipeline = beam.Pipeline(options=pipeline_options)
@@ -263,28 +291,32 @@ def run(argv: list[str] | None = None) -> files.TrainingStats | None:
     output = storage.normalize(options.output)
     launch_seconds = time.monotonic() - start
     result = None
+    interrupted: list = []
     try:
-        try:
+        with common._noting_interrupts(interrupted):  # a runner may turn Ctrl-C into its own error
             with common.showing_progress(pipeline_options, run_id, ending=("counting", "counted")):
                 result = pipeline.run()
                 if dry_run:
                     print(common.end_dry_run(output, pipeline_options), flush=True)
                     return None
-                result.wait_until_finish()
-        except BaseException as e:
-            if result is not None and isinstance(e, KeyboardInterrupt):
-                with contextlib.suppress(Exception):
-                    result.cancel()
-            raise
-        count_seconds = time.monotonic() - start - launch_seconds
-        stats, merge_seconds = learn_and_publish(options, run_id, argv)
+                try:
+                    result.wait_until_finish()
+                except BaseException as e:
+                    if interrupted or isinstance(e, KeyboardInterrupt):
+                        with contextlib.suppress(Exception):
+                            result.cancel()
+                    raise
+            if interrupted:  # Ctrl-C that a runner swallowed: stop before learning and publishing
+                raise KeyboardInterrupt
+            count_seconds = time.monotonic() - start - launch_seconds
+            stats, merge_seconds = learn_and_publish(options, run_id, argv, removal)
     except BaseException as e:
         if dry_run:
             raise  # it wrote nothing into the output, and must remove nothing there (a real run may be writing)
         published, _ = common.abandon_run(output, run_id)
         state = ("the tokenizer is unfinished (publishing had begun, so it has no training_stats.txt): run the "
                  "same command again" if published else "the previous tokenizer is intact")
-        if isinstance(e, KeyboardInterrupt):
+        if interrupted or isinstance(e, KeyboardInterrupt):
             raise common.RunStopped(f"interrupted; {state}; the run's temporary files were deleted") from None
         full = common.no_space_message(e)
         if full is not None:

@@ -20,10 +20,10 @@ import tempfile
 import uuid
 from typing import TYPE_CHECKING
 
-from pipelines.common import add_flag, add_workers_flag, launching, parse_job_args
+from pipelines.common import add_flag, add_workers_flag, end_dry_run, is_dry_run, launching, parse_job_args
 from pipelines.help_format import DefaultsHelpFormatter
 from shards import layout, llmc, lock, storage
-from shards.removal import REMOVALS_NAME, read_removal_list, read_removal_log
+from shards.removal import DEFAULT_ID_FIELD, REMOVALS_NAME, read_log, read_removal_list
 from shards.tree import IncompleteTreeError, OutputTree, UnreadableStatsError
 from transforms.core.records import UsageError
 
@@ -69,10 +69,11 @@ def _verify_scaffold(output: str, args) -> int:
     return 0
 
 
-def _removed_ids(output: str, removal_list: str | None) -> tuple[dict[str, str], list[str]]:
+def _removed_ids(output: str, removal_list: str | None, id_field: str) -> tuple[dict[str, str], list[str]]:
     """Ids that must not be stored, each with the list that says so: the tree's removals.txt (the
     audit log of `remove`) and the --removal-list the job ran with; and the audit log's problem
-    when it cannot be read (a list that cannot be read stops the launch)."""
+    when it cannot be read, or lists ids of another field than the tree's (a list that cannot be
+    read stops the launch)."""
     removed: dict[str, str] = {}
     if removal_list:
         url = storage.normalize(removal_list)
@@ -81,9 +82,13 @@ def _removed_ids(output: str, removal_list: str | None) -> tuple[dict[str, str],
     fs, path = storage.filesystem(log_url)
     if fs.exists(path):
         try:
-            removed.update(dict.fromkeys(read_removal_log(log_url), REMOVALS_NAME))
+            audit = read_log(log_url)
         except ValueError as e:
             return removed, [f"{REMOVALS_NAME}: unreadable: {e}"]
+        removed.update(dict.fromkeys(audit.ids, REMOVALS_NAME))
+        if audit.id_field is not None and audit.id_field != id_field:
+            return removed, [f"{REMOVALS_NAME}: lists values of the input field {audit.id_field!r}, but the tree's ids "
+                             f"are values of {id_field!r}: removed documents may be stored under other ids"]
     return removed, []
 
 
@@ -143,6 +148,7 @@ def run(argv: list[str] | None = None) -> int:
         MAX_REPORTED,
         VerifyConfig,
         VerifyOutput,
+        files_holding_ids,
         index_problems,
         plan_units,
         read_checksums,
@@ -154,8 +160,9 @@ def run(argv: list[str] | None = None) -> int:
             raise ValueError(f"--sample must be within (0, 1], got {args.sample}")
         output = storage.normalize(args.output)
         fs, path = storage.filesystem(output)
-        if not fs.isdir(path):
-            raise FileNotFoundError(f"--output {output} is not a directory")
+        with storage.reaching(output):
+            if not fs.isdir(path):
+                raise FileNotFoundError(f"--output {output} is not a directory")
         tree = OutputTree.open(output)
         held = lock.held_line(output)  # verify takes no lock; it says when a writer holds the tree
     if held is not None:
@@ -171,14 +178,17 @@ def run(argv: list[str] | None = None) -> int:
         checksums, checksum_problems = read_checksums(output)
         config = VerifyConfig(output, stats.dtype, stats.eos_id, stats.vocab_size, stats.partitions, args.sample,
                               checksums, eos_inside=stats.special_tokens == "tokenizer")
-        removed, removal_problems = _removed_ids(output, args.removal_list)
+        removed, removal_problems = _removed_ids(output, args.removal_list,
+                                                 stats.field_settings.get("id_field", DEFAULT_ID_FIELD))
         units, launch_problems, rows = plan_units(output, removed)
+        launch_problems += files_holding_ids(output, removed, {u.rel_path for u in units})
         launch_problems += checksum_problems + removal_problems + index_problems(output)
         if checksums is not None:
             launch_problems += [f"{layout.CHECKSUMS_NAME} names {rel}, which is not in the tree"
                                 for rel in sorted(set(checksums) - {u.rel_path for u in units})]
         source = storage.normalize(args.input) if args.input else None
         options = PipelineOptions(beam_args)
+        dry_run = is_dry_run(options)  # a local runner refuses it, as the jobs do
         report_url, scratch = _report_place(args.report, options)
         pipeline = beam.Pipeline(options=options)
         verify = VerifyOutput(config, units, launch_problems, stats, source, frozenset(removed))
@@ -192,6 +202,10 @@ def run(argv: list[str] | None = None) -> int:
             | "VerifyOutput" >> verify
             | "WriteReport" >> beam.Map(write_report, report_url)
         )
+    if dry_run:  # translated, never run: no report to read, no scratch directory made
+        pipeline.run()
+        print(end_dry_run(output, options), flush=True)
+        return 0
     from pipelines.common import new_run_id, showing_progress
     from transforms.core.progress import Stage
 

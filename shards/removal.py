@@ -3,79 +3,170 @@
 A removal list holds original ids, one per line. It has no comment syntax: every line that is not
 blank, stripped of surrounding whitespace, is an id, so ``#tag-1`` is the id ``#tag-1``. Stripping
 loses nothing, because the job refuses ids with surrounding whitespace (and ids holding ``|`` or a
-line break: see ``shards.manifest.id_problem``). Lines end at ``\n``, ``\r\n`` or ``\r``; a UTF-8
+line break: see ``shards.manifest.id_problem``). Lines end at ``\\n``, ``\\r\\n`` or ``\\r``; a UTF-8
 byte order mark at the start of the file is not part of the first id. An id listed twice counts once.
+A line holding ``|`` names no document any job stores, so a list with one is refused, naming the
+line: it is usually an audit log given as a list, which would otherwise match nothing.
 
 ``removals.txt`` in an output tree records every document a surgical removal took out, one line
-each, appended by each removal run, under a header line:
+each, appended by each removal run, under a header line and a line saying which input field the
+ids are values of (the ``--id-field`` the tree was written with):
 
     utc_time | removal_run | original_id | rel_path | tokens
+    # id_field: "id"
 
-Wherever a removal list is accepted, an audit log is accepted too (its ids are the third column), so a
-removals.txt copied from one output can be applied to another. The two are told apart by content,
-never by file name: a file whose first line is that header (surrounding whitespace aside) is an audit
-log, as no id can be (the header holds ``|``); anything else is a list, whatever it is called, even
-``removals.txt``. ``read_removal_list`` reads both; every reader of a removal list goes through it.
+The second line is JSON after ``# id_field: ``; logs written before it existed lack it (their
+field is then the one the tree's stats record). A run that would read ids from another field is
+refused: under it every removed document would come back, under its other id.
+
+A file is a list or a log by how it is given, never by its content: the tree's own removals.txt is
+always read as its log, strictly (a line that is not a log line stops the command, naming it); a
+``--removal-list`` naming a file is always a list; one naming a directory (another output tree)
+means that tree's removals.txt, read as its log, so a log can be applied to another tree.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import Iterable
 
 import fsspec
 
 REMOVALS_NAME = "removals.txt"
 REMOVALS_HEADER = "utc_time | removal_run | original_id | rel_path | tokens"
+ID_FIELD_PREFIX = "# id_field: "
+DEFAULT_ID_FIELD = "id"
 
 
-def is_removal_log(lines: list[str]) -> bool:
-    """Whether a removal file's lines (BOM and line ends removed) are an audit log rather than a list."""
-    return bool(lines) and lines[0].strip() == REMOVALS_HEADER
+@dataclasses.dataclass(frozen=True)
+class RemovalLog:
+    """What an audit log says: the removed ids (distinct, in order), the runs that wrote lines,
+    and the input field the ids are values of (None: a log written before that was recorded)."""
+
+    ids: tuple[str, ...]
+    runs: frozenset[str]
+    id_field: str | None
 
 
-def parse_removal_list(lines: Iterable[str]) -> list[str]:
+def parse_removal_list(lines: Iterable[str], where: str = "the removal list") -> list[str]:
     """The distinct ids of a plain removal list, in the order they first appear: every non-blank line, stripped."""
-    return list(dict.fromkeys(doc_id for doc_id in (line.strip() for line in lines) if doc_id))
+    ids = []
+    for n, line in enumerate(lines, 1):
+        doc_id = line.strip()
+        if "|" in doc_id:
+            raise ValueError(
+                f"{where} line {n} holds '|', which no stored id can hold (an audit log? give the tree's "
+                f"directory as the list to apply its {REMOVALS_NAME}): {doc_id[:80]!r}"
+            )
+        if doc_id:
+            ids.append(doc_id)
+    return list(dict.fromkeys(ids))
 
 
-def parse_removal_log(lines: list[str]) -> list[str]:
-    """The distinct ids an audit log records as removed (its header first), in the order they first appear."""
-    return list(dict.fromkeys(parse_removal_line(line)[2] for line in lines[1:] if line.strip()))
+def id_field_line(id_field: str) -> str:
+    return ID_FIELD_PREFIX + json.dumps(id_field) + "\n"
 
 
-def parse_removal_file(lines: list[str]) -> list[str]:
-    """The ids of a removal list or an audit log, told apart by the first line."""
-    return parse_removal_log(lines) if is_removal_log(lines) else parse_removal_list(lines)
+def parse_removal_log(lines: list[str], where: str = REMOVALS_NAME) -> RemovalLog:
+    """An audit log's lines (BOM and line ends removed), strictly: ValueError naming the line."""
+    if not lines or lines[0].strip() != REMOVALS_HEADER:
+        raise ValueError(f"{where} does not start with the removals.txt header {REMOVALS_HEADER!r}")
+    id_field, body = None, 1
+    if len(lines) > 1 and lines[1].startswith(ID_FIELD_PREFIX):
+        try:
+            id_field = json.loads(lines[1][len(ID_FIELD_PREFIX):])
+        except ValueError:
+            id_field = None
+        if not isinstance(id_field, str) or not id_field:
+            raise ValueError(f"{where} line 2: not an id field line: {lines[1][:80]!r}")
+        body = 2
+    ids, runs = [], set()
+    for n, line in enumerate(lines[body:], body + 1):
+        if not line.strip():
+            continue
+        try:
+            _, run, doc_id, _, _ = parse_removal_line(line)
+        except ValueError as e:
+            raise ValueError(f"{where} line {n}: {e}") from None
+        ids.append(doc_id)
+        runs.add(run)
+    return RemovalLog(tuple(dict.fromkeys(ids)), frozenset(runs), id_field)
 
 
-def _read_lines(url: str) -> list[str]:
+def _read_lines(url: str, what: str) -> list[str]:
+    from shards import storage
+
     try:
-        with fsspec.open(url, "rt", encoding="utf-8-sig", compression="infer", newline=None) as f:
+        with storage.reaching(url), fsspec.open(url, "rt", encoding="utf-8-sig", compression="infer",
+                                                newline=None) as f:
             return [line.rstrip("\n") for line in f]  # universal newlines: \r\n and \r arrive as \n
     except FileNotFoundError:
-        raise FileNotFoundError(f"removal list not found: {url}") from None
+        raise FileNotFoundError(f"{what} not found: {url}") from None
     except UnicodeDecodeError as e:
-        raise ValueError(f"removal list {url} is not UTF-8 text ({e.reason} at byte {e.start})") from None
+        raise ValueError(f"{what} {url} is not UTF-8 text ({e.reason} at byte {e.start})") from None
 
 
-def read_removal_list(url: str) -> list[str]:
-    """The ids in the removal list or removals.txt audit log at ``url`` (local path or fsspec URL)."""
-    lines = _read_lines(url)
-    try:
-        return parse_removal_file(lines)
-    except ValueError as e:
-        raise ValueError(f"{url} starts with the removals.txt header but is not an audit log: {e}") from None
+def log_url_of(tree_url: str) -> str:
+    from shards import storage
+
+    return storage.join(tree_url, REMOVALS_NAME)
+
+
+def read_log(url: str) -> RemovalLog:
+    """The audit log at ``url`` (a tree's removals.txt), strictly; ValueError naming the file and line."""
+    return parse_removal_log(_read_lines(url, "removal log"), where=url)
 
 
 def read_removal_log(url: str) -> list[str]:
     """The ids an output tree's own removals.txt records as removed; a ValueError if it is not an audit log."""
-    lines = _read_lines(url)
-    if not is_removal_log(lines):
-        raise ValueError(f"{url} does not start with the removals.txt header {REMOVALS_HEADER!r}")
-    try:
-        return parse_removal_log(lines)
-    except ValueError as e:
-        raise ValueError(f"{url}: {e}") from None
+    return list(read_log(url).ids)
+
+
+def is_tree_source(url: str) -> bool:
+    """Whether a --removal-list names a directory (an output tree: its removals.txt is the list)."""
+    from shards import storage
+
+    fs, path = storage.filesystem(url)
+    with storage.reaching(url):
+        return fs.isdir(path)
+
+
+def read_removal_source(url: str) -> tuple[list[str], str | None]:
+    """The ids of a --removal-list, and the id field they are values of when it says (a tree's log);
+    a file is a list, a directory an output tree whose removals.txt is read as its log."""
+    if is_tree_source(url):
+        log = read_log(log_url_of(url))
+        return list(log.ids), log.id_field
+    return parse_removal_list(_read_lines(url, "removal list"), where=url), None
+
+
+def read_removal_list(url: str) -> list[str]:
+    """The ids in the removal list at ``url`` (local path or fsspec URL), or in the log of the tree it names."""
+    return read_removal_source(url)[0]
+
+
+def log_text(existing: str | None, id_field: str, lines: Iterable[str]) -> str:
+    """removals.txt with ``lines`` appended: a new log gets its header and id field line; a log
+    written before the id field was recorded gets the line now (every other line kept as it was)."""
+    if existing is None:
+        return REMOVALS_HEADER + "\n" + id_field_line(id_field) + "".join(lines)
+    head, sep, rest = existing.partition("\n")
+    if not rest.startswith(ID_FIELD_PREFIX):
+        rest = id_field_line(id_field) + rest
+    if rest and not rest.endswith("\n"):
+        rest += "\n"
+    return head + "\n" + rest + "".join(lines)
+
+
+def check_id_field(log_id_field: str | None, where: str, id_field: str, flag: str = "--id-field") -> None:
+    """Refuse a run whose ids are values of another field than those a removal log lists."""
+    if log_id_field is not None and log_id_field != id_field:
+        raise ValueError(
+            f"{where} lists removed ids that are values of the input field {log_id_field!r}, but this run reads "
+            f"ids from {flag} {id_field!r}: the removed documents would come back under their other ids; run "
+            f"with {flag} {log_id_field} (or write to a new output)"
+        )
 
 
 def format_removal_line(utc_time: str, run: str, doc_id: str, rel_path: str, tokens: int) -> str:
@@ -85,5 +176,25 @@ def format_removal_line(utc_time: str, run: str, doc_id: str, rel_path: str, tok
 def parse_removal_line(line: str) -> tuple[str, str, str, str, int]:
     parts = line.rstrip("\n").split(" | ")
     if len(parts) != 5:
-        raise ValueError(f"removals.txt line does not have 5 ' | '-separated fields: {line!r}")
-    return parts[0], parts[1], parts[2], parts[3], int(parts[4])
+        raise ValueError(f"removals.txt line does not have 5 ' | '-separated fields: {line[:120]!r}")
+    try:
+        tokens = int(parts[4])
+    except ValueError:
+        raise ValueError(f"removals.txt line's token count is not a number: {line[:120]!r}") from None
+    if not parts[2].strip():
+        raise ValueError(f"removals.txt line has no id: {line[:120]!r}")
+    return parts[0], parts[1], parts[2], parts[3], tokens
+
+
+def tree_id_field(stats_text: str | None) -> str | None:
+    """The --id-field a bucketed tree's stats (or a removal journal's stats before) record; None without stats."""
+    if stats_text is None:
+        return None
+    from shards.manifest import DatasetStats
+
+    try:
+        return DatasetStats.from_text(stats_text).field_settings.get("id_field", DEFAULT_ID_FIELD)
+    except (ValueError, KeyError):
+        return None
+
+

@@ -80,13 +80,13 @@ def test_both_ways_give_the_same_shards_and_every_other_document(original, sourc
     # Both trees record the request in removals.txt: verify needs no list, and re-runs keep them out.
     assert verify.run(["--output", str(surgical), "--input", str(source), *RUNNER]) == 0
     assert verify.run(["--output", str(rerun), "--input", str(source), *RUNNER]) == 0
-    logged = [parse_removal_line(line) for line in (rerun / REMOVALS_NAME).read_text().splitlines()[1:]]
+    logged = [parse_removal_line(line) for line in (rerun / REMOVALS_NAME).read_text().splitlines()[2:]]
     assert sorted(line[2] for line in logged) == sorted([*flagged, "never-stored-id"])
     assert all(line[3] == "-" and line[4] == 0 for line in logged)
     for out in (rerun, surgical):
         assert stored_ids(out) == {r["id"] for r in ROWS} - set(flagged)
     # Only the files that held a flagged id changed; the one left empty is gone.
-    touched = {rel for rel, _, _ in plan.removed_rows}
+    touched = {f.rel_path for f in plan.files}
     assert len(touched) == 3
     for rel, digest in before.items():
         if rel.endswith(".npy") and rel not in touched:
@@ -100,7 +100,7 @@ def test_both_ways_give_the_same_shards_and_every_other_document(original, sourc
     a = DatasetStats.from_text((rerun / layout.STATS_NAME).read_text())
     b = DatasetStats.from_text((surgical / layout.STATS_NAME).read_text())
     assert (a.buckets, a.drops, a.raw_documents) == (b.buckets, b.drops, b.raw_documents)
-    audit = [parse_removal_line(line) for line in (surgical / REMOVALS_NAME).read_text().splitlines()[1:]]
+    audit = [parse_removal_line(line) for line in (surgical / REMOVALS_NAME).read_text().splitlines()[2:]]
     assert sorted(line[2] for line in audit) == sorted(flagged)
     assert all(line[1] == plan.run and line[3].endswith(".npy") and line[4] > 0 for line in audit)
 
@@ -119,7 +119,7 @@ def test_a_removal_interrupted_after_the_first_shard_is_finished_by_a_rerun(orig
     shutil.copytree(original, crashed)
     options, _ = remove.parse_args(["--output", str(crashed), "--removal-list", removal_list])
     plan = remove.prepare(options)  # journal written, commit marker removed
-    rewrite_file(str(crashed), plan.files[0], itemsize=4)  # ... and the process dies here
+    rewrite_file(str(crashed), plan.file_plan(0), itemsize=4)  # ... and the process dies here
     assert not (crashed / layout.STATS_NAME).exists(), "a half-done removal must not look finished"
     assert verify.run(["--output", str(crashed), *RUNNER]) == 1
 
@@ -127,7 +127,7 @@ def test_a_removal_interrupted_after_the_first_shard_is_finished_by_a_rerun(orig
     assert resumed.run == plan.run
     strip = lambda h: {k: v for k, v in h.items() if k != REMOVALS_NAME}  # noqa: E731 - run ids differ
     assert strip(tree_hashes(crashed)) == strip(tree_hashes(clean))
-    lines = lambda p: sorted(parse_removal_line(x)[2:] for x in p.read_text().splitlines()[1:])  # noqa: E731
+    lines = lambda p: sorted(parse_removal_line(x)[2:] for x in p.read_text().splitlines()[2:])  # noqa: E731
     assert lines(crashed / REMOVALS_NAME) == lines(clean / REMOVALS_NAME)
     assert not (crashed / layout.TEMP_DIR_NAME).exists()
 

@@ -1,6 +1,7 @@
-"""Removal lists: every non-blank line is an id (no comment syntax), a BOM is ignored, and a list is
-told from a removals.txt audit log by its content, never by its file name; then both jobs that take
-``--removal-list`` through the CLI, with ids that start with ``#`` and a list that is called removals.txt."""
+"""Removal lists: every non-blank line is an id (no comment syntax), a BOM is ignored; a file is always a
+list (whatever it is called or holds) and a directory a tree whose removals.txt is read strictly as its
+audit log; then both jobs that take ``--removal-list`` through the CLI, with ids that start with ``#`` and
+a list that is called removals.txt."""
 
 from __future__ import annotations
 
@@ -71,23 +72,32 @@ def test_a_list_named_removals_txt_is_a_list(ids, tmp_path):
     assert {read.__name__: read(path) for read in READERS} == {read.__name__: ids for read in READERS}
 
 
-@pytest.mark.parametrize("name", [REMOVALS_NAME, "audit-copy.txt", "flagged"])
 @pytest.mark.parametrize("bom", ["", "\ufeff"], ids=["plain", "bom"])
-def test_an_audit_log_is_a_log_whatever_its_name(name, bom, tmp_path):
-    path = write(tmp_path / name, bom + REMOVALS_HEADER + "\n" + "".join(LOG_LINES) + "\n")
+def test_a_tree_given_as_the_list_means_its_audit_log(bom, tmp_path):
+    write(tmp_path / "tree" / REMOVALS_NAME, bom + REMOVALS_HEADER + "\n" + "".join(LOG_LINES) + "\n")
     expected = ["#tag-1", "doc-3"]
+    path = str(tmp_path / "tree")
     assert {read.__name__: read(path) for read in READERS} == {read.__name__: expected for read in READERS}
 
 
-def test_a_list_that_only_mentions_the_header_later_is_a_list(tmp_path):
+@pytest.mark.parametrize("name", [REMOVALS_NAME, "audit-copy.txt"])
+def test_a_file_holding_an_audit_log_is_refused_as_a_list_naming_the_line(name, tmp_path):
+    path = write(tmp_path / name, REMOVALS_HEADER + "\n" + "".join(LOG_LINES))
+    for read in READERS:
+        with pytest.raises(ValueError, match=f"{name} line 1 holds '\\|'.*give the tree's directory"):
+            read(path)
+
+
+def test_a_list_that_only_mentions_the_header_later_is_refused(tmp_path):
     path = write(tmp_path / "list.txt", "#tag-1\n" + REMOVALS_HEADER + "\n")
-    assert read_removal_list(path) == ["#tag-1", REMOVALS_HEADER]
-
-
-def test_an_audit_log_with_a_broken_line_names_the_file(tmp_path):
-    path = write(tmp_path / "audit.txt", REMOVALS_HEADER + "\n" + LOG_LINES[0] + "#tag-2\n")
-    with pytest.raises(ValueError, match="audit.txt starts with the removals.txt header but is not an audit log"):
+    with pytest.raises(ValueError, match="list.txt line 2 holds"):
         read_removal_list(path)
+
+
+def test_an_audit_log_with_a_broken_line_names_the_file_and_line(tmp_path):
+    write(tmp_path / "tree" / REMOVALS_NAME, REMOVALS_HEADER + "\n" + LOG_LINES[0] + "#tag-2\n")
+    with pytest.raises(ValueError, match=r"removals.txt line 3: removals.txt line does not have 5"):
+        read_removal_list(str(tmp_path / "tree"))
 
 
 # --- DropRemoved on the job's batches ---------------------------------------------------------------------------
@@ -95,7 +105,8 @@ def test_an_audit_log_with_a_broken_line_names_the_file(tmp_path):
 
 def test_drop_removed_takes_listed_ids_out_of_each_batch_and_says_which(tmp_path):
     listed = write(tmp_path / "list.txt", "#tag-1\n#tag-2\ndoc-3\nnever-seen\n")
-    also = write(tmp_path / REMOVALS_NAME, REMOVALS_HEADER + "\n" + LOG_LINES[0])  # an output's own audit log
+    write(tmp_path / "out" / REMOVALS_NAME, REMOVALS_HEADER + "\n" + LOG_LINES[0])  # an output's own audit log
+    also = str(tmp_path / "out")
     docs = [Document(r["id"], r["text"], "docs.parquet", i) for i, r in enumerate(ROWS)]
     # Batches of 2: the first loses both its documents, the second one, the others none.
     with fnapi_pipeline() as p:
@@ -142,15 +153,18 @@ def test_remove_takes_out_ids_that_start_with_hash_from_a_list_named_removals_tx
     capsys.readouterr()
     assert cli.main(["remove", "--output", str(out), "--removal-list", listed, RUNNER]) == 0
     printed = capsys.readouterr().out
-    assert "removal list: 4 ids, 3 found in the manifest, 1 not found" in printed
+    assert "removal list: 4 ids, 3 found in the manifest, 0 already removed (removals.txt lists them), 1 not found" \
+        in printed
     assert "not found: never-stored" in printed
     assert stored_ids(out) == {r["id"] for r in ROWS} - FLAGGED
     log = (out / REMOVALS_NAME).read_text(encoding="utf-8").splitlines()
-    assert log[0] == REMOVALS_HEADER and sorted(line.split(" | ")[2] for line in log[1:]) == sorted(FLAGGED)
-    # The tree's own audit log, given as a list, names documents already gone: nothing changes.
+    assert log[:2] == [REMOVALS_HEADER, "# id_field: \"id\""]
+    assert sorted(line.split(" | ")[2] for line in log[2:]) == sorted(FLAGGED)
+    # The tree itself given as the list (its audit log) names documents already gone: nothing changes.
     before = (out / layout.MANIFEST_NAME).read_bytes()
-    assert cli.main(["remove", "--output", str(out), "--removal-list", str(out / REMOVALS_NAME), RUNNER]) == 0
-    assert "removal list: 3 ids, 0 found in the manifest, 3 not found" in capsys.readouterr().out
+    assert cli.main(["remove", "--output", str(out), "--removal-list", str(out), RUNNER]) == 0
+    assert "removal list: 3 ids, 0 found in the manifest, 3 already removed (removals.txt lists them), 0 not found" \
+        in capsys.readouterr().out
     assert (out / layout.MANIFEST_NAME).read_bytes() == before
 
 

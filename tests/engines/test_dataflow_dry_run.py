@@ -271,3 +271,54 @@ def test_a_dry_run_over_a_pending_removal_writes_nothing_and_keeps_the_journal(t
     assert cli.main(["bucketed", "--input", str(SAMPLE_PARQUET), "--output", str(out), *DATAFLOW_FLAGS]) == 0
     assert "dry run: the job was translated" in capsys.readouterr().out
     assert _files(out) == before
+
+
+def _tree_with_a_flagged_id(tmp_path):
+    from pipelines import cli
+    from shards import layout, manifest
+
+    out = tmp_path / "out"
+    assert cli.main(["bucketed", "--input", str(SAMPLE_PARQUET), "--output", str(out), "--runner=FnApiRunner"]) == 0
+    with open(out / layout.MANIFEST_NAME, encoding="utf-8") as f:
+        first_id = next(manifest.read_rows(f))[1]
+    flagged = tmp_path / "flagged.txt"
+    flagged.write_text(first_id + "\n")
+    return out, flagged
+
+
+def test_a_dry_run_of_remove_translates_and_writes_nothing(tmp_path, capsys):
+    """Issue 23, defect 5: `remove --runner=DataflowRunner --dry_run=True` wrote the journal and deleted
+    dataset_stats.txt, then failed, leaving a removal that the next run carried out."""
+    from pipelines import cli
+
+    out, flagged = _tree_with_a_flagged_id(tmp_path)
+    before = _files(out)
+    capsys.readouterr()
+    assert cli.main(["remove", "--output", str(out), "--removal-list", str(flagged), *DATAFLOW_FLAGS]) == 0
+    assert "dry run: the job was translated for DataflowRunner" in capsys.readouterr().out
+    assert _files(out) == before
+
+
+def test_a_dry_run_of_verify_translates_and_writes_nothing(tmp_path, capsys):
+    from pipelines import cli
+
+    out, _ = _tree_with_a_flagged_id(tmp_path)
+    before = _files(out)
+    capsys.readouterr()
+    assert cli.main(["verify", "--output", str(out), *DATAFLOW_FLAGS]) == 0
+    assert "dry run: the job was translated for DataflowRunner" in capsys.readouterr().out
+    assert _files(out) == before
+
+
+@pytest.mark.parametrize("job", ["remove", "verify"])
+def test_a_local_runner_refuses_a_dry_run_of_remove_and_verify(job, tmp_path, capsys):
+    from pipelines import cli
+
+    out, flagged = _tree_with_a_flagged_id(tmp_path)
+    before = _files(out)
+    capsys.readouterr()
+    extra = ["--removal-list", str(flagged)] if job == "remove" else []
+    assert cli.main([job, "--output", str(out), *extra, "--runner=FnApiRunner", "--dry_run=True"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--dry_run is for a remote runner" in err[0]
+    assert _files(out) == before

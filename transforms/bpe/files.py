@@ -95,6 +95,9 @@ class TokenizerInfo:
     version: str = ""
     flags: tuple[str, ...] = ()
     sha256: dict = dataclasses.field(default_factory=dict)
+    # The --removal-list the documents were read with: {"source", "sha256" (of the list's bytes, or
+    # of the tree's removals.txt), "ids"}; None when there was none.
+    removal_list: dict | None = None
 
     def to_json(self) -> str:
         d = dataclasses.asdict(self)
@@ -211,6 +214,7 @@ class TrainingStats:
     tokens_before: int  # base symbols of the kept words, counts included
     tokens_after: int  # once every merge is applied
     first_merges: tuple[str, ...]  # the first SHOWN_MERGES tokens the merges made, as text
+    removal_list: dict | None = None  # as TokenizerInfo.removal_list
 
     def to_text(self) -> str:
         per_token = self.characters_kept / self.tokens_after if self.tokens_after else 0.0
@@ -220,6 +224,9 @@ class TrainingStats:
             f"documents kept: {self.documents_kept}",
         ]
         lines += [f"documents dropped ({reason}): {n}" for reason, n in sorted(self.drops.items())]
+        if self.removal_list is not None:
+            rl = self.removal_list
+            lines.append(f"removal list: {rl['ids']} ids, sha256 {rl['sha256']} ({rl['source']})")
         lines += [
             f"characters: {self.characters}",
             f"pre-tokens: {self.pre_tokens}",

@@ -38,6 +38,7 @@ class TrainBpeSettings(InputFields):
     language_fields: str = FIELD_DEFAULTS["language_fields"]
     lid_score_field: str = FIELD_DEFAULTS["lid_score_field"]
     token_count_field: str = FIELD_DEFAULTS["token_count_field"]
+    removal_list: str | None = None  # ids to leave out (a list, or an output tree: its removals.txt)
 
     def __post_init__(self):
         if (self.vocab_size is None) == (self.merges is None):

@@ -127,7 +127,8 @@ class BucketedFormat:
                 delete_journal(config.output)
         if config.removal_list is not None:
             now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-            record_removal_list(config.output, read_removal_list(config.removal_list), config.run_id, now)
+            record_removal_list(config.output, read_removal_list(config.removal_list), config.run_id, now,
+                                self.settings.id_field)
 
 
 def _group_order(group: ShardGroup) -> tuple[int, int]:

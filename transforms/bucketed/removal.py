@@ -1,8 +1,9 @@
 """DropRemoved: documents whose id is on a removal list leave before they are tokenized.
 
-The sources are removal lists (ids one per line, no comment syntax) and the output's own removals.txt,
-so a re-run into an output that had documents removed from it keeps them out. Each source is read by
-``shards.removal.read_removal_list``, which tells a list from an audit log by its content, never its name.
+The sources are removal lists (ids one per line, no comment syntax) and output trees, whose
+removals.txt is read as their audit log (the output's own among them, so a re-run into an output
+that had documents removed from it keeps them out). Each source is read by
+``shards.removal.read_removal_list``: a file is a list, a directory a tree, never guessed from content.
 
 Each is counted with the reason ``removed``; the ids that matched go to a second output so the
 job can count the listed ids that never appeared in the input.

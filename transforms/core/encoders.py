@@ -924,11 +924,15 @@ def load_encoder(spec: str, eos_token: str | None = None, backend: str = "tiktok
     a ValueError for a bad spec, BackendMismatch when the probe fails."""
     if special_tokens not in SPECIAL_TOKEN_MODES:
         raise ValueError(f"--special-tokens must be one of {', '.join(SPECIAL_TOKEN_MODES)}, got {special_tokens!r}")
-    kind = spec.partition(":")[0]
-    if kind == "hf":
-        # HF itself is the reference for its added tokens (their flags may be anything): it matches them.
-        return _load_text_encoder(spec, eos_token, backend, threads, special_tokens)
-    encoder = _load_text_encoder(spec, eos_token, backend, threads)
+    from shards import storage
+
+    kind, _, arg = spec.partition(":")
+    # A tokenizer's files on a store out of reach: one line naming the URL (storage.Unreachable).
+    with storage.reaching(arg if "://" in arg else spec):
+        if kind == "hf":
+            # HF itself is the reference for its added tokens (their flags may be anything): it matches them.
+            return _load_text_encoder(spec, eos_token, backend, threads, special_tokens)
+        encoder = _load_text_encoder(spec, eos_token, backend, threads)
     if special_tokens == "text":
         return encoder
     return AddedTokens(added_tokens(spec, encoder.eos_id)).wrap(encoder)

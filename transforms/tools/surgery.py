@@ -4,10 +4,13 @@ The manifest says which files hold a flagged id; only those files are rewritten,
 the flagged documents left out; every other file keeps its bytes. A removal is journalled so that
 a crash at any point can be finished by running the same command again:
 
-    plan      the launcher reads the manifest and writes OUTPUT/.pretokenize-tmp/removal/plan.json:
-              the run id, the stats before, and for each affected file its rows, which to drop,
-              and its token count before and after; then it deletes dataset_stats.txt, so the
-              tree reads as unfinished until the removal is done
+    plan      the launcher streams the manifest and writes, under OUTPUT/.pretokenize-tmp/removal/,
+              each affected file's rows (which to drop) to files/NNNNNN.json as soon as they are
+              read, then plan.json: the run id, the stats before, each affected file's counts
+              before and after (its commit point; the plan is never held whole, nor carried in
+              the job graph: the job gets the files' numbers, workers read the rows); then it
+              deletes the saved work of interrupted runs and dataset_stats.txt, so the tree
+              reads as unfinished until the removal is done
     rewrite   each affected file's new copy is written in the journal's directory and renamed
               over the old one (or the file is deleted when nothing is left); a file whose size
               already equals its "after" count was done by an earlier attempt and is skipped
@@ -37,19 +40,29 @@ import apache_beam as beam
 
 from shards import layout, manifest, storage, tree
 from shards.manifest import DatasetStats
-from shards.removal import REMOVALS_HEADER, REMOVALS_NAME, format_removal_line, parse_removal_line
+from shards.removal import (
+    DEFAULT_ID_FIELD,
+    REMOVALS_NAME,
+    RemovalLog,
+    format_removal_line,
+    log_text,
+    parse_removal_log,
+    read_log,
+    tree_id_field,
+)
 from transforms.core.progress import Progress
 
 log = logging.getLogger(__name__)
 
 JOURNAL_DIR = tree.Tree.JOURNAL_DIR
 PLAN_NAME = "plan.json"
+FILES_DIR = "files"  # in the plan's directory: one file's rows each
 COPY_CHUNK = 16 << 20
 
 
 @dataclasses.dataclass(frozen=True)
 class FilePlan:
-    """One affected file: its rows in file order and which of them go."""
+    """One affected file: its rows in file order and which of them go (one file of the plan's directory)."""
 
     rel_path: str
     rows: tuple[tuple[str, int, bool], ...]  # (original_id, token_count, removed)
@@ -62,14 +75,42 @@ class FilePlan:
     def tokens_after(self) -> int:
         return sum(n for _, n, removed in self.rows if not removed)
 
+    def summary(self) -> FileSummary:
+        removed = sum(1 for _, _, r in self.rows if r)
+        return FileSummary(self.rel_path, self.tokens_before, self.tokens_after, removed)
+
+    def to_json(self) -> str:
+        return json.dumps({"rel_path": self.rel_path, "rows": [list(r) for r in self.rows]})
+
+    @classmethod
+    def from_json(cls, text: str) -> FilePlan:
+        d = json.loads(text)
+        return cls(d["rel_path"], tuple((str(i), int(n), bool(r)) for i, n, r in d["rows"]))
+
+
+@dataclasses.dataclass(frozen=True)
+class FileSummary:
+    """What the plan keeps in memory of an affected file: its counts (its rows stay on disk)."""
+
+    rel_path: str
+    tokens_before: int
+    tokens_after: int
+    removed: int  # documents
+
 
 @dataclasses.dataclass(frozen=True)
 class RemovalPlan:
+    """A removal: its run, the stats before, and a summary per affected file; each file's rows are
+    in ``plan_url`` (FILES_DIR/NNNNNN.json, in the order of ``files``), read one file at a time,
+    so that no process holds more than one file's rows whatever the tree's size."""
+
     run: str
     utc_time: str
     stats_before: str
-    files: tuple[FilePlan, ...]
+    files: tuple[FileSummary, ...]
     not_found: tuple[str, ...]
+    plan_url: str = ""
+    resumed: bool = False  # read from a journal an interrupted run left (not written)
 
     def to_json(self) -> str:
         return json.dumps(
@@ -77,21 +118,45 @@ class RemovalPlan:
                 "run": self.run,
                 "utc_time": self.utc_time,
                 "stats_before": self.stats_before,
-                "files": [{"rel_path": f.rel_path, "rows": [list(r) for r in f.rows]} for f in self.files],
+                "files": [dataclasses.asdict(f) for f in self.files],
                 "not_found": list(self.not_found),
             }
         )
 
     @classmethod
-    def from_json(cls, text: str) -> RemovalPlan:
+    def from_json(cls, text: str, plan_url: str) -> RemovalPlan:
         d = json.loads(text)
-        files = tuple(FilePlan(f["rel_path"], tuple((i, int(n), bool(r)) for i, n, r in f["rows"])) for f in d["files"])
-        return cls(d["run"], d["utc_time"], d["stats_before"], files, tuple(d["not_found"]))
+        files = tuple(FileSummary(str(f["rel_path"]), int(f["tokens_before"]), int(f["tokens_after"]),
+                                  int(f["removed"])) for f in d["files"])
+        return cls(d["run"], d["utc_time"], d["stats_before"], files, tuple(d["not_found"]), plan_url)
+
+    def file_plan(self, k: int) -> FilePlan:
+        """The rows of the plan's k-th file, read from its directory."""
+        url = storage.join(self.plan_url, FILES_DIR, f"{k:06d}.json")
+        fs, path = storage.filesystem(url)
+        with fs.open(path, "r", encoding="utf-8") as f:
+            plan = FilePlan.from_json(f.read())
+        if plan.rel_path != self.files[k].rel_path:
+            raise ValueError(f"{url} holds the rows of {plan.rel_path}, not of {self.files[k].rel_path}")
+        return plan
+
+    def iter_removed_rows(self) -> Iterator[tuple[str, str, int]]:
+        """(rel_path, original_id, tokens) of every document this removal takes out, one file at a time."""
+        for k in range(len(self.files)):
+            f = self.file_plan(k)
+            yield from ((f.rel_path, i, n) for i, n, removed in f.rows if removed)
 
     @property
     def removed_rows(self) -> list[tuple[str, str, int]]:
-        """(rel_path, original_id, tokens) of every document this removal takes out."""
-        return [(f.rel_path, i, n) for f in self.files for i, n, removed in f.rows if removed]
+        return list(self.iter_removed_rows())
+
+    @property
+    def removed_documents(self) -> int:
+        return sum(f.removed for f in self.files)
+
+    @property
+    def removed_tokens(self) -> int:
+        return sum(f.tokens_before - f.tokens_after for f in self.files)
 
 
 def journal_url(output: str) -> str:
@@ -106,13 +171,20 @@ def shard_path(output: str, rel: str) -> str:
 
 
 def load_journal(output: str) -> RemovalPlan | None:
-    fs, path = storage.filesystem(storage.join(journal_url(output), PLAN_NAME))
-    if not fs.exists(path):
-        return None
-    with fs.open(path, "r", encoding="utf-8") as f:
-        plan = RemovalPlan.from_json(f.read())
+    url = journal_url(output)
+    fs, path = storage.filesystem(storage.join(url, PLAN_NAME))
+    with storage.reaching(output):
+        if not fs.exists(path):
+            return None
+        with fs.open(path, "r", encoding="utf-8") as f:
+            text = f.read()
+    try:
+        plan = RemovalPlan.from_json(text, url)
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{storage.join(url, PLAN_NAME)} is not a removal journal ({e}); run pretokenize "
+                         "verify") from None
     for f in plan.files:
-        shard_path(output, f.rel_path)
+        shard_path(output, f.rel_path)  # a journal entry naming a file outside the tree is refused
     return plan
 
 
@@ -133,15 +205,23 @@ def _manifest_files(lines: Iterable[str]) -> Iterator[tuple[str, list[tuple[str,
         yield current, rows
 
 
-def make_plan(output: str, removal_ids: Iterable[str], run: str, utc_time: str) -> RemovalPlan:
-    """Find the files that hold a flagged id, streaming the manifest once. The tree must be a
-    finished bucketed one whose stats parse (IncompleteTreeError, UnreadableStatsError otherwise):
-    they are rewritten when the removal finishes."""
+def make_plan(output: str, removal_ids: Iterable[str], run: str, utc_time: str,
+              plan_url: str | None = None) -> RemovalPlan:
+    """Find the files that hold a flagged id, streaming the manifest once; each affected file's
+    rows go to ``plan_url`` (the journal's directory unless given: a dry run's is a scratch
+    directory) as soon as its rows are read, so only one file's rows are ever held. The tree must
+    be a finished bucketed one whose stats parse (IncompleteTreeError, UnreadableStatsError
+    otherwise): they are rewritten when the removal finishes."""
     out = tree.OutputTree.open(output)
     if out.kind != "bucketed":
         raise ValueError(f"{output} is a {out.kind} tree; documents are removed from bucketed trees only")
     out.stats()  # finished, and its stats parse: the removal rewrites them when it finishes
+    plan_url = plan_url or journal_url(output)
+    pfs, files_dir = storage.filesystem(storage.join(plan_url, FILES_DIR))
+    if pfs.exists(files_dir):  # a plan begun by a run that died before its plan.json: nothing started
+        pfs.rm(files_dir, recursive=True)
     fs, root = storage.filesystem(output)
+    removal_ids = list(removal_ids)
     wanted = set(removal_ids)
     found: set[str] = set()
     files = []
@@ -150,14 +230,84 @@ def make_plan(output: str, removal_ids: Iterable[str], run: str, utc_time: str) 
             hits = [doc_id in wanted for doc_id, _ in rows]
             if any(hits):
                 shard_path(output, rel)  # before anything changes: a row naming a file outside is refused
-                files.append(FilePlan(rel, tuple((d, n, h) for (d, n), h in zip(rows, hits, strict=True))))
+                plan = FilePlan(rel, tuple((d, n, h) for (d, n), h in zip(rows, hits, strict=True)))
+                url = storage.join(plan_url, FILES_DIR, f"{len(files):06d}.json")
+                storage.write_atomic(url, plan.to_json().encode("utf-8"))
+                files.append(plan.summary())
                 found.update(d for (d, _), h in zip(rows, hits, strict=True) if h)
     not_found = tuple(i for i in removal_ids if i not in found)
-    return RemovalPlan(run, utc_time, out.stats_text, tuple(files), not_found)
+    return RemovalPlan(run, utc_time, out.stats_text, tuple(files), not_found, plan_url)
+
+
+def publishing_runs(output: str) -> list[str]:
+    """The runs whose directory under the tree's temporary directory says they began publishing
+    and did not finish (a killed bucketed re-run): until one finishes, the tree is theirs."""
+    from transforms.core.publish import PUBLISHING_NAME
+
+    fs, root = storage.filesystem(output)
+    temp_root = posixpath.join(root, layout.TEMP_DIR_NAME)
+    if not fs.isdir(temp_root):
+        return []
+    runs = []
+    for entry in sorted(fs.ls(temp_root, detail=False)):
+        name = posixpath.basename(entry.rstrip("/"))
+        if name != JOURNAL_DIR and fs.exists(posixpath.join(entry, PUBLISHING_NAME)):
+            runs.append(name)
+    return runs
+
+
+def check_plan(output: str, plan: RemovalPlan) -> None:
+    """Every check a removal can make before it changes a byte: each affected file is a shard
+    whose size is its count before (or after, done by an earlier attempt; or gone when nothing
+    is left of it), and no bucketed run is half published over the tree. A ValueError in one line
+    otherwise, saying which command finishes the tree."""
+    running = publishing_runs(output)
+    if running:
+        raise ValueError(
+            f"a bucketed re-run into {output} took over the unfinished removal {plan.run} and stopped while "
+            f"publishing ({storage.join(output, layout.TEMP_DIR_NAME, running[0])}): run that bucketed command "
+            "again; it finishes the removal too"
+        )
+    stats = DatasetStats.from_text(plan.stats_before)
+    itemsize = layout.DTYPES[stats.dtype].itemsize
+    fs, root = storage.filesystem(output)
+    for f in plan.files:
+        bucket = layout.parse_shard_rel_path(f.rel_path).bucket  # ValueError for a name that is no shard's
+        if bucket not in stats.buckets:
+            raise ValueError(f"{f.rel_path}: bucket {bucket} is not in the tree's stats (run pretokenize verify)")
+        path = shard_path(output, f.rel_path)
+        before, after = f.tokens_before * itemsize, f.tokens_after * itemsize
+        size = fs.size(path) if fs.exists(path) else None
+        if size is None and after == 0:
+            continue
+        if size not in (before, after):
+            raise ValueError(
+                f"{storage.join(output, f.rel_path)} holds {'no file' if size is None else f'{size} bytes'}; the "
+                f"removal {plan.run} expects {before} (before) or {after} (after): the file does not match its "
+                "manifest rows and nothing was changed (run pretokenize verify)"
+            )
+
+
+def purge_saved_work(output: str) -> list[str]:
+    """Delete every entry of the tree's temporary directory but the removal's journal: the saved
+    work of interrupted runs (spill files, references, markers) and their run directories may hold
+    the removed documents' tokens and ids, and would go wherever the tree is copied. All saved work
+    goes, not only what holds a removed document: the next bucketed run starts afresh. Through the
+    tree layer (shards.tree.Tree): a symlink there is removed itself, never followed, and a
+    temporary directory that is a link is refused. Returns the names deleted."""
+    out = tree.Tree(output)
+    deleted = []
+    for name in out.temp_entries():
+        if name == JOURNAL_DIR:
+            continue
+        out.remove_dir(out.temp_name(name), "saved work")
+        deleted.append(name)
+    return deleted
 
 
 def write_journal(output: str, plan: RemovalPlan) -> None:
-    storage.write_atomic(storage.join(journal_url(output), PLAN_NAME), plan.to_json().encode("utf-8"))
+    """plan.json in the plan's directory (after its files' rows): the removal's commit point."""
+    storage.write_atomic(storage.join(plan.plan_url or journal_url(output), PLAN_NAME), plan.to_json().encode("utf-8"))
 
 
 def _sha256_of(fs, path: str) -> str:
@@ -225,7 +375,7 @@ def finish_removal(output: str, plan: RemovalPlan, sums: dict[str, str | None] |
     ``sums`` holds the new sha256 of each rewritten file (None for a deleted one).
     """
     fs, root = storage.filesystem(output)
-    removed = {(rel, doc_id) for rel, doc_id, _ in plan.removed_rows}
+    removed = {(rel, doc_id) for rel, doc_id, _ in plan.iter_removed_rows()}
 
     manifest_path = posixpath.join(root, layout.MANIFEST_NAME)
     tmp = posixpath.join(storage.filesystem(journal_url(output))[1], f"{layout.MANIFEST_NAME}.partial")
@@ -254,14 +404,13 @@ def finish_removal(output: str, plan: RemovalPlan, sums: dict[str, str | None] |
     append_audit_lines(output, plan)
 
     stats = DatasetStats.from_text(plan.stats_before)
-    for rel, _, n in plan.removed_rows:
-        bucket = stats.buckets[layout.parse_shard_rel_path(rel).bucket]
-        bucket.documents -= 1
-        bucket.tokens -= n
     for f in plan.files:
+        bucket = stats.buckets[layout.parse_shard_rel_path(f.rel_path).bucket]
+        bucket.documents -= f.removed
+        bucket.tokens -= f.tokens_before - f.tokens_after
         if f.tokens_after == 0:
-            stats.buckets[layout.parse_shard_rel_path(f.rel_path).bucket].files -= 1
-    stats.drops["removed"] = stats.drops.get("removed", 0) + len(plan.removed_rows)
+            bucket.files -= 1
+    stats.drops["removed"] = stats.drops.get("removed", 0) + plan.removed_documents
     stats.drops = dict(sorted(stats.drops.items()))
     rewrite_description(output, stats)
     tree.write_file(output, layout.STATS_NAME, stats.to_text().encode("utf-8"))
@@ -303,32 +452,49 @@ def rewrite_description(output: str, stats: DatasetStats) -> None:
         write_description(output, "bucketed", description_files(bucketed_document(provenance, stats)))
 
 
-def append_audit_lines(output: str, plan: RemovalPlan) -> None:
-    """One removals.txt line per document the plan takes out, once per removal run."""
+def read_tree_log(output: str) -> RemovalLog | None:
+    """The tree's removals.txt, read strictly as its audit log (None when it has none); a ValueError
+    naming the line that is not a log line."""
+    fs, root = storage.filesystem(output)
+    with storage.reaching(output):
+        exists = fs.exists(posixpath.join(root, REMOVALS_NAME))
+    return read_log(storage.join(output, REMOVALS_NAME)) if exists else None
+
+
+def _existing_log(output: str) -> str | None:
     fs, root = storage.filesystem(output)
     log_path = posixpath.join(root, REMOVALS_NAME)
-    existing = fs.cat_file(log_path).decode("utf-8") if fs.exists(log_path) else REMOVALS_HEADER + "\n"
-    if not any(parse_removal_line(line)[1] == plan.run for line in existing.splitlines()[1:] if line.strip()):
-        lines = [format_removal_line(plan.utc_time, plan.run, d, rel, n) for rel, d, n in plan.removed_rows]
-        tree.write_file(output, REMOVALS_NAME, (existing + "".join(lines)).encode("utf-8"))
+    if not fs.exists(log_path):
+        return None
+    text = fs.cat_file(log_path).decode("utf-8")
+    parse_removal_log(text.splitlines(), where=storage.join(output, REMOVALS_NAME))  # strictly, before any change
+    return text
+
+
+def append_audit_lines(output: str, plan: RemovalPlan) -> None:
+    """One removals.txt line per document the plan takes out, once per removal run."""
+    existing = _existing_log(output)
+    runs = set() if existing is None else parse_removal_log(existing.splitlines()).runs
+    if plan.run not in runs:
+        lines = [format_removal_line(plan.utc_time, plan.run, d, rel, n) for rel, d, n in plan.iter_removed_rows()]
+        id_field = tree_id_field(plan.stats_before) or DEFAULT_ID_FIELD
+        tree.write_file(output, REMOVALS_NAME, log_text(existing, id_field, lines).encode("utf-8"))
 
 
 # The rel_path of an audit line for an id a --removal-list run kept out: it was never stored.
 NOT_STORED = "-"
 
 
-def record_removal_list(output: str, ids: list[str], run: str, utc_time: str) -> int:
+def record_removal_list(output: str, ids: list[str], run: str, utc_time: str, id_field: str) -> int:
     """Append to removals.txt every id of a --removal-list that it does not list yet (rel_path
-    ``-``, tokens 0: left out before tokenizing), so that every later run keeps it out too.
-    Returns how many lines were added."""
-    fs, root = storage.filesystem(output)
-    log_path = posixpath.join(root, REMOVALS_NAME)
-    existing = fs.cat_file(log_path).decode("utf-8") if fs.exists(log_path) else REMOVALS_HEADER + "\n"
-    known = {parse_removal_line(line)[2] for line in existing.splitlines()[1:] if line.strip()}
+    ``-``, tokens 0: left out before tokenizing), so that every later run keeps it out too; the
+    ids are values of ``id_field``, the run's --id-field. Returns how many lines were added."""
+    existing = _existing_log(output)
+    known = set() if existing is None else set(parse_removal_log(existing.splitlines()).ids)
     new = [i for i in ids if i not in known]
     if new:
-        lines = "".join(format_removal_line(utc_time, run, i, NOT_STORED, 0) for i in new)
-        tree.write_file(output, REMOVALS_NAME, (existing + lines).encode("utf-8"))
+        lines = [format_removal_line(utc_time, run, i, NOT_STORED, 0) for i in new]
+        tree.write_file(output, REMOVALS_NAME, log_text(existing, id_field, lines).encode("utf-8"))
     return len(new)
 
 
@@ -341,15 +507,21 @@ def delete_journal(output: str) -> None:
 
 
 class RewriteFileFn(beam.DoFn):
-    def __init__(self, output: str, itemsize: int):
+    """Rewrites the plan's k-th file; its rows are read from the plan's directory, on the output's
+    filesystem, so the job graph holds no row."""
+
+    def __init__(self, output: str, plan_url: str, itemsize: int):
         self._output = output
+        self._plan_url = plan_url
         self._itemsize = itemsize
         self._rewritten = beam.metrics.Metrics.counter("pretokenize", "files_rewritten")
 
     def setup(self):
+        self._plan = _read_plan(self._plan_url)
         self._progress = Progress("rewrite")
 
-    def process(self, plan: FilePlan):
+    def process(self, k: int):
+        plan = self._plan.file_plan(k)
         outcome, digest = rewrite_file(self._output, plan, self._itemsize)
         self._rewritten.inc()
         self._progress.add(files=1)
@@ -358,33 +530,42 @@ class RewriteFileFn(beam.DoFn):
 
 
 class FinishRemovalFn(beam.DoFn):
-    def __init__(self, output: str, plan: RemovalPlan):
+    def __init__(self, output: str, plan_url: str):
         self._output = output
-        self._plan = plan
+        self._plan_url = plan_url
 
     def process(self, outcomes: list[tuple[str, str | None]]):
-        yield finish_removal(self._output, self._plan, dict(outcomes))
+        yield finish_removal(self._output, _read_plan(self._plan_url), dict(outcomes))
+
+
+def _read_plan(plan_url: str) -> RemovalPlan:
+    fs, path = storage.filesystem(storage.join(plan_url, PLAN_NAME))
+    with fs.open(path, "r", encoding="utf-8") as f:
+        return RemovalPlan.from_json(f.read(), plan_url)
 
 
 class RemoveDocuments(beam.PTransform):
-    """Rewrites the plan's files in parallel, then finishes the removal once all are done.
+    """Rewrites the plan's files in parallel, then finishes the removal once all are done. Only the
+    files' numbers travel in the job; workers read each file's rows from the plan's directory.
 
     Example::
 
         plan = make_plan("out/", ids, run="r1", utc_time="2026-01-01T00:00:00Z")
+        write_journal("out/", plan)
         pipeline | "RemoveDocuments" >> RemoveDocuments("out/", plan, itemsize=4)
     """
 
     def __init__(self, output: str, plan: RemovalPlan, itemsize: int):
         super().__init__()
-        self._output, self._plan, self._itemsize = output, plan, itemsize
+        self._output, self._plan_url, self._itemsize = output, plan.plan_url, itemsize
+        self._count = len(plan.files)
 
     def expand(self, pbegin):
         return (
             pbegin
-            | "ListAffectedFiles" >> beam.Create(list(self._plan.files))
+            | "ListAffectedFiles" >> beam.Create(list(range(self._count)))
             | "SpreadFiles" >> beam.Reshuffle()
-            | "RewriteFiles" >> beam.ParDo(RewriteFileFn(self._output, self._itemsize))
+            | "RewriteFiles" >> beam.ParDo(RewriteFileFn(self._output, self._plan_url, self._itemsize))
             | "CollectOutcomes" >> beam.combiners.ToList()
-            | "FinishRemoval" >> beam.ParDo(FinishRemovalFn(self._output, self._plan))
+            | "FinishRemoval" >> beam.ParDo(FinishRemovalFn(self._output, self._plan_url))
         )

@@ -228,6 +228,44 @@ def plan_units(output: str, removed: Mapping[str, str] | None = None) -> tuple[l
     return units, scan.problems, scan.rows
 
 
+SCAN_CHUNK = 8 << 20
+# Files verify does not scan for removed ids: the log (it lists them), and files of no ids' text.
+NOT_SCANNED = {"removals.txt", layout.CHECKSUMS_NAME, tree.RECORD_NAME}
+
+
+def files_holding_ids(output: str, removed: Mapping[str, str], shards: set[str]) -> list[str]:
+    """A problem for each file under the tree, its temporary directory included, that holds a
+    removed id's text, but the shards (their documents are checked through the manifest), the
+    manifest (scan_manifest checks each row) and the files of NOT_SCANNED. A removed document's
+    saved work (spill references, markers) or a description that names it is found this way.
+    Every byte of those files is read: the temporary directory's size is the cost."""
+    import os
+    import re
+
+    if not removed:
+        return []
+    fs, root = storage.filesystem(output)
+    pattern = re.compile(b"|".join(re.escape(i.encode("utf-8")) for i in sorted(removed, key=len, reverse=True)))
+    overlap = max(len(i.encode("utf-8")) for i in removed) - 1
+    problems = []
+    for path in sorted(fs.find(root)):
+        rel = posixpath.relpath(path, root.rstrip("/") or "/")
+        if rel in shards or rel in NOT_SCANNED or rel == layout.MANIFEST_NAME:
+            continue
+        if storage.renames_atomically(fs) and os.path.islink(path):
+            continue  # never followed (it may point outside the tree)
+        with fs.open(path, "rb") as f:
+            tail = b""
+            while chunk := f.read(SCAN_CHUNK):
+                m = pattern.search(tail + chunk)
+                if m:
+                    doc_id = m.group().decode("utf-8")
+                    problems.append(f"{rel}: holds the id {doc_id}, which {removed[doc_id]} lists as removed")
+                    break
+                tail = (tail + chunk)[-overlap:] if overlap else b""
+    return problems
+
+
 def check_file(unit: FileUnit, config: VerifyConfig) -> Iterator[tuple[str, object]]:
     """("problem", text), ("summary", FileSummary) and, for sampled ids, ("tokens", (id, list))."""
     rel = unit.rel_path
