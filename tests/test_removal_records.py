@@ -360,3 +360,21 @@ def test_remove_deletes_a_killed_runs_saved_work_and_verify_flags_saved_work_lef
     assert cli.main(["verify", "--output", str(out), *RUNNER]) == 1
     printed = capsys.readouterr().out
     assert f"{temp}/" in printed and "which removals.txt lists as removed" in printed
+
+
+# --- Defect 9: removing every document of a bucket leaves no empty directory ---------------------------------
+
+
+def test_removing_every_document_leaves_no_empty_bucket_directory(source, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert bucketed(source, out) == 0
+    flagged = tmp_path / "all.txt"
+    flagged.write_text("".join(f"{doc_id}\n" for doc_id in sorted(stored(out))))
+    buckets = [p.name for p in out.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    assert buckets  # the documents were stored in bucket directories
+    assert cli.main(["remove", "--output", str(out), "--removal-list", str(flagged), *RUNNER]) == 0
+    assert stored(out) == set()
+    assert [p.name for p in out.iterdir() if p.is_dir() and not p.name.startswith(".")] == []
+    capsys.readouterr()
+    assert cli.main(["verify", "--output", str(out), *RUNNER]) == 0
+    assert "verify: OK" in capsys.readouterr().out

@@ -401,6 +401,9 @@ def finish_removal(output: str, plan: RemovalPlan, sums: dict[str, str | None] |
     record = tree.read_record(output)
     if record is not None and emptied:
         tree.record_files(output, record, drop=emptied)
+    out = tree.Tree(output)
+    for directory in sorted({posixpath.dirname(rel) for rel in emptied} - {""}):
+        out.remove_empty_dir(directory)  # a bucket whose every document went leaves no directory behind
     append_audit_lines(output, plan)
 
     stats = DatasetStats.from_text(plan.stats_before)
