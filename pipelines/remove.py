@@ -211,7 +211,10 @@ def _stopped(output: str, error: BaseException, interrupted: bool, dry_run: bool
     unreachable store (the error itself for anything else)."""
     from transforms.tools.surgery import load_journal
 
-    pending = None if dry_run else load_journal(output)
+    try:
+        pending = None if dry_run else load_journal(output)
+    except ValueError:  # a journal it refuses to read (a link in it): refused before anything changed
+        pending = None
     if pending is not None:
         state = (f"the removal {pending.run} is journalled and {output} reads as unfinished until it is done: "
                  "run the same command again to finish it")

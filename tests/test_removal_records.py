@@ -378,3 +378,33 @@ def test_removing_every_document_leaves_no_empty_bucket_directory(source, tmp_pa
     capsys.readouterr()
     assert cli.main(["verify", "--output", str(out), *RUNNER]) == 0
     assert "verify: OK" in capsys.readouterr().out
+
+
+# --- A UTF-8 BOM a text editor put in removals.txt: the launch check and the finish read it alike -------------
+
+
+def _with_bom(out) -> None:
+    log = out / REMOVALS_NAME
+    log.write_bytes(b"\xef\xbb\xbf" + log.read_bytes())
+
+
+def test_remove_finishes_on_a_log_a_text_editor_gave_a_bom(removed_tree, tmp_path, capsys):
+    out = copy(removed_tree, tmp_path)
+    _with_bom(out)
+    flagged = tmp_path / "more.txt"
+    flagged.write_text("doc-05\n")
+    assert cli.main(["remove", "--output", str(out), "--removal-list", str(flagged), *RUNNER]) == 0, \
+        capsys.readouterr().err[-3000:]
+    assert "doc-05" not in stored(out)
+    assert {"doc-03", "doc-11", "doc-27", "doc-05"} <= log_ids(out)
+    assert cli.main(["verify", "--output", str(out)]) == 0
+
+
+def test_a_rerun_with_a_list_publishes_over_a_log_a_text_editor_gave_a_bom(removed_tree, source, tmp_path, capsys):
+    out = copy(removed_tree, tmp_path)
+    _with_bom(out)
+    flagged = tmp_path / "more.txt"
+    flagged.write_text("doc-06\n")
+    assert bucketed(source, out, "--removal-list", str(flagged)) == 0, capsys.readouterr().err[-3000:]
+    assert not {"doc-03", "doc-11", "doc-27", "doc-06"} & stored(out)
+    assert {"doc-03", "doc-11", "doc-27", "doc-06"} <= log_ids(out)
