@@ -79,6 +79,7 @@ def prepare(options: RemoveOptions, write: bool = True, plan_url: str | None = N
     """
     from transforms.tools.surgery import (
         check_plan,
+        drop_derived_exports,
         load_journal,
         make_plan,
         purge_saved_work,
@@ -120,6 +121,11 @@ def prepare(options: RemoveOptions, write: bool = True, plan_url: str | None = N
     if purged:
         print(f"deleted the saved work of interrupted runs ({', '.join(purged)}): it may hold the removed "
               "documents; the next bucketed run starts afresh", flush=True)
+    derived = drop_derived_exports(options.output)  # stale once a shard changes; a re-run deletes them too
+    if derived:
+        tops = ", ".join(sorted({d.split("/")[0] for d in derived}))
+        print(f"deleted {len(derived)} files derived from the old shards ({tops}): run export megatron / stats "
+              "again once the removal is done", flush=True)
     tree.delete_listed(options.output, [layout.STATS_NAME])  # the tree reads as unfinished until the removal is done
     return plan
 

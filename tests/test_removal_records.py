@@ -408,3 +408,23 @@ def test_a_rerun_with_a_list_publishes_over_a_log_a_text_editor_gave_a_bom(remov
     assert bucketed(source, out, "--removal-list", str(flagged)) == 0, capsys.readouterr().err[-3000:]
     assert not {"doc-03", "doc-11", "doc-27", "doc-06"} & stored(out)
     assert {"doc-03", "doc-11", "doc-27", "doc-06"} <= log_ids(out)
+
+
+# --- remove and a Megatron export: the stale export goes, as a re-run deletes it ------------------------------
+
+
+def test_remove_deletes_a_megatron_export_it_makes_stale(source, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert bucketed(source, out) == 0
+    assert cli.main(["export", "megatron", "--output", str(out)]) == 0
+    (out / "megatron" / "mine.txt").write_text("the user's own file\n")
+    flagged = tmp_path / "flagged.txt"
+    flagged.write_text("doc-04\n")
+    assert cli.main(["remove", "--output", str(out), "--removal-list", str(flagged), *RUNNER]) == 0
+    left = sorted(p.relative_to(out).as_posix() for p in (out / "megatron").rglob("*"))
+    assert left == ["megatron/mine.txt"]  # no stale .idx, .bin link or data_args.txt; the user's file stays
+    record = json.loads((out / ".pretokenize-tree.json").read_text())
+    assert not [rel for rel in record["derived"] if rel.startswith("megatron/")]
+    assert cli.main(["verify", "--output", str(out)]) == 0
+    assert cli.main(["export", "megatron", "--output", str(out)]) == 0
+    assert cli.main(["export", "megatron", "--output", str(out), "--check"]) == 0

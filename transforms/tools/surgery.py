@@ -365,6 +365,20 @@ def purge_saved_work(output: str) -> list[str]:
     return deleted
 
 
+def drop_derived_exports(output: str) -> list[str]:
+    """Delete the files other tools derived from the shards (``export megatron``, ``stats``: names
+    under layout.DERIVED_NAMES that the record lists as derived), as a re-run deletes them: the
+    removal makes them stale. Recorded files only, never a pattern; a user's file there stays.
+    Returns the files deleted."""
+    record = tree.owned(output, "bucketed")
+    stale = sorted(rel for rel in record.derived if rel.split("/")[0] in layout.DERIVED_NAMES)
+    if not stale:
+        return []
+    deleted = tree.delete_listed(output, stale)
+    tree.record_files(output, record, drop_derived=stale)
+    return deleted
+
+
 def write_journal(output: str, plan: RemovalPlan) -> None:
     """plan.json in the plan's directory (after its files' rows): the removal's commit point."""
     storage.write_atomic(storage.join(plan.plan_url or journal_url(output), PLAN_NAME), plan.to_json().encode("utf-8"))
