@@ -220,21 +220,33 @@ def test_ctrl_c_during_remove_is_one_line_and_the_same_command_finishes(source, 
 
 
 def test_a_full_disk_during_remove_is_one_line_and_the_same_command_finishes(source, tmp_path, monkeypatch, capsys):
-    from fsspec.implementations.local import LocalFileOpener
+    from transforms.tools import surgery
 
     out = tmp_path / "out"
     assert bucketed(source, out) == 0
     flagged = tmp_path / "flagged.txt"
     ids = sorted(stored(out))[1::5]
     flagged.write_text("\n".join(ids) + "\n")
-    real_write = LocalFileOpener.write
+    real_open_partial = surgery.open_partial
 
-    def write(self, data):
-        if "/rewrite/" in str(self.path):  # the disk fills while a shard's new copy is written
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.path))
-        return real_write(self, data)
+    class FullDisk:  # the disk fills while a shard's new copy is written
+        def __init__(self, f, path):
+            self._f, self._path = f, path
 
-    monkeypatch.setattr(LocalFileOpener, "write", write)
+        def write(self, data):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), self._path)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self._f.close()
+
+    def open_partial(output, name):
+        path, f = real_open_partial(output, name)
+        return (path, FullDisk(f, path)) if name.startswith("rewrite/") else (path, f)
+
+    monkeypatch.setattr(surgery, "open_partial", open_partial)
     capsys.readouterr()
     args = ["remove", "--output", str(out), "--removal-list", str(flagged), *RUNNER]
     assert cli.main(args) == 2

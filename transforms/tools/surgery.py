@@ -192,7 +192,7 @@ def open_partial(output: str, name: str):
     created exclusively (locally O_CREAT|O_EXCL|O_NOFOLLOW), so no link planted there is followed.
     Returns (path, binary file open for writing)."""
     out = tree.Tree(output)
-    rel = _journal_name(posixpath.dirname(name), f"{posixpath.basename(name)}.partial-{uuid.uuid4().hex}")
+    rel = _journal_name(posixpath.dirname(name), f"{posixpath.basename(name)}.{uuid.uuid4().hex}.partial")
     rel = posixpath.normpath(rel)
     out.journal_url()
     path = out.writable(rel, "partial file")  # no link among the directories on its way
@@ -280,8 +280,8 @@ def make_plan(output: str, removal_ids: Iterable[str], run: str, utc_time: str,
                     files.append(plan.summary())
                     found.update(d for (d, _), h in zip(rows, hits, strict=True) if h)
     except BaseException:
-        if in_journal:  # the plan's rows written so far go: the tree is as it was
-            clear_unplanned_journal(output)
+        if in_journal:  # the plan's rows written so far go (no plan.json yet): the tree is as it was
+            delete_journal(output)
         raise
     not_found = tuple(i for i in removal_ids if i not in found)
     return RemovalPlan(run, utc_time, out.stats_text, tuple(files), not_found, plan_url)
