@@ -79,6 +79,7 @@ def prepare(options: RemoveOptions, write: bool = True, plan_url: str | None = N
     """
     from transforms.tools.surgery import (
         check_plan,
+        drop_derived_exports,
         load_journal,
         make_plan,
         purge_saved_work,
@@ -120,6 +121,11 @@ def prepare(options: RemoveOptions, write: bool = True, plan_url: str | None = N
     if purged:
         print(f"deleted the saved work of interrupted runs ({', '.join(purged)}): it may hold the removed "
               "documents; the next bucketed run starts afresh", flush=True)
+    derived = drop_derived_exports(options.output)  # stale once a shard changes; a re-run deletes them too
+    if derived:
+        tops = ", ".join(sorted({d.split("/")[0] for d in derived}))
+        print(f"deleted {len(derived)} files derived from the old shards ({tops}): run export megatron / stats "
+              "again once the removal is done", flush=True)
     tree.delete_listed(options.output, [layout.STATS_NAME])  # the tree reads as unfinished until the removal is done
     return plan
 
@@ -211,7 +217,10 @@ def _stopped(output: str, error: BaseException, interrupted: bool, dry_run: bool
     unreachable store (the error itself for anything else)."""
     from transforms.tools.surgery import load_journal
 
-    pending = None if dry_run else load_journal(output)
+    try:
+        pending = None if dry_run else load_journal(output)
+    except ValueError:  # a journal it refuses to read (a link in it): refused before anything changed
+        pending = None
     if pending is not None:
         state = (f"the removal {pending.run} is journalled and {output} reads as unfinished until it is done: "
                  "run the same command again to finish it")

@@ -113,9 +113,15 @@ def log_url_of(tree_url: str) -> str:
     return storage.join(tree_url, REMOVALS_NAME)
 
 
+def read_log_lines(url: str) -> list[str]:
+    """The lines of the audit log at ``url``, decoded the one way every reader of it uses (UTF-8,
+    a BOM dropped, universal newlines), not yet parsed."""
+    return _read_lines(url, "removal log")
+
+
 def read_log(url: str) -> RemovalLog:
     """The audit log at ``url`` (a tree's removals.txt), strictly; ValueError naming the file and line."""
-    return parse_removal_log(_read_lines(url, "removal log"), where=url)
+    return parse_removal_log(read_log_lines(url), where=url)
 
 
 def read_removal_log(url: str) -> list[str]:

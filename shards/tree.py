@@ -303,7 +303,12 @@ class Tree:
         return self.temp_url(dir_name)
 
     def journal_url(self) -> str:
-        return self.temp_url(self.JOURNAL_DIR)
+        """The removal journal's directory, which is never a link (UnsafePathError naming it)."""
+        url = self.temp_url(self.JOURNAL_DIR)
+        name = self.temp_name(self.JOURNAL_DIR)
+        if self.local and os.path.islink(posixpath.join(self.root, name)):
+            raise self._link_refusal(name)
+        return url
 
     def temp_entries(self) -> list[str]:
         """The names directly under the temporary directory (empty when it does not exist)."""

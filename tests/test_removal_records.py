@@ -220,21 +220,33 @@ def test_ctrl_c_during_remove_is_one_line_and_the_same_command_finishes(source, 
 
 
 def test_a_full_disk_during_remove_is_one_line_and_the_same_command_finishes(source, tmp_path, monkeypatch, capsys):
-    from fsspec.implementations.local import LocalFileOpener
+    from transforms.tools import surgery
 
     out = tmp_path / "out"
     assert bucketed(source, out) == 0
     flagged = tmp_path / "flagged.txt"
     ids = sorted(stored(out))[1::5]
     flagged.write_text("\n".join(ids) + "\n")
-    real_write = LocalFileOpener.write
+    real_open_partial = surgery.open_partial
 
-    def write(self, data):
-        if "/rewrite/" in str(self.path):  # the disk fills while a shard's new copy is written
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.path))
-        return real_write(self, data)
+    class FullDisk:  # the disk fills while a shard's new copy is written
+        def __init__(self, f, path):
+            self._f, self._path = f, path
 
-    monkeypatch.setattr(LocalFileOpener, "write", write)
+        def write(self, data):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), self._path)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self._f.close()
+
+    def open_partial(output, name):
+        path, f = real_open_partial(output, name)
+        return (path, FullDisk(f, path)) if name.startswith("rewrite/") else (path, f)
+
+    monkeypatch.setattr(surgery, "open_partial", open_partial)
     capsys.readouterr()
     args = ["remove", "--output", str(out), "--removal-list", str(flagged), *RUNNER]
     assert cli.main(args) == 2
@@ -378,3 +390,53 @@ def test_removing_every_document_leaves_no_empty_bucket_directory(source, tmp_pa
     capsys.readouterr()
     assert cli.main(["verify", "--output", str(out), *RUNNER]) == 0
     assert "verify: OK" in capsys.readouterr().out
+
+
+# --- A UTF-8 BOM a text editor put in removals.txt: the launch check and the finish read it alike -------------
+
+
+def _with_bom(out) -> None:
+    log = out / REMOVALS_NAME
+    log.write_bytes(b"\xef\xbb\xbf" + log.read_bytes())
+
+
+def test_remove_finishes_on_a_log_a_text_editor_gave_a_bom(removed_tree, tmp_path, capsys):
+    out = copy(removed_tree, tmp_path)
+    _with_bom(out)
+    flagged = tmp_path / "more.txt"
+    flagged.write_text("doc-05\n")
+    assert cli.main(["remove", "--output", str(out), "--removal-list", str(flagged), *RUNNER]) == 0, \
+        capsys.readouterr().err[-3000:]
+    assert "doc-05" not in stored(out)
+    assert {"doc-03", "doc-11", "doc-27", "doc-05"} <= log_ids(out)
+    assert cli.main(["verify", "--output", str(out)]) == 0
+
+
+def test_a_rerun_with_a_list_publishes_over_a_log_a_text_editor_gave_a_bom(removed_tree, source, tmp_path, capsys):
+    out = copy(removed_tree, tmp_path)
+    _with_bom(out)
+    flagged = tmp_path / "more.txt"
+    flagged.write_text("doc-06\n")
+    assert bucketed(source, out, "--removal-list", str(flagged)) == 0, capsys.readouterr().err[-3000:]
+    assert not {"doc-03", "doc-11", "doc-27", "doc-06"} & stored(out)
+    assert {"doc-03", "doc-11", "doc-27", "doc-06"} <= log_ids(out)
+
+
+# --- remove and a Megatron export: the stale export goes, as a re-run deletes it ------------------------------
+
+
+def test_remove_deletes_a_megatron_export_it_makes_stale(source, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert bucketed(source, out) == 0
+    assert cli.main(["export", "megatron", "--output", str(out)]) == 0
+    (out / "megatron" / "mine.txt").write_text("the user's own file\n")
+    flagged = tmp_path / "flagged.txt"
+    flagged.write_text("doc-04\n")
+    assert cli.main(["remove", "--output", str(out), "--removal-list", str(flagged), *RUNNER]) == 0
+    left = sorted(p.relative_to(out).as_posix() for p in (out / "megatron").rglob("*"))
+    assert left == ["megatron/mine.txt"]  # no stale .idx, .bin link or data_args.txt; the user's file stays
+    record = json.loads((out / ".pretokenize-tree.json").read_text())
+    assert not [rel for rel in record["derived"] if rel.startswith("megatron/")]
+    assert cli.main(["verify", "--output", str(out)]) == 0
+    assert cli.main(["export", "megatron", "--output", str(out)]) == 0
+    assert cli.main(["export", "megatron", "--output", str(out), "--check"]) == 0

@@ -191,3 +191,69 @@ def test_stats_refuses_to_overwrite_a_user_file(tree_copy, name, capsys):
     line = run_cli(capsys, ["stats", "--output", str(out)]).refusal
     assert str(out / name) in line and "not the tool's" in line
     assert snapshot(out) == inside
+
+
+# remove's journal directory: links planted there are never followed, a journal that is a link is
+# refused, and a manifest row naming a file the record does not list is refused.
+JOURNAL = os.path.join(layout.TEMP_DIR_NAME, "removal")
+
+
+def shared_file_doc(out) -> str:
+    """An id stored in a file that holds other documents too (remove rewrites that file)."""
+    rows = rows_of(out)
+    counts = {rel: sum(1 for r, _, _ in rows if r == rel) for rel, _, _ in rows}
+    return next(doc_id for rel, doc_id, _ in rows if counts[rel] > 1)
+
+
+def test_remove_never_writes_through_links_planted_in_a_journal_without_a_plan(tree_copy, victim, tmp_path, capsys):
+    out = tree_copy
+    journal = out / JOURNAL
+    journal.mkdir(parents=True)
+    os.symlink(victim / "notes.txt", journal / f"{layout.MANIFEST_NAME}.partial")
+    os.symlink(victim, journal / "rewrite")
+    os.symlink(victim / "notes.txt", journal / "processed_spec.idx.partial")
+    outside = snapshot(victim)
+    doc = shared_file_doc(out)
+    assert remove(capsys, out, tmp_path, [doc]).code == 0
+    assert snapshot(victim) == outside
+    assert not os.path.islink(out / layout.MANIFEST_NAME)
+    assert doc not in {d for _, d, _ in rows_of(out)}
+    assert not journal.exists()
+
+
+def test_remove_refuses_a_resumed_journal_holding_a_link(tree_copy, victim, tmp_path, capsys):
+    from transforms.tools import surgery
+
+    out = tree_copy
+    doc = shared_file_doc(out)
+    plan = surgery.make_plan(str(out), [doc], run="r1", utc_time="2026-01-01T00:00:00Z")
+    surgery.write_journal(str(out), plan)  # a removal journalled, as a run killed right after its plan leaves it
+    os.symlink(victim, out / JOURNAL / "rewrite")
+    outside, inside = snapshot(victim), snapshot(out)
+    line = remove(capsys, out, tmp_path, [doc]).refusal
+    assert str(out / JOURNAL / "rewrite") in line and "symbolic link" in line
+    assert snapshot(victim) == outside and snapshot(out) == inside
+
+
+def test_remove_refuses_a_journal_directory_that_is_a_link_into_the_tree(tree_copy, tmp_path, capsys):
+    out = tree_copy
+    (out / "notes" / "files").mkdir(parents=True)
+    (out / "notes" / "files" / "mine.txt").write_text("mine\n")
+    (out / "notes" / "rewrite").write_text("keep\n")
+    (out / layout.TEMP_DIR_NAME).mkdir()
+    os.symlink("../notes", out / JOURNAL)
+    inside = snapshot(out)
+    line = remove(capsys, out, tmp_path, [shared_file_doc(out)]).refusal
+    assert str(out / JOURNAL) in line and "symbolic link" in line
+    assert snapshot(out) == inside
+
+
+def test_remove_refuses_a_manifest_row_naming_a_file_the_record_does_not_list(tree_copy, tmp_path, capsys):
+    out = tree_copy
+    rel = f"{rows_of(out)[0][0].split('/')[0]}/p00_09999.npy"
+    (out / rel).write_bytes(os.urandom(40))
+    add_rows(out, [(rel, "userdoc", 10)])
+    inside = snapshot(out)
+    line = remove(capsys, out, tmp_path, ["userdoc"]).refusal
+    assert str(out / rel) in line and "does not list it" in line
+    assert snapshot(out) == inside

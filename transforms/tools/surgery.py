@@ -30,8 +30,10 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import json
 import logging
+import os
 import posixpath
 import uuid
 from collections.abc import Iterable, Iterator
@@ -48,6 +50,7 @@ from shards.removal import (
     log_text,
     parse_removal_log,
     read_log,
+    read_log_lines,
     tree_id_field,
 )
 from transforms.core.progress import Progress
@@ -163,6 +166,43 @@ def journal_url(output: str) -> str:
     return tree.Tree(output).journal_url()
 
 
+def _journal_name(*parts: str) -> str:
+    return tree.Tree.temp_name(JOURNAL_DIR, *parts)
+
+
+def check_journal(output: str) -> None:
+    """The journal's directory holds no link anywhere (nor is one): what remove reads back, writes
+    or deletes there is never reached through a link; UnsafePathError naming it otherwise."""
+    tree.Tree(output).check_no_links(_journal_name(), "removal journal")
+
+
+def clear_unplanned_journal(output: str) -> None:
+    """A journal directory without its plan.json (a plan begun by a run that died before its commit
+    point: nothing started) goes whole, links in it removed as links, never followed."""
+    out = tree.Tree(output)
+    out.journal_url()  # refuses a journal directory that is itself a link
+    if out.lexists(_journal_name(PLAN_NAME), "removal journal"):
+        raise ValueError(f"{storage.join(out.url, _journal_name(PLAN_NAME))} exists: a removal is pending; "
+                         "run pretokenize remove again to finish it")
+    out.remove_dir(_journal_name(), "removal journal")
+
+
+def open_partial(output: str, name: str):
+    """A new file under the journal's directory, for a partial copy of ``name``: a fresh random name,
+    created exclusively (locally O_CREAT|O_EXCL|O_NOFOLLOW), so no link planted there is followed.
+    Returns (path, binary file open for writing)."""
+    out = tree.Tree(output)
+    rel = _journal_name(posixpath.dirname(name), f"{posixpath.basename(name)}.{uuid.uuid4().hex}.partial")
+    rel = posixpath.normpath(rel)
+    out.journal_url()
+    path = out.writable(rel, "partial file")  # no link among the directories on its way
+    out.makedirs(posixpath.dirname(rel), "removal journal")
+    if not out.local:
+        return path, out.fs.open(path, "wb")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    return path, os.fdopen(fd, "wb")
+
+
 def shard_path(output: str, rel: str) -> str:
     """The path of the file a manifest row or a journal entry names: the one place remove turns
     such a name into a path. shards.tree.Tree checks it (inside the tree, reached through no
@@ -176,6 +216,7 @@ def load_journal(output: str) -> RemovalPlan | None:
     with storage.reaching(output):
         if not fs.exists(path):
             return None
+        check_journal(output)  # a resumed journal is read, written and deleted through no link
         with fs.open(path, "r", encoding="utf-8") as f:
             text = f.read()
     try:
@@ -216,27 +257,44 @@ def make_plan(output: str, removal_ids: Iterable[str], run: str, utc_time: str,
     if out.kind != "bucketed":
         raise ValueError(f"{output} is a {out.kind} tree; documents are removed from bucketed trees only")
     out.stats()  # finished, and its stats parse: the removal rewrites them when it finishes
-    plan_url = plan_url or journal_url(output)
-    pfs, files_dir = storage.filesystem(storage.join(plan_url, FILES_DIR))
-    if pfs.exists(files_dir):  # a plan begun by a run that died before its plan.json: nothing started
-        pfs.rm(files_dir, recursive=True)
+    recorded = set(tree.owned(output, "bucketed").files)
+    in_journal = plan_url is None
+    if in_journal:  # no plan.json (load_journal found none): a plan begun by a run that died; nothing started
+        clear_unplanned_journal(output)
+        plan_url = journal_url(output)
     fs, root = storage.filesystem(output)
     removal_ids = list(removal_ids)
     wanted = set(removal_ids)
     found: set[str] = set()
     files = []
-    with fs.open(posixpath.join(root, layout.MANIFEST_NAME), "r", encoding="utf-8") as f:
-        for rel, rows in _manifest_files(f):
-            hits = [doc_id in wanted for doc_id, _ in rows]
-            if any(hits):
-                shard_path(output, rel)  # before anything changes: a row naming a file outside is refused
-                plan = FilePlan(rel, tuple((d, n, h) for (d, n), h in zip(rows, hits, strict=True)))
-                url = storage.join(plan_url, FILES_DIR, f"{len(files):06d}.json")
-                storage.write_atomic(url, plan.to_json().encode("utf-8"))
-                files.append(plan.summary())
-                found.update(d for (d, _), h in zip(rows, hits, strict=True) if h)
+    try:
+        with fs.open(posixpath.join(root, layout.MANIFEST_NAME), "r", encoding="utf-8") as f:
+            for rel, rows in _manifest_files(f):
+                hits = [doc_id in wanted for doc_id, _ in rows]
+                if any(hits):
+                    shard_path(output, rel)  # before anything changes: a row naming a file outside is refused
+                    check_recorded(output, recorded, rel)  # and one naming a file the tool did not write
+                    plan = FilePlan(rel, tuple((d, n, h) for (d, n), h in zip(rows, hits, strict=True)))
+                    url = storage.join(plan_url, FILES_DIR, f"{len(files):06d}.json")
+                    storage.write_atomic(url, plan.to_json().encode("utf-8"))
+                    files.append(plan.summary())
+                    found.update(d for (d, _), h in zip(rows, hits, strict=True) if h)
+    except BaseException:
+        if in_journal:  # the plan's rows written so far go (no plan.json yet): the tree is as it was
+            delete_journal(output)
+        raise
     not_found = tuple(i for i in removal_ids if i not in found)
     return RemovalPlan(run, utc_time, out.stats_text, tuple(files), not_found, plan_url)
+
+
+def check_recorded(output: str, recorded: set[str], rel: str) -> None:
+    """A file a removal would rewrite or delete is one the tree's record lists: a manifest row (or
+    a journal entry) naming any other file is refused, naming it, before anything changes."""
+    if rel not in recorded:
+        raise tree.NotOurTreeError(
+            f"{storage.join(output, rel)}: the manifest names it, but the tree's {tree.RECORD_NAME} does not list it "
+            "as the tool's; pretokenize never rewrites or deletes a file it did not write (run pretokenize verify)"
+        )
 
 
 def publishing_runs(output: str) -> list[str]:
@@ -271,6 +329,7 @@ def check_plan(output: str, plan: RemovalPlan) -> None:
     stats = DatasetStats.from_text(plan.stats_before)
     itemsize = layout.DTYPES[stats.dtype].itemsize
     fs, root = storage.filesystem(output)
+    recorded = set(tree.owned(output, "bucketed").files)
     for f in plan.files:
         bucket = layout.parse_shard_rel_path(f.rel_path).bucket  # ValueError for a name that is no shard's
         if bucket not in stats.buckets:
@@ -279,7 +338,8 @@ def check_plan(output: str, plan: RemovalPlan) -> None:
         before, after = f.tokens_before * itemsize, f.tokens_after * itemsize
         size = fs.size(path) if fs.exists(path) else None
         if size is None and after == 0:
-            continue
+            continue  # deleted by an earlier attempt (which may have dropped it from the record)
+        check_recorded(output, recorded, f.rel_path)
         if size not in (before, after):
             raise ValueError(
                 f"{storage.join(output, f.rel_path)} holds {'no file' if size is None else f'{size} bytes'}; the "
@@ -302,6 +362,20 @@ def purge_saved_work(output: str) -> list[str]:
             continue
         out.remove_dir(out.temp_name(name), "saved work")
         deleted.append(name)
+    return deleted
+
+
+def drop_derived_exports(output: str) -> list[str]:
+    """Delete the files other tools derived from the shards (``export megatron``, ``stats``: names
+    under layout.DERIVED_NAMES that the record lists as derived), as a re-run deletes them: the
+    removal makes them stale. Recorded files only, never a pattern; a user's file there stays.
+    Returns the files deleted."""
+    record = tree.owned(output, "bucketed")
+    stale = sorted(rel for rel in record.derived if rel.split("/")[0] in layout.DERIVED_NAMES)
+    if not stale:
+        return []
+    deleted = tree.delete_listed(output, stale)
+    tree.record_files(output, record, drop_derived=stale)
     return deleted
 
 
@@ -343,12 +417,10 @@ def rewrite_file(output: str, plan: FilePlan, itemsize: int) -> tuple[str, str |
         return "deleted", None
     # The new copy is written in the journal's directory, never beside the shard: a crash leaves
     # it where the finished removal deletes it.
-    journal = storage.filesystem(journal_url(output))[1]
-    tmp = posixpath.join(journal, tree.Tree.REWRITE_DIR, f"{uuid.uuid4().hex}.partial")
-    fs.makedirs(posixpath.dirname(tmp), exist_ok=True)
+    tmp, dst = open_partial(output, posixpath.join(tree.Tree.REWRITE_DIR, posixpath.basename(plan.rel_path)))
     digest = hashlib.sha256()
     try:
-        with fs.open(path, "rb") as src, fs.open(tmp, "wb") as dst:
+        with fs.open(path, "rb") as src, dst:
             for _, n, removed in plan.rows:
                 remaining = n * itemsize
                 if removed:
@@ -378,13 +450,19 @@ def finish_removal(output: str, plan: RemovalPlan, sums: dict[str, str | None] |
     removed = {(rel, doc_id) for rel, doc_id, _ in plan.iter_removed_rows()}
 
     manifest_path = posixpath.join(root, layout.MANIFEST_NAME)
-    tmp = posixpath.join(storage.filesystem(journal_url(output))[1], f"{layout.MANIFEST_NAME}.partial")
-    with fs.open(manifest_path, "r", encoding="utf-8") as src, fs.open(tmp, "w", encoding="utf-8") as dst:
-        dst.write(manifest.MANIFEST_HEADER + "\n")
-        for rel, doc_id, n in manifest.read_rows(src):
-            if (rel, doc_id) not in removed:
-                dst.write(manifest.format_row(rel, doc_id, n))
-    fs.mv(tmp, manifest_path)
+    tmp, raw = open_partial(output, layout.MANIFEST_NAME)
+    try:
+        with fs.open(manifest_path, "r", encoding="utf-8") as src, \
+                io.TextIOWrapper(raw, encoding="utf-8", newline="") as dst:
+            dst.write(manifest.MANIFEST_HEADER + "\n")
+            for rel, doc_id, n in manifest.read_rows(src):
+                if (rel, doc_id) not in removed:
+                    dst.write(manifest.format_row(rel, doc_id, n))
+        fs.mv(tmp, manifest_path)
+    except BaseException:
+        if fs.exists(tmp):
+            fs.rm(tmp)
+        raise
     rewrite_index(output)
 
     checksums_path = posixpath.join(root, layout.CHECKSUMS_NAME)
@@ -430,7 +508,8 @@ def rewrite_index(output: str) -> None:
     if record is None or reader_index.INDEX_NAME not in record.derived:
         return
     fs, root = storage.filesystem(output)
-    tmp = posixpath.join(storage.filesystem(journal_url(output))[1], f"{reader_index.INDEX_NAME}.partial")
+    tmp, placeholder = open_partial(output, reader_index.INDEX_NAME)  # a fresh name, made here: no link
+    placeholder.close()  # (on an object store the index is uploaded whole at its name; tmp is not used)
     reader_index.write_index_file(fs, root, posixpath.join(root, reader_index.INDEX_NAME), tmp)
 
 
@@ -469,9 +548,10 @@ def _existing_log(output: str) -> str | None:
     log_path = posixpath.join(root, REMOVALS_NAME)
     if not fs.exists(log_path):
         return None
-    text = fs.cat_file(log_path).decode("utf-8")
-    parse_removal_log(text.splitlines(), where=storage.join(output, REMOVALS_NAME))  # strictly, before any change
-    return text
+    url = storage.join(output, REMOVALS_NAME)
+    lines = read_log_lines(url)  # decoded as the launch check (read_tree_log) decodes it: the two agree
+    parse_removal_log(lines, where=url)  # strictly, before any change
+    return "".join(line + "\n" for line in lines)
 
 
 def append_audit_lines(output: str, plan: RemovalPlan) -> None:
