@@ -164,6 +164,8 @@ def pending_removal(tree_url: str) -> tuple[list[str], str | None] | None:
                     raise ValueError(f"{rows_url} holds the rows of {rows['rel_path']!r}, not of {rel!r}")
                 ids += [str(doc_id) for doc_id, _, removed in rows["rows"] if removed]
         except FileNotFoundError as e:
+            if not fs.exists(path):  # the removal finished meanwhile: its ids are in the log, read after this
+                return None
             raise ValueError(f"the removal journal {plan_url} is incomplete ({e}); run pretokenize remove on "
                              f"{tree_url} to finish it") from None
         except (ValueError, KeyError, TypeError, AttributeError) as e:
