@@ -250,6 +250,7 @@ def prepare_output(output: str, kind: str, inputs: list[str] = (), keep: tuple[s
         # Before anything changes: every name the run may write or delete is inside the tree and
         # reached through no link (shards.tree.Tree), the temporary directory included.
         out.check_writable(record.files + record.derived, "recorded file")
+        out.check_writable(sorted(tree.fixed_names() - {lock.LOCK_NAME}), "fixed file")  # the lock: shards.lock
         out.check_data_dirs(kind)
         leftovers = out.temp_entries()
     except (tree.NotOurTreeError, tree.UnsafePathError, storage.Unreachable) as e:

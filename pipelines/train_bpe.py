@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from pipelines import common
 from shards import lock, storage, tree
-from shards.removal import check_id_field, is_tree_source, log_url_of, read_removal_source
+from shards.removal import check_id_field, is_tree_source, log_url_of, read_log, read_removal_source
 from transforms.bpe import files, pretokenize
 from transforms.bpe.settings import TrainBpeSettings
 
@@ -149,8 +149,12 @@ def removal_record(options: TrainBpeSettings) -> dict | None:
     listed = log_url_of(url) if is_tree_source(url) else url
     fs, path = storage.filesystem(listed)
     with storage.reaching(listed):
-        digest = hashlib.sha256(fs.cat_file(path)).hexdigest()
-    return {"source": url, "sha256": digest, "ids": len(ids)}
+        # A tree's unfinished removal (shards.removal.pending_removal) may come before its first log.
+        data = fs.cat_file(path) if listed == url or fs.exists(path) else b""
+    digest = hashlib.sha256(data)
+    if listed != url and len(ids) > len(read_log(listed).ids if data else ()):
+        digest.update("".join(f"{i}\n" for i in ids).encode())  # the ids its journal adds to the log
+    return {"source": url, "sha256": digest.hexdigest(), "ids": len(ids)}
 
 
 def tool_version() -> str:

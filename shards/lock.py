@@ -379,6 +379,19 @@ def holder(url: str) -> Found | None:
         return _read(_store(storage.normalize(url)))
 
 
+def is_tools_lock(url: str) -> bool:
+    """Whether the tree at ``url`` has a lock this tool wrote (a file that parses as a holder)."""
+    found = holder(url)
+    return found is not None and found.holder is not None
+
+
+def _has_record(url: str) -> bool:
+    from shards.tree import RECORD_NAME  # shards.tree imports this module
+
+    fs, root = storage.filesystem(url)
+    return fs.exists(posixpath.join(root.rstrip("/") or "/", RECORD_NAME))
+
+
 def held_line(url: str) -> str | None:
     """What ``verify`` says when a lock is on the tree: one line, or None."""
     found = holder(url)
@@ -464,6 +477,11 @@ def _acquire(url: str, command: str, break_lock: bool, make_root: bool, lease_se
             if found is None:
                 continue  # freed meanwhile
             why = why_free(found, break_lock)
+            if why is not None and found.holder is None and not _has_record(url):
+                # A file of the lock's name that is no lock, where the tool has no tree: the user's.
+                raise TreeLocked(f"{storage.join(url, LOCK_NAME)} is {found.problem}, and {url} is not a pretokenize "
+                                 f"tree: {BREAK_FLAG} removes only a lock in the tool's own tree; move it away by "
+                                 "hand") from None
             if why is None:
                 if made_root is not None:
                     with contextlib.suppress(OSError):

@@ -138,13 +138,77 @@ def is_tree_source(url: str) -> bool:
         return fs.isdir(path)
 
 
+# A removal's journal (written by transforms/tools/surgery.py, read here without Beam): in the
+# tree's journal directory (shards.tree.Tree.journal_url), plan.json, its commit point, and the
+# rows of each affected file in files/NNNNNN.json, in the order plan.json lists the files.
+JOURNAL_PLAN_NAME = "plan.json"
+JOURNAL_FILES_DIR = "files"
+
+
+def pending_removal(tree_url: str) -> tuple[list[str], str | None] | None:
+    """The ids an accepted but unfinished removal in the tree at ``tree_url`` takes out (its
+    journal: plan.json written), and the id field of the tree's stats before it; None when the
+    tree has no pending removal. Read as JSON only; a ValueError naming the file if it is damaged."""
+    from shards import storage, tree
+
+    journal = tree.Tree(tree_url).journal_url()
+    plan_url = storage.join(journal, JOURNAL_PLAN_NAME)
+    fs, path = storage.filesystem(plan_url)
+    with storage.reaching(plan_url):
+        if not fs.exists(path):
+            return None
+        try:
+            plan = json.loads(fs.cat_file(path).decode("utf-8"))
+            listed = [str(f["rel_path"]) for f in plan["files"]]
+            stats_before = plan["stats_before"]
+            ids = []
+            for k, rel in enumerate(listed):
+                rows_url = storage.join(journal, JOURNAL_FILES_DIR, f"{k:06d}.json")
+                rows_fs, rows_path = storage.filesystem(rows_url)
+                rows = json.loads(rows_fs.cat_file(rows_path).decode("utf-8"))
+                if rows["rel_path"] != rel:
+                    raise ValueError(f"{rows_url} holds the rows of {rows['rel_path']!r}, not of {rel!r}")
+                ids += [str(doc_id) for doc_id, _, removed in rows["rows"] if removed]
+        except FileNotFoundError as e:
+            if not fs.exists(path):  # the removal finished meanwhile: its ids are in the log, read after this
+                return None
+            raise ValueError(f"the removal journal {plan_url} is incomplete ({e}); run pretokenize remove on "
+                             f"{tree_url} to finish it") from None
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ValueError(f"{plan_url} is not a removal journal ({type(e).__name__}: {e}); run pretokenize "
+                             "verify") from None
+    return ids, tree_id_field(stats_before if isinstance(stats_before, str) else None)
+
+
 def read_removal_source(url: str) -> tuple[list[str], str | None]:
     """The ids of a --removal-list, and the id field they are values of when it says (a tree's log);
-    a file is a list, a directory an output tree whose removals.txt is read as its log."""
+    a file is a list, a directory an output tree whose removals.txt is read as its log, together
+    with the ids of a removal it accepted and has not finished (its journal): a request is never
+    lost because the tree it was made to is given as a list before the removal is done. The
+    journal is read first: a removal that finishes meanwhile has its ids in the log read after."""
     if is_tree_source(url):
+        pending = pending_removal(url)
+        if pending is not None and not _log_exists(url):
+            return pending
         log = read_log(log_url_of(url))
-        return list(log.ids), log.id_field
+        ids = list(log.ids)
+        if pending is not None:
+            logged = set(ids)
+            ids += [i for i in pending[0] if i not in logged]
+            if log.id_field is not None and pending[1] is not None and pending[1] != log.id_field:
+                raise ValueError(f"{url}: its {REMOVALS_NAME} lists ids of the field {log.id_field!r}, its unfinished "
+                                 f"removal ids of {pending[1]!r}; run pretokenize verify")
+        return ids, log.id_field or (pending[1] if pending is not None else None)
     return parse_removal_list(_read_lines(url, "removal list"), where=url), None
+
+
+def _log_exists(tree_url: str) -> bool:
+    from shards import storage
+
+    url = log_url_of(tree_url)
+    fs, path = storage.filesystem(url)
+    with storage.reaching(url):
+        return fs.exists(path)
 
 
 def read_removal_list(url: str) -> list[str]:

@@ -98,7 +98,63 @@ class TreeRecord:
                 raise ValueError("a listed path is not relative to the tree")
         except (ValueError, AttributeError, TypeError) as e:
             raise NotOurTreeError(f"{where} is damaged ({e}); the tool will not write into this directory") from None
+        for what, names in (("files", files), ("derived", derived)):
+            for name in names:
+                problem = entry_problem(d["kind"], what, name)
+                if problem is not None:
+                    raise NotOurTreeError(f"{where} is damaged: its {what} entry {name!r} {problem}; the tool will "
+                                          "not write into this directory") from None
         return cls(d["kind"], files, derived)
+
+
+def fixed_names() -> frozenset[str]:
+    """The names the tool owns in a tree without listing them (its fixed files): a record entry
+    naming one would have a re-run delete it (the audit log, the commit point, the lock)."""
+    from shards.removal import REMOVALS_NAME
+
+    return frozenset({REMOVALS_NAME, layout.MANIFEST_NAME, layout.STATS_NAME, layout.CHECKSUMS_NAME, RECORD_NAME,
+                      lock.LOCK_NAME})
+
+
+def _is_data_file(kind: str, name: str) -> bool:
+    """Whether ``name`` is a data file's path of a tree of ``kind``, in the shape its job writes."""
+    if kind == "bucketed":
+        try:
+            layout.parse_shard_rel_path(name)
+        except ValueError:
+            return False
+        return True
+    if kind == "scaffold":
+        from shards import llmc  # it imports this module
+
+        split, _, base = name.partition("/")
+        try:
+            llmc.parse_shard_name(base)
+        except ValueError:
+            return False
+        return split in llmc.SPLITS
+    from transforms.bpe import files as bpe_files  # the tokenizer's fixed names (no Beam there)
+
+    return name in bpe_files.FILES
+
+
+def entry_problem(kind: str, what: str, name: str) -> str | None:
+    """Why ``name`` cannot be an entry of a record's ``what`` ("files" or "derived") in a tree of
+    ``kind``, or None. ``files`` are the data files the kind's job writes; ``derived`` what the
+    tools write from them (export's ``megatron/...``, stats' table and picture wherever inside the
+    tree they were asked for, the description files, the reader index), never a fixed name."""
+    top = name.split("/", 1)[0]
+    if top == layout.TEMP_DIR_NAME:
+        return f"is inside {layout.TEMP_DIR_NAME}, the tool's temporary directory"
+    if lock.is_lock_name(top) or name in fixed_names():
+        return "is one of the tree's fixed files, never listed"
+    if what == "files":
+        return None if _is_data_file(kind, name) else f"is not a data file of a {kind} tree"
+    if kind == "tokenizer":
+        return "is listed as derived, and no tool derives a file from a tokenizer"
+    if _is_data_file(kind, name):
+        return f"is a data file of a {kind} tree, listed as derived"
+    return None
 
 
 def _is_relative(path: str) -> bool:
@@ -491,7 +547,10 @@ def claim(url: str, kind: str, write: bool = True) -> TreeRecord:
             raise NotOurTreeError(f"--output {url} is a file, not a directory")
         record = read_record(url)
         if record is None:
-            entries = [e for e in _entries(fs, root) if not lock.is_lock_name(e)]
+            # The lock of a command writing here is the tool's only by its exact name, and only when
+            # it is a holder record: a user's ``.pretokenize-lock.notes`` (or a lock-named file that
+            # is not a lock) makes the directory not ours.
+            entries = [e for e in _entries(fs, root) if not (e == lock.LOCK_NAME and lock.is_tools_lock(url))]
             if entries:
                 raise NotOurTreeError(
                     f"--output {url} is not empty and was not written by pretokenize (it holds {entries[0]!r}, "

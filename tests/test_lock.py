@@ -464,3 +464,25 @@ def test_a_lock_that_cannot_be_freed_costs_the_command_nothing_but_a_warning(out
     monkeypatch.undo()
     left = lock.holder(str(out)).holder
     assert left.pid == os.getpid() and left.command.startswith("pretokenize stats")  # freed once this process ends
+
+
+# Only the exact lock name, holding this tool's holder record, is the tool's in a directory without a tree.
+def test_a_user_file_named_like_the_lock_makes_a_directory_not_ours(source, tmp_path, capsys):
+    userdir = tmp_path / "userdir"
+    userdir.mkdir()
+    (userdir / f"{LOCK_NAME}.notes").write_text("notes\n")
+    assert cli.main(["bucketed", "--input", str(source), "--output", str(userdir), *RUNNER]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "is not empty and was not written by pretokenize" in err.strip().splitlines()[-1]
+    assert sorted(os.listdir(userdir)) == [f"{LOCK_NAME}.notes"]
+
+
+@pytest.mark.parametrize("flags", [[], ["--break-lock"]])
+def test_a_lock_named_file_that_is_no_lock_is_a_users_and_break_lock_keeps_it(source, tmp_path, capsys, flags):
+    userdir = tmp_path / "userdir2"
+    userdir.mkdir()
+    (userdir / LOCK_NAME).write_text('{"mine":1}\n')
+    assert cli.main(["bucketed", "--input", str(source), "--output", str(userdir), *flags, *RUNNER]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and str(userdir) in err.strip().splitlines()[-1]
+    assert sorted(os.listdir(userdir)) == [LOCK_NAME] and (userdir / LOCK_NAME).read_text() == '{"mine":1}\n'

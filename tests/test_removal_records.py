@@ -440,3 +440,48 @@ def test_remove_deletes_a_megatron_export_it_makes_stale(source, tmp_path, capsy
     assert cli.main(["verify", "--output", str(out)]) == 0
     assert cli.main(["export", "megatron", "--output", str(out)]) == 0
     assert cli.main(["export", "megatron", "--output", str(out), "--check"]) == 0
+
+
+# --- A tree given as --removal-list: its accepted, unfinished removal counts too -------------------------------
+
+
+def journal_removal(out, ids) -> None:
+    """What an interrupted `remove` leaves (killed once plan.json, its commit point, is written): the
+    journal, the saved work purged, dataset_stats.txt gone. The steps remove takes, called directly."""
+    from shards import tree
+    from transforms.tools import surgery
+
+    plan = surgery.make_plan(str(out), ids, run="killedrun000", utc_time="2026-12-01T00:00:00Z")
+    assert plan.files, "the journalled ids are in the tree"
+    surgery.write_journal(str(out), plan)
+    tree.delete_listed(str(out), [layout.STATS_NAME])
+    assert (out / ".pretokenize-tmp" / "removal" / "plan.json").exists()
+
+
+def test_a_tree_given_as_a_list_keeps_its_pending_removal_out(removed_tree, source, tmp_path, capsys):
+    t6 = copy(removed_tree, tmp_path)
+    journal_removal(t6, ["doc-05"])
+    n6 = tmp_path / "n6"
+    assert bucketed(source, n6, "--removal-list", str(t6)) == 0, capsys.readouterr().err[-3000:]
+    kept = stored(n6)
+    assert "doc-03" not in kept, "the tree's removals.txt is honoured"
+    assert "doc-05" not in kept, "the journalled (accepted, unfinished) removal came back in another tree"
+    assert "doc-06" in kept
+    tok = tmp_path / "tok"
+    argv = ["train-bpe", "--input", str(source), "--output", str(tok), "--language", "none", "--token-count-field",
+            "none", "--vocab-size", "300", "--removal-list", str(t6), *RUNNER]
+    assert cli.main(argv) == 0, capsys.readouterr().err[-3000:]
+    training = (tok / "training_stats.txt").read_text(encoding="utf-8")
+    assert "documents dropped (removed): 4" in training, training
+    assert json.loads((tok / "tokenizer_info.json").read_text())["removal_list"]["ids"] == 4
+
+
+def test_a_tree_whose_first_removal_is_pending_is_a_list_of_its_ids(source, tmp_path, capsys):
+    t6 = tmp_path / "t6"
+    assert bucketed(source, t6) == 0
+    journal_removal(t6, ["doc-05", "doc-07"])
+    assert not (t6 / REMOVALS_NAME).exists()
+    n6 = tmp_path / "n6"
+    assert bucketed(source, n6, "--removal-list", str(t6)) == 0, capsys.readouterr().err[-3000:]
+    kept = stored(n6)
+    assert not {"doc-05", "doc-07"} & kept and "doc-06" in kept

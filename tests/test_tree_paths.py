@@ -257,3 +257,42 @@ def test_remove_refuses_a_manifest_row_naming_a_file_the_record_does_not_list(tr
     line = remove(capsys, out, tmp_path, ["userdoc"]).refusal
     assert str(out / rel) in line and "does not list it" in line
     assert snapshot(out) == inside
+
+
+# A record entry naming a fixed file (or anything its kind's tools never list) would have a re-run delete it.
+@pytest.fixture
+def removed_copy(tree_copy, tmp_path, capsys):
+    assert remove(capsys, tree_copy, tmp_path, [rows_of(tree_copy)[0][1]]).code == 0
+    assert (tree_copy / "removals.txt").exists()
+    return tree_copy
+
+
+@pytest.mark.parametrize("field,entry", [
+    ("files", "removals.txt"), ("derived", "removals.txt"), ("files", "dataset_stats.txt"),
+    ("derived", "checksums.sha256"), ("files", ".pretokenize-lock"), ("derived", ".pretokenize-tmp/removal/plan.json"),
+    ("files", "notes.txt"), ("files", "megatron/data_args.txt"),
+])
+def test_a_rerun_refuses_a_record_entry_that_is_not_a_file_of_its_kind(removed_copy, source, field, entry, capsys):
+    out = removed_copy
+    record = json.loads((out / ".pretokenize-tree.json").read_text())
+    record[field].append(entry)
+    (out / ".pretokenize-tree.json").write_text(json.dumps(record))
+    (out / "notes.txt").write_text("the user's notes\n")
+    inside = snapshot(out)
+    line = run_cli(capsys, ["bucketed", "--input", str(source), "--output", str(out), "--partitions", "2",
+                            RUNNER]).refusal
+    assert ".pretokenize-tree.json" in line and repr(entry) in line and field in line
+    assert snapshot(out) == inside, "the refusal changed the tree"
+
+
+# The fixed names are checked at launch: a link there is one line, and nothing changes.
+@pytest.mark.parametrize("name", [layout.STATS_NAME, layout.MANIFEST_NAME, layout.CHECKSUMS_NAME, "removals.txt"])
+def test_a_rerun_refuses_a_fixed_file_that_is_a_link_out_at_launch(removed_copy, source, victim, name, capsys):
+    out = removed_copy
+    shutil.move(str(out / name), str(victim / name))
+    os.symlink(victim / name, out / name)
+    outside, inside = snapshot(victim), snapshot(out)
+    line = run_cli(capsys, ["bucketed", "--input", str(source), "--output", str(out), "--partitions", "2",
+                            RUNNER]).refusal
+    assert str(out / name) in line and "outside the tree" in line
+    assert snapshot(victim) == outside and snapshot(out) == inside

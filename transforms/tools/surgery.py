@@ -41,6 +41,7 @@ from collections.abc import Iterable, Iterator
 import apache_beam as beam
 
 from shards import layout, manifest, storage, tree
+from shards import removal as removal_names
 from shards.manifest import DatasetStats
 from shards.removal import (
     DEFAULT_ID_FIELD,
@@ -58,8 +59,8 @@ from transforms.core.progress import Progress
 log = logging.getLogger(__name__)
 
 JOURNAL_DIR = tree.Tree.JOURNAL_DIR
-PLAN_NAME = "plan.json"
-FILES_DIR = "files"  # in the plan's directory: one file's rows each
+PLAN_NAME = removal_names.JOURNAL_PLAN_NAME
+FILES_DIR = removal_names.JOURNAL_FILES_DIR  # in the plan's directory: one file's rows each
 COPY_CHUNK = 16 << 20
 
 
