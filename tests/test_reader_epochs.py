@@ -1,6 +1,7 @@
 """shards.reader as trainers use it (issue 16): epochs without replacement, resumable state for the
 numpy path and for WindowDataset (ranks, DataLoader workers), loss masks, one sequence length per
-bucket, and the README's "Training from the shards" section, every snippet of it run here.
+bucket, and the "Training from the shards" section of docs/reading-and-training.md (moved there from
+the README by issue 24), every snippet of it run here.
 
 Trees are written by hand (test_reader.write_bucketed_tree) with documents in several buckets, and
 every window is checked against a stream rebuilt here from the manifest (test_reader.check_window).
@@ -539,8 +540,9 @@ def test_the_numpy_path_never_imports_torch(mixed_root):
 
 
 # --------------------------------------------------------------------------------------------
-# The README's "Training from the shards" section: this text, every snippet of it run below.
+# docs/reading-and-training.md's "Training from the shards" section: this text, every snippet of it run below.
 
+DOC = REPO / "docs" / "reading-and-training.md"
 README_SECTION = """\
 ## Training from the shards
 
@@ -548,7 +550,7 @@ README_SECTION = """\
 cuts it into windows of S+1 tokens, epoch by epoch, with the document boundaries attention kernels
 take. It needs numpy only; torch is an extra. How to train from the tree with Hugging Face (a loop
 or a `Trainer`), Megatron-LM, OLMo-core and llm.c, and where their conventions differ:
-[docs/training.md](docs/training.md).
+[docs/training.md](training.md).
 
 ```python
 from shards.reader import open_tree
@@ -713,7 +715,7 @@ def test_readme_snippets_run(readme_dir):
     assert [lang for lang, _ in blocks] == ["python", "python", "python", "python", "bash"]
     for lang, code in blocks:
         if lang == "python" and "torch" not in code:
-            exec(compile(code, "README.md", "exec"), namespace)
+            exec(compile(code, str(DOC), "exec"), namespace)
         elif lang == "bash":
             for line in code.splitlines():
                 args = shlex.split(line.split("  #")[0])
@@ -728,15 +730,13 @@ def test_readme_torch_snippet_runs(readme_dir):
     pytest.importorskip("torch", reason=TORCH_REASON)
     pytest.importorskip("torchdata.stateful_dataloader", reason=TORCHDATA_REASON)
     (code,) = [c for lang, c in snippets(README_SECTION) if lang == "python" and "torch" in c]
-    exec(compile(code, "README.md", "exec"), {})
+    exec(compile(code, str(DOC), "exec"), {})
 
 
-def test_readme_holds_the_tested_section():
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+def test_the_doc_holds_the_tested_section():
+    text = DOC.read_text(encoding="utf-8")
     start = text.index("## Training from the shards\n")
     section = text[start:text.index("\n## ", start + 1)].rstrip("\n") + "\n"
-    if "length_sampler" not in section:
-        pytest.skip("README.md still has the section before issue 16; paste README_SECTION into it")
     assert section == README_SECTION
 
 

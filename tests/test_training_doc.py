@@ -57,5 +57,5 @@ def test_the_training_doc_runs(doc_dir):
 
 
 def test_the_readme_links_the_training_doc():
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    assert "(docs/training.md)" in text
+    assert "(docs/training.md)" in (REPO / "README.md").read_text(encoding="utf-8")
+    assert "(training.md)" in (REPO / "docs" / "reading-and-training.md").read_text(encoding="utf-8")

@@ -1,4 +1,4 @@
-"""The bundled FinePDFs sample in two other shapes, for the README's FineWeb and plain-JSONL commands.
+"""The bundled FinePDFs sample in two other shapes, for the FineWeb and plain-JSONL commands of docs/inputs.md.
 
     python tests/data/reshape_sample.py out/shapes
 
