@@ -323,9 +323,9 @@ def test_the_lock_is_freed_on_error_and_on_success(out, tmp_path, capsys, monkey
     seen = []
     real_prepare = remove.prepare
 
-    def prepare(options):  # what remove does next, once it holds the lock
+    def prepare(options, **kwargs):  # what remove does next, once it holds the lock
         seen.append(lock.holder(str(out)).holder.command)
-        return real_prepare(options)
+        return real_prepare(options, **kwargs)
 
     monkeypatch.setattr(remove, "prepare", prepare)
     # An error after the lock was taken (a removal list that does not exist).
