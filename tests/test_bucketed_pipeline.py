@@ -16,6 +16,7 @@ from conftest import SAMPLE_PARQUET, finepdfs_row, tree_hashes
 from pipelines import bucketed, cli
 from shards import layout, manifest, tree
 from shards.card import CARD_NAME
+from shards.index import INDEX_NAME
 from shards.manifest import DatasetStats
 from shards.provenance import STATS_JSON_NAME
 from transforms.core.records import UsageError
@@ -122,7 +123,7 @@ def test_files_follow_the_layout(sample_run):
     assert "beyond" in per_bucket, "the sample's long document should reach the last bucket"
     on_disk = {os.path.relpath(os.path.join(d, f), out) for d, _, fs in os.walk(out) for f in fs}
     assert on_disk == set(files) | {layout.MANIFEST_NAME, layout.STATS_NAME, layout.CHECKSUMS_NAME, tree.RECORD_NAME,
-                                    STATS_JSON_NAME, CARD_NAME}
+                                    STATS_JSON_NAME, CARD_NAME, INDEX_NAME}
 
 
 def test_one_and_two_workers_give_identical_bytes(tmp_path):

@@ -182,13 +182,13 @@ def test_the_command_in_the_card_rebuilds_the_same_tree(sample_tree, tmp_path, m
 
 def test_the_description_is_written_before_the_commit_point(small_source, tmp_path, monkeypatch):
     written = []
-    real = tree.write_file
+    real = tree.Tree.write
 
-    def noting(url, rel, data):
-        written.append(rel)
-        return real(url, rel, data)
+    def noting(self, name, data, *args, **kwargs):  # every write into a tree goes through the tree layer
+        written.append(name)
+        return real(self, name, data, *args, **kwargs)
 
-    monkeypatch.setattr(tree, "write_file", noting)
+    monkeypatch.setattr(tree.Tree, "write", noting)
     out = tmp_path / "out"
     assert cli.main(["bucketed", "--input", str(small_source), "--output", str(out), "--tokenizer", "gpt2",
                      *RUNNER]) == 0

@@ -207,11 +207,12 @@ def test_trees_are_byte_identical_across_backends_and_verify_uses_the_other(tmp_
 
 
 def test_the_flags_reach_the_tokenizer_config():
-    settings, _ = bucketed.parse_args(["--input", "x", "--output", "y", "--tokenizer-backend", "tiktoken",
-                                       "--tokenizer-threads", "4"])
+    settings, _ = bucketed.parse_args(["--input", str(SAMPLE_PARQUET), "--output", "y", "--tokenizer-backend",
+                                       "tiktoken", "--tokenizer-threads", "4"])
     config = settings.tokenizer_config()
     assert (config.backend, config.threads) == ("tiktoken", 4)
-    assert bucketed.parse_args(["--input", "x", "--output", "y"])[0].tokenizer_config().backend == "auto"
+    defaults, _ = bucketed.parse_args(["--input", str(SAMPLE_PARQUET), "--output", "y"])
+    assert defaults.tokenizer_config().backend == "auto"
 
 
 def test_more_threads_give_the_same_ids(both):
