@@ -257,8 +257,10 @@ def decode(paths: Sequence[str], token_bytes, docs: int | None, markers: bool, o
 
 def is_bucketed_tree(path: str) -> bool:
     """Whether ``path`` is a bucketed output tree (a directory holding a manifest), finished or not."""
-    fs, p = storage.filesystem(storage.normalize(path))
-    return fs.isdir(p) and fs.exists(posixpath.join(p.rstrip("/"), layout.MANIFEST_NAME))
+    url = storage.normalize(path)
+    fs, p = storage.filesystem(url)
+    with storage.reaching(url):  # a store out of reach is one line, naming it
+        return fs.isdir(p) and fs.exists(posixpath.join(p.rstrip("/"), layout.MANIFEST_NAME))
 
 
 def tree_token_bytes(spec: str, eos_id: int, where: str) -> Callable[[Sequence[int]], bytes]:
