@@ -78,7 +78,7 @@ def build(pipeline: beam.Pipeline, options: BucketedSettings, run_id: str | None
     from transforms.core import resume
     from transforms.core.provenance import launch_provenance
     from transforms.core.publish import PublishOutput
-    from transforms.core.read import RECORDS, CountRecords, ReadDocuments, ReadUnitFn
+    from transforms.inputs.read import RECORDS, CountRecords, ReadDocuments, ReadUnitFn
     from transforms.tools.surgery import JOURNAL_DIR, load_journal, read_tree_log
 
     output = storage.normalize(options.output)

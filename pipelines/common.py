@@ -440,7 +440,7 @@ def check_input(pattern: str) -> None:
     the flags never touches the network (a template's launcher parses them offline first)."""
     if "://" in pattern:
         return
-    from transforms.core.inputs import expand_pattern
+    from transforms.inputs.discover import expand_pattern
 
     expand_pattern(pattern)
 
@@ -488,7 +488,7 @@ def announce_write_stages(progress_dir: str | None, units, done: set[int], encod
     ``encoding`` the input units not ``done`` at launch (their planned rows, or units), then
     writing the tokens the ``encode_step`` step made."""
     from transforms.core.progress import Stage, announce_stages
-    from transforms.core.read import planned_work
+    from transforms.inputs.units import planned_work
 
     planned = planned_work([u for i, u in enumerate(units) if i not in done])
     announce_stages(progress_dir, [

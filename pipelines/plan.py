@@ -7,9 +7,11 @@ every parquet footer read, so a missing column fails here too), the tokenizer is
 ``SAMPLE_DOCS`` documents from up to ``SAMPLE_UNITS`` input units spread over the input go
 through the job's own filter and encoder. The estimates scale the sample to the input's rows:
 
-1. rows: exact for parquet (row-group metadata); for JSON lines, counted in a sampled file up to
-   ``JSON_LINES_SAMPLE_BYTES`` of it (all of a smaller one), and for the rest the rows per stored
-   byte of the sampled files times the other files' bytes;
+1. rows: exact for parquet (row-group metadata); else as the input format counts them
+   (``count_rows``, transforms.inputs.formats): for JSON lines, counted in a sampled file up to
+   ``transforms.inputs.jsonl.SAMPLE_BYTES`` of it (all of a smaller one), a JSON text file up to
+   ``transforms.inputs.json_text.COUNT_BYTES`` read whole, and for the rest the rows per stored byte
+   of the sampled files (compressed alike) times the other files' bytes;
 2. documents and tokens: the sample's kept share and tokens per row, times the rows;
 3. core-hours: the tokens over the tokens per CPU second measured while encoding the sample (the
    encoder's own work; reading and writing add to it, and a first call pays warm-up);
@@ -23,7 +25,6 @@ A sample is no census: a corpus whose first rows differ from the rest misleads i
 from __future__ import annotations
 
 import dataclasses
-import io
 import math
 import time
 from collections.abc import Iterator, Sequence
@@ -34,17 +35,16 @@ from shards import layout, llmc, storage
 from shards import tree as ownership
 from shards.card import CARD_NAME
 from shards.provenance import STATS_JSON_NAME
-from transforms.core import read
 from transforms.core.batches import DocBatch
-from transforms.core.read import InputUnit, ReadConfig
 from transforms.core.records import BadRecord, Document
+from transforms.inputs.compression import compression_of
+from transforms.inputs.fields import ReadConfig
+from transforms.inputs.read import plan_input, read_batches
+from transforms.inputs.registry import format_of
+from transforms.inputs.units import InputUnit
 
 SAMPLE_DOCS = 256
 SAMPLE_UNITS = 16
-# The bytes of a sampled JSON lines file read to count its rows (all of a smaller file).
-JSON_LINES_SAMPLE_BYTES = 4 << 20
-# A JSON text file (not JSON lines) at most this big is read whole to count its records.
-JSON_COUNT_BYTES = 32 << 20
 
 
 @dataclasses.dataclass
@@ -68,46 +68,6 @@ class InputPlan:
         return self.rows_exact and self.sampled_records == self.rows
 
 
-class _CountingReader(io.RawIOBase):
-    """A binary file that counts the bytes read through it, and notes before each read how many
-    of them there were and how many lines the reader above had taken by then."""
-
-    def __init__(self, raw):
-        self.raw, self.count, self.lines, self.marks = raw, 0, 0, []
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer) -> int:
-        self.marks.append((self.count, self.lines))
-        data = self.raw.read(len(buffer))
-        buffer[: len(data)] = data
-        self.count += len(data)
-        return len(data)
-
-
-def _json_lines_density(unit: InputUnit, budget: int) -> tuple[int, int, bool]:
-    """(records, file bytes that hold them, whether that is the whole file) from the first
-    ``budget`` bytes of a JSON lines file as stored (compressed or not). Bytes and records are
-    paired where the reader asked for more bytes: what it took before then came from the bytes
-    read before then, so the buffering of the decompressor adds no error worth naming."""
-    fs, path = storage.filesystem(unit.path)
-    compression = read._compression(unit.path)
-    with fs.open(path, "rb") as raw:
-        counting = _CountingReader(raw)
-        stream = io.BufferedReader(counting, buffer_size=1 << 16)
-        f = read._DECOMPRESSORS[compression](stream) if compression else stream
-        for line in f:
-            if line.strip():
-                counting.lines += 1
-                if counting.count >= budget and len(counting.marks) >= 3:
-                    break
-        else:
-            return counting.lines, counting.count, True
-        used, records = counting.marks[-1]
-        return records, used, False
-
-
 def _file_size(path: str) -> int:
     fs, fs_path = storage.filesystem(path)
     return int(fs.info(fs_path).get("size") or 0)
@@ -123,7 +83,7 @@ def _spread(units: Sequence[InputUnit], k: int) -> list[InputUnit]:
 def _take(unit: InputUnit, config: ReadConfig, limit: int) -> tuple[list[DocBatch], int]:
     """Up to ``limit`` records from the start of ``unit``: its DocBatches and the records read."""
     batches, records = [], 0
-    items: Iterator = read.read_batches(unit, config)
+    items: Iterator = read_batches(unit, config)
     try:
         for item in items:
             if isinstance(item, BadRecord):
@@ -144,7 +104,7 @@ def _take(unit: InputUnit, config: ReadConfig, limit: int) -> tuple[list[DocBatc
 
 def plan_and_sample(config: ReadConfig, sample_docs: int = SAMPLE_DOCS, sample_units: int = SAMPLE_UNITS) -> InputPlan:
     """Plan the input as a run does, and draw the sample."""
-    units = read.plan_input(config)
+    units = plan_input(config)
     files = len({u.path for u in units})
     chosen = _spread(units, sample_units)
     per_unit = max(1, -(-sample_docs // max(len(chosen), 1)))
@@ -158,22 +118,21 @@ def plan_and_sample(config: ReadConfig, sample_docs: int = SAMPLE_DOCS, sample_u
     density: dict[str, list[int]] = {}  # compression -> [records, stored bytes] of the sampled files
     unknown = []
     for unit in others:
-        if unit in chosen and unit.kind == "jsonl":
-            records, used, whole = _json_lines_density(unit, JSON_LINES_SAMPLE_BYTES)
-            if whole:
-                rows += records
-            else:
-                rows += round(records * _file_size(unit.path) / used)
-                exact = False
-            pooled = density.setdefault(read._compression(unit.path), [0, 0])
-            pooled[0], pooled[1] = pooled[0] + records, pooled[1] + used
-        elif unit.kind == "json" and _file_size(unit.path) <= JSON_COUNT_BYTES:
-            rows += sum(1 for _ in read.read_json_unit(unit, dataclasses.replace(config, on_bad_record="skip")))
-        else:
+        count = format_of(unit.kind).count_rows(unit, config, sampled=unit in chosen)
+        if count is None:
             unknown.append(unit)
+            continue
+        if count.whole:
+            rows += count.records
+        else:
+            rows += round(count.records * _file_size(unit.path) / count.stored_bytes)
+            exact = False
+        if count.pooled:
+            pooled = density.setdefault(compression_of(unit.path), [0, 0])
+            pooled[0], pooled[1] = pooled[0] + count.records, pooled[1] + count.stored_bytes
     for unit in unknown:  # the rows per stored byte of sampled files compressed alike (or of any)
         exact = False
-        alike = density.get(read._compression(unit.path))
+        alike = density.get(compression_of(unit.path))
         records, used = alike or [sum(v) for v in zip(*density.values(), strict=True)] or [0, 0]
         if not used:  # JSON text too large to count: rows per byte of the sampled records
             records, used = sum(b.size for b in sample), sum(b.table.nbytes for b in sample)

@@ -62,7 +62,7 @@ def build(pipeline: beam.Pipeline, options: ScaffoldSettings, run_id: str | None
 
     from transforms.core import resume
     from transforms.core.provenance import launch_provenance
-    from transforms.core.read import RECORDS, CountRecords, ReadDocuments, ReadUnitFn
+    from transforms.inputs.read import RECORDS, CountRecords, ReadDocuments, ReadUnitFn
     from transforms.scaffold.encode import COUNTS, DROPPED, EncodeScaffoldFn
     from transforms.scaffold.write import LlmcFormat, PublishLlmcOutput, WriteLlmcShards, spill_fn
 

@@ -94,7 +94,7 @@ def build(pipeline: beam.Pipeline, options: TrainBpeSettings, run_id: str):
     from transforms.bucketed.removal import DropRemoved
     from transforms.core.drops import CountDrops
     from transforms.core.progress import Stage, announce_stages
-    from transforms.core.read import RECORDS, CountRecords, ReadDocuments
+    from transforms.inputs.read import RECORDS, CountRecords, ReadDocuments
 
     output = storage.normalize(options.output)
     counting = options.count_config(run_url(output, run_id))

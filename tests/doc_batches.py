@@ -8,8 +8,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from transforms.core.batches import DocBatch, TokenBatch
-from transforms.core.read import LID_FIELDS, documents_batch
 from transforms.core.records import Document
+from transforms.inputs.arrow import documents_batch
+from transforms.inputs.fields import LID_FIELDS
 
 
 def doc_batches(docs: Sequence[Document], per_batch: int = 0, with_lid: bool = True) -> list[DocBatch]:

@@ -11,8 +11,9 @@ from conftest import fnapi_pipeline
 from doc_batches import doc_batches, documents_of
 
 from transforms.bucketed.filter import DROP_REASONS, FilterLanguage, LidFilterConfig, drop_masks, drop_reason
-from transforms.core.read import ReadConfig, arrow_batch, column_values
 from transforms.core.records import Document
+from transforms.inputs.arrow import arrow_batch, column_values
+from transforms.inputs.fields import ReadConfig
 
 
 def doc(doc_id="d", text="some text", language="eng_Latn", lid="eng_Latn", score=0.95, count=5):

@@ -12,8 +12,10 @@ from fake_hub import FakeHub, blob_id
 from test_corpus_shapes import DOCS, FINEWEB, PLAIN, run, shard_hashes, stored, write_fineweb
 
 from shards import storage
-from transforms.core.read import ReadConfig, check_unchanged, plan_input
 from transforms.core.records import BadInputError
+from transforms.inputs.fields import ReadConfig
+from transforms.inputs.read import plan_input
+from transforms.inputs.units import check_unchanged
 
 REPO = "org/mini"
 

@@ -19,19 +19,13 @@ from apache_beam.testing.util import assert_that, equal_to
 from conftest import finepdfs_row, fnapi_pipeline
 from doc_batches import documents_of
 
-from transforms.core.read import (
-    JSON_VALUES_SUFFIXES,
-    JSONL_SUFFIXES,
-    CountRecords,
-    ReadConfig,
-    ReadDocuments,
-    column_values,
-    expand_pattern,
-    open_json_file,
-    plan_input,
-    read_unit,
-)
 from transforms.core.records import BadInputError, Document
+from transforms.inputs.arrow import column_values
+from transforms.inputs.compression import open_decompressed
+from transforms.inputs.discover import expand_pattern
+from transforms.inputs.fields import ReadConfig
+from transforms.inputs.read import CountRecords, ReadDocuments, plan_input, read_unit
+from transforms.inputs.registry import JSON_VALUES_SUFFIXES, JSONL_SUFFIXES
 
 ROWS = [
     finepdfs_row("a", "First document, in English."),
@@ -260,9 +254,9 @@ def test_compressed_files_read_whole_and_empty_ones_read_empty(tmp_path, ext):
     whole.write_bytes(COMPRESS[ext](data[:1000]) + COMPRESS[ext](data[1000:]))  # two frames/members/streams
     empty = tmp_path / f"empty.jsonl{ext}"
     empty.write_bytes(b"")
-    with open_json_file(str(whole)) as f:
+    with open_decompressed(str(whole)) as f:
         assert b"".join(f) == data  # line by line, as JSON lines are read
-    with open_json_file(str(empty)) as f:
+    with open_decompressed(str(empty)) as f:
         assert list(f) == []
 
 
@@ -346,7 +340,7 @@ def test_the_column_check_flags_exactly_the_ids_the_manifest_refuses():
     import pyarrow.compute as pc
 
     from shards.manifest import id_problem
-    from transforms.core.read import _SUSPECT_ID
+    from transforms.inputs.arrow import _SUSPECT_ID
 
     rng = np.random.default_rng(12)
     ids = ["", " ", "a", "a b", "|", "a|b", "\x85a", "a\u3000", "\u200ba\u200b", "a\x1fb", "a\x1f"]

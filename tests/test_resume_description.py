@@ -13,7 +13,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from transforms.bucketed.settings import BucketedSettings
 from transforms.core import resume
-from transforms.core.read import InputUnit
+from transforms.inputs.units import InputUnit
 
 UNITS = [InputUnit("/in/a.parquet", "parquet", 0, 0, "size=10 version=1.0"),
          InputUnit("/in/a.parquet", "parquet", 1, 5, "size=10 version=1.0"),

@@ -15,8 +15,9 @@ from doc_batches import doc_batches, documents_of, sequences_of
 
 from shards import llmc
 from transforms.core.encoders import load_encoder
-from transforms.core.read import ReadConfig, ReadDocuments, plan_input, read_unit
 from transforms.core.records import BadInputError, Document
+from transforms.inputs.fields import ReadConfig
+from transforms.inputs.read import ReadDocuments, plan_input, read_unit
 from transforms.scaffold.encode import (
     COUNTS,
     DROPPED,
@@ -326,7 +327,7 @@ def test_reads_one_object_per_file_an_array_and_jsonl(tmp_path):
 def test_json_text_is_read_in_pieces_across_chunk_edges():
     import io
 
-    from transforms.core.read import _JsonText
+    from transforms.inputs.json_text import _JsonText
 
     text = json.dumps([{"id": str(i), "content-ff": "á" * (i * 7)} for i in range(60)], ensure_ascii=False)
     values = list(_JsonText(io.BytesIO(text.encode()), "mem", chunk_chars=5).values())

@@ -10,8 +10,10 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
 from conftest import SAMPLE_PARQUET
 
-from transforms.core.read import ReadConfig, plan_input, unit_cost
 from transforms.core.spread import SpreadEvenly, costliest_first
+from transforms.inputs.fields import ReadConfig
+from transforms.inputs.read import plan_input
+from transforms.inputs.units import unit_cost
 
 
 def test_costliest_first_ties_keep_their_order():

@@ -319,7 +319,7 @@ def test_plan_counts_the_rows_of_json_lines(tmp_path, capsys, monkeypatch):
 
     from conftest import finepdfs_row
 
-    from pipelines import plan
+    from transforms.inputs import jsonl
 
     rng = random.Random(0)
     words = ["".join(rng.choices("abcdefghijklmnopqrstuvwxyz", k=rng.randint(2, 9))) for _ in range(5000)]
@@ -330,7 +330,7 @@ def test_plan_counts_the_rows_of_json_lines(tmp_path, capsys, monkeypatch):
     with gzip.open(tmp_path / "in" / "b.jsonl.gz", "wt") as f:  # read in part: estimated
         f.write("".join(lines[1000:]))
     assert (tmp_path / "in" / "b.jsonl.gz").stat().st_size > 4 * 128 * 1024  # past gzip's chunks
-    monkeypatch.setattr(plan, "JSON_LINES_SAMPLE_BYTES", 200_000)
+    monkeypatch.setattr(jsonl, "SAMPLE_BYTES", 200_000)
     out = tmp_path / "out"
     text = plan_text(["bucketed", "--input", str(tmp_path / "in"), "--output", str(out), "--tokenizer", "gpt2",
                       "--plan"], capsys)
@@ -339,7 +339,7 @@ def test_plan_counts_the_rows_of_json_lines(tmp_path, capsys, monkeypatch):
     assert m, text
     assert 0.95 * 6000 < number(m.group(1)) < 1.05 * 6000, m.group(1)
 
-    monkeypatch.setattr(plan, "JSON_LINES_SAMPLE_BYTES", 10 << 20)  # now both are read whole: counted
+    monkeypatch.setattr(jsonl, "SAMPLE_BYTES", 10 << 20)  # now both are read whole: counted
     text = plan_text(["bucketed", "--input", str(tmp_path / "in"), "--output", str(out), "--tokenizer", "gpt2",
                       "--plan"], capsys)
     assert "2 files (jsonl), 2 units of work, 6,000 rows" in text

@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # the steps' own configs are imported where they are built: -
     from transforms.bucketed.filter import LidFilterConfig
     from transforms.bucketed.tokenize import TokenizerConfig
     from transforms.bucketed.write import ShardConfig
-    from transforms.core.read import ReadConfig
+    from transforms.inputs.fields import ReadConfig
 
 OFF = "none"  # the value of --language, --lid-score-field or --token-count-field that turns its check off
 # The field settings, and the value each has unless a flag changes it.
@@ -76,7 +76,7 @@ class InputFields:
         return {k: v for k, v in given.items() if v != FIELD_DEFAULTS[k]}
 
     def read_config(self) -> ReadConfig:
-        from transforms.core.read import ReadConfig
+        from transforms.inputs.fields import ReadConfig
 
         _, fields, score, count = self._filter_fields()
         return ReadConfig(storage.normalize(self.input), id_field=self.id_field, text_field=self.text_field,

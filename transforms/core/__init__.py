@@ -2,6 +2,7 @@
 references, write files, publish once (see transforms/core/README in each module's docstring).
 
     ReadDocuments     input units -> DocBatch (Arrow columns of one input file), drops counted
+                      (transforms.inputs: the input formats)
     (the job's own)   DocBatch -> TokenBatch (all tokens of a batch end to end, one length each)
     SpillTokens       TokenBatch -> (group key, RefBatch): tokens go to the bundle's spill file,
                       only references (id, length, offset, sort key) per group go on

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 
 from shards import storage
 from shards.provenance import Provenance, tool_version
-from transforms.core.read import InputUnit
+from transforms.inputs.units import InputUnit
 
 # Files a Hugging Face tokenizer is built from (AutoTokenizer reads those that exist).
 HF_TOKENIZER_FILES = (
@@ -126,8 +126,8 @@ def _is_local(url: str) -> bool:
 
 def _root(typed: str) -> tuple[str, str]:
     """(the local input's root, absolute; the name its files are given below it, as typed): the
-    directory a file is in, the parent of a directory, a glob's root (transforms.core.inputs)."""
-    from transforms.core.inputs import _glob_root
+    directory a file is in, the parent of a directory, a glob's root (transforms.inputs.discover)."""
+    from transforms.inputs.discover import glob_root
 
     absolute = storage.normalize(typed)
     if os.path.isdir(absolute):
@@ -136,7 +136,7 @@ def _root(typed: str) -> tuple[str, str]:
         root = os.path.dirname(absolute)
     else:
         fs, path = storage.filesystem(absolute)
-        root = _glob_root(fs, path)[0] or "/"
+        root = glob_root(fs, path)[0] or "/"
     if os.path.isabs(os.path.expanduser(typed)):
         return root, ""
     return root, os.path.relpath(root)

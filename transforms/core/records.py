@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-# The FinePDFs schema's filter fields: the defaults of the reader (transforms.core.read) and of the
+# The FinePDFs schema's filter fields: the defaults of the reader (transforms.inputs.fields) and of the
 # jobs' settings, here where the settings can have them without importing Beam.
 LID_SCORE = "page_average_lid_score"
 DEFAULT_LANGUAGE_FIELDS = ("language", "page_average_lid")

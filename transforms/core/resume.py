@@ -1,6 +1,6 @@
 """Saved work: every finished input unit of a run is kept, so that a re-run does only the rest.
 
-A job's work is cut into input units (transforms.core.read: a parquet row group, a JSON file).
+A job's work is cut into input units (transforms.inputs.units: a parquet row group, a JSON file).
 ProcessUnits does one unit's whole work in one call: it reads the unit, passes each batch through
 the job's steps (filter, tokenize...) and spills the tokens (transforms.core.spill). Then, in this
 order:
@@ -41,8 +41,8 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from shards import storage, tree
 from transforms.core import progress
-from transforms.core.read import unit_cost
 from transforms.core.spread import SpreadEvenly
+from transforms.inputs.units import unit_cost
 
 log = logging.getLogger(__name__)
 
@@ -323,7 +323,7 @@ def decode_marker(data: bytes, root: str) -> UnitOutputs:
 # "count" an int >= 0, "int" any int, "str" a string, a tuple the same of each item.
 SIDE_SHAPES = {
     "dropped": ("str", "count"),  # transforms.core.drops: (reason, documents)
-    "records": "count",  # transforms.core.read: records read
+    "records": "count",  # transforms.inputs.read: records read
     "matched": "str",  # transforms.bucketed.removal: a listed id seen
     "counts": ("str", ("count", "count", "count", "count", "count")),  # transforms.scaffold.encode
 }

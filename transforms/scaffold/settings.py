@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from shards import layout, llmc, storage
 
 if TYPE_CHECKING:  # the steps' own configs are imported where they are built: --help imports no Beam
-    from transforms.core.read import ReadConfig
+    from transforms.inputs.fields import ReadConfig
     from transforms.scaffold.encode import ScaffoldConfig
     from transforms.scaffold.write import LlmcShardConfig
 
@@ -61,7 +61,7 @@ class ScaffoldSettings:
                                chunked_documents=self.long_docs == "chunk")
 
     def read_config(self) -> ReadConfig:
-        from transforms.core.read import ReadConfig
+        from transforms.inputs.fields import ReadConfig
 
         return ReadConfig(storage.normalize(self.input), id_field=self.id_field, text_field=self.field,
                           with_lid=False, json_values=True, on_bad_record=self.on_bad_record)

@@ -1,7 +1,17 @@
-"""Which files ``--input`` names: the suffixes the readers know, and a pattern's expansion.
+"""Which files ``--input`` names: a pattern's expansion into input files.
 
-The rules are numbered in transforms/core/read.py's docstring. This module imports no Beam and no
-Arrow, so the CLI can say that an input matches nothing before it loads either, or the tokenizer.
+This module imports no Beam and no Arrow, so the CLI can say that an input matches nothing before
+it loads either, or the tokenizer. The rules:
+
+1. A path that exists is taken as written, even with ``*``, ``?`` or ``[`` in its name
+   (``data[1].parquet``, ``runs[2024]/``). Only a path that does not exist is a glob; in it too,
+   a directory name that exists as written (``runs[2024]/*.parquet``) is not a wildcard.
+2. A directory stands for every file below it with a suffix an input format reads
+   (transforms.inputs.registry).
+3. Below the directory, or below a glob's root (the directories before its first wildcard), a
+   file is skipped when any name on its path from there starts with ``.`` or ``_``: hidden files,
+   ``.crc`` checksums, Spark's and Hadoop's ``_temporary/``, ``_SUCCESS``, ``_committed_*``. A
+   file named in full is read whatever its name.
 """
 
 from __future__ import annotations
@@ -11,42 +21,27 @@ import posixpath
 
 from shards import storage
 from transforms.core.records import BadInputError
+from transforms.inputs.registry import is_input_file
 
-log = logging.getLogger("transforms.core.read")
+log = logging.getLogger(__name__)
 
-PARQUET_SUFFIXES = (".parquet", ".pq")
-# Compression suffix -> its name in messages ("" for none).
-COMPRESSIONS = {"": "", ".gz": "gzip", ".zst": "zstd", ".bz2": "bz2", ".xz": "xz"}
-JSON_BASES = (".jsonl", ".ndjson", ".json")
-JSONL_SUFFIXES = tuple(base + ext for base in JSON_BASES for ext in COMPRESSIONS)
-# Read as JSON text, not JSON lines, when ReadConfig.json_values is set.
-JSON_VALUES_SUFFIXES = tuple(".json" + ext for ext in COMPRESSIONS)
 GLOB_CHARS = "*?["
-
-
-def _file_kind(path: str) -> str | None:
-    lower = path.lower()
-    if lower.endswith(PARQUET_SUFFIXES):
-        return "parquet"
-    if lower.endswith(JSONL_SUFFIXES):
-        return "jsonl"
-    return None
 
 
 def expand_pattern(pattern: str) -> list[str]:
     """The input files a file, a directory or a glob names, sorted; a BadInputError when none.
 
-    The rules are numbered in transforms/core/read.py's docstring: a path that exists is taken as written, and
+    The rules are numbered in the module docstring: a path that exists is taken as written, and
     names starting with '.' or '_' below a directory or a glob's root are skipped.
     """
     url = storage.normalize(pattern)
     fs, path = storage.filesystem(url)
     if fs.isdir(path):
-        root, found = path, [p for p in fs.find(path) if _file_kind(p)]
+        root, found = path, [p for p in fs.find(path) if is_input_file(p)]
     elif fs.exists(path):
         return [storage.unstrip(fs, path, url)]
     else:
-        root, glob = _glob_root(fs, path)
+        root, glob = glob_root(fs, path)
         found = [p for p, info in fs.glob(glob, detail=True).items() if info.get("type") != "directory"]
     kept = [p for p in found if not _hidden_below(root, p)]
     skipped = len(found) - len(kept)
@@ -58,7 +53,7 @@ def expand_pattern(pattern: str) -> list[str]:
     return sorted(storage.unstrip(fs, p, url) for p in kept)
 
 
-def _glob_root(fs, path: str) -> tuple[str, str]:
+def glob_root(fs, path: str) -> tuple[str, str]:
     """(the directory before the first wildcard, the glob to expand), for a path that does not exist.
 
     A name holding glob characters that exists as written is part of the root, escaped in the glob.

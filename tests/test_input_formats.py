@@ -1,0 +1,66 @@
+"""The input formats' registry: which format reads which file, and that each entry's module holds it."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+
+import pytest
+
+from transforms.inputs import registry
+from transforms.inputs.fields import ReadConfig
+from transforms.inputs.read import plan_file
+
+
+@pytest.mark.parametrize("entry", registry.FORMATS, ids=lambda e: e.kind)
+def test_each_entry_names_a_module_whose_format_has_its_kind(entry):
+    fmt = importlib.import_module(entry.module).FORMAT
+    assert fmt.kind == entry.kind
+    assert registry.format_of(entry.kind) is fmt
+    assert all(s == s.lower() and s.startswith(".") for s in entry.suffixes)
+
+
+@pytest.mark.parametrize(("name", "json_values", "kind"), [
+    ("a.parquet", False, "parquet"),
+    ("A.PQ", False, "parquet"),
+    ("a.jsonl", True, "jsonl"),
+    ("a.ndjson.zst", True, "jsonl"),
+    ("a.json", False, "jsonl"),
+    ("a.json", True, "json"),
+    ("a.json.gz", True, "json"),
+    ("a.JSON.XZ", False, "jsonl"),
+])
+def test_the_first_entry_that_matches_reads_the_file(name, json_values, kind):
+    assert registry.format_for(name, ReadConfig(name, json_values=json_values)).kind == kind
+    assert registry.is_input_file(name)
+
+
+@pytest.mark.parametrize("name", ["a.csv", "a.txt", "a.parquet.bak", "a.gz", "jsonl"])
+def test_a_file_no_format_reads(name):
+    assert registry.format_for(name, ReadConfig(name, json_values=True)) is None
+    assert not registry.is_input_file(name)
+
+
+def test_an_unknown_file_is_refused_naming_the_suffixes_that_are_read(tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_text("hello\n")
+    with pytest.raises(ValueError, match=r"notes\.txt: unknown file type; expected \.parquet or \.pq, or "
+                                         r"\.jsonl, \.ndjson, \.json, plain or \.gz, \.zst, \.bz2, \.xz$"):
+        plan_file(str(path), ReadConfig(str(path)))
+
+
+def test_a_json_file_is_planned_as_the_format_its_config_asks_for(tmp_path):
+    path = tmp_path / "docs.json"
+    path.write_text(json.dumps([{"id": "a", "text": "x"}]))
+    for json_values, kind in ((False, "jsonl"), (True, "json")):
+        (unit,) = plan_file(str(path), ReadConfig(str(path), with_lid=False, json_values=json_values))
+        assert (unit.kind, unit.row_group, unit.rows, unit.text_bytes) == (kind, -1, -1, path.stat().st_size)
+
+
+def test_the_registry_and_discovery_import_no_arrow_and_no_beam():
+    code = ("import sys; import transforms.inputs.discover, transforms.inputs.registry, transforms.inputs.fields, "
+            "transforms.inputs.units; print([m for m in ('pyarrow', 'apache_beam') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -1,0 +1,37 @@
+"""InputFormat: what every input format is, behind the registry (transforms.inputs.registry).
+
+A format is a module holding ``FORMAT``, an object with:
+
+- ``kind``: the name its units carry (``InputUnit.kind``), also its registry entry's;
+- ``plan(path, info, config)``: the file cut into units of work, checked as far as a launch can
+  check it (a parquet footer, its columns); ``info`` is the filesystem's ``info`` of the file;
+- ``read(unit, config)``: the unit's documents in DocBatches (transforms.core.batches), and its bad
+  records as BadRecords under ``on_bad_record="skip"``; a BadInputError otherwise;
+- ``count_rows(unit, config, sampled)``: for ``--plan``, the records of a unit whose rows the plan
+  does not know (``unit.rows < 0``), or None to let them be estimated from other files; ``sampled``
+  says the unit is among the sampled ones (reading it costs no more than the sample).
+
+The endings a format reads are in its registry entry, so that discovering files needs no format's
+module (nor Arrow). A new format is a module with its ``FORMAT`` and one entry in the registry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from transforms.core.batches import DocBatch
+    from transforms.core.records import BadRecord
+    from transforms.inputs.fields import ReadConfig
+    from transforms.inputs.units import InputUnit, RowCount
+
+
+class InputFormat(Protocol):
+    kind: str
+
+    def plan(self, path: str, info: dict, config: ReadConfig) -> list[InputUnit]: ...
+
+    def read(self, unit: InputUnit, config: ReadConfig) -> Iterator[DocBatch | BadRecord]: ...
+
+    def count_rows(self, unit: InputUnit, config: ReadConfig, sampled: bool) -> RowCount | None: ...

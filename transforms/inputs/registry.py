@@ -1,0 +1,82 @@
+"""The input formats, and which one reads a file: the one place a new format is listed.
+
+Each entry names a format's kind (``InputUnit.kind``, recorded in a run's work description), the
+file name endings it reads, and the module that holds it (an ``InputFormat``, transforms.inputs.formats,
+named ``FORMAT``). The module is imported when a file of its kind is planned or read, so this table,
+and the discovery of files that uses it, import no Arrow and no Beam.
+
+The first entry that matches a file reads it. An entry with an ``option`` matches only when the
+ReadConfig has that option set: ``.json`` files are JSON lines unless ``json_values`` asks for JSON
+text.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, NamedTuple
+
+from transforms.inputs.compression import COMPRESSIONS
+
+if TYPE_CHECKING:
+    from transforms.inputs.fields import ReadConfig
+    from transforms.inputs.formats import InputFormat
+
+PARQUET_SUFFIXES = (".parquet", ".pq")
+JSON_BASES = (".jsonl", ".ndjson", ".json")
+JSONL_SUFFIXES = tuple(base + ext for base in JSON_BASES for ext in COMPRESSIONS)
+# Read as JSON text, not JSON lines, when ReadConfig.json_values is set.
+JSON_VALUES_SUFFIXES = tuple(".json" + ext for ext in COMPRESSIONS)
+
+
+class Registered(NamedTuple):
+    """One input format: its kind, the (lower-case) endings it reads, its module, the ReadConfig
+    option it needs (None: always), and how a message lists its endings ("" for a format whose
+    endings another entry lists)."""
+
+    kind: str
+    suffixes: tuple[str, ...]
+    module: str
+    option: str | None = None
+    described: str = ""
+
+
+FORMATS: tuple[Registered, ...] = (
+    Registered("parquet", PARQUET_SUFFIXES, "transforms.inputs.parquet", described=" or ".join(PARQUET_SUFFIXES)),
+    Registered("json", JSON_VALUES_SUFFIXES, "transforms.inputs.json_text", option="json_values"),
+    Registered("jsonl", JSONL_SUFFIXES, "transforms.inputs.jsonl",
+               described=f"{', '.join(JSON_BASES)}, plain or {', '.join(filter(None, COMPRESSIONS))}"),
+)
+
+
+def _entry(path: str, config: ReadConfig | None) -> Registered | None:
+    lower = path.lower()
+    for entry in FORMATS:
+        if lower.endswith(entry.suffixes) and (entry.option is None or config is None
+                                               or getattr(config, entry.option)):
+            return entry
+    return None
+
+
+def is_input_file(path: str) -> bool:
+    """Whether some format reads ``path`` (by its name): what a directory stands for."""
+    return _entry(path, None) is not None
+
+
+def unknown_type() -> str:
+    """The problem of a file no format reads, listing the endings that are read."""
+    return f"unknown file type; expected {', or '.join(e.described for e in FORMATS if e.described)}"
+
+
+def _load(entry: Registered) -> InputFormat:
+    return importlib.import_module(entry.module).FORMAT
+
+
+def format_for(path: str, config: ReadConfig) -> InputFormat | None:
+    """The format that reads ``path`` under ``config``; None when no format reads it."""
+    entry = _entry(path, config)
+    return None if entry is None else _load(entry)
+
+
+def format_of(kind: str) -> InputFormat:
+    """The format of an input unit's ``kind``."""
+    return _load(next(e for e in FORMATS if e.kind == kind))
