@@ -9,7 +9,9 @@ import sys
 
 import pytest
 
+from transforms.core.records import BadInputError
 from transforms.inputs import registry
+from transforms.inputs.compression import COMPRESSIONS
 from transforms.inputs.fields import ReadConfig
 from transforms.inputs.read import plan_file
 
@@ -37,18 +39,24 @@ def test_the_first_entry_that_matches_reads_the_file(name, json_values, kind):
     assert registry.is_input_file(name)
 
 
-@pytest.mark.parametrize("name", ["a.csv", "a.txt", "a.parquet.bak", "a.gz", "jsonl"])
+@pytest.mark.parametrize("name", ["a.txt", "a.parquet.bak", "a.gz", "jsonl", "a.jsonl.zip"])
 def test_a_file_no_format_reads(name):
     assert registry.format_for(name, ReadConfig(name, json_values=True)) is None
     assert not registry.is_input_file(name)
 
 
-def test_an_unknown_file_is_refused_naming_the_suffixes_that_are_read(tmp_path):
+def test_an_unknown_file_is_refused_naming_every_suffix_that_is_read(tmp_path):
     path = tmp_path / "notes.txt"
     path.write_text("hello\n")
-    with pytest.raises(ValueError, match=r"notes\.txt: unknown file type; expected \.parquet or \.pq, or "
-                                         r"\.jsonl, \.ndjson, \.json, plain or \.gz, \.zst, \.bz2, \.xz$"):
+    with pytest.raises(BadInputError) as e:
         plan_file(str(path), ReadConfig(str(path)))
+    assert e.value.where == str(path) and e.value.problem.startswith("unknown file type; expected .parquet or .pq, or")
+    compressions = [ext for ext in COMPRESSIONS if ext]
+    assert all(ext in e.value.problem for ext in compressions)
+    for entry in registry.FORMATS:
+        for suffix in entry.suffixes:
+            base = next((suffix[: -len(ext)] for ext in compressions if suffix.endswith(ext)), suffix)
+            assert base in e.value.problem, (entry.kind, suffix)
 
 
 def test_a_json_file_is_planned_as_the_format_its_config_asks_for(tmp_path):
