@@ -12,7 +12,9 @@ A format is a module holding ``FORMAT``, an object with:
   says the unit is among the sampled ones (reading it costs no more than the sample).
 
 The endings a format reads are in its registry entry, so that discovering files needs no format's
-module (nor Arrow). A new format is a module with its ``FORMAT`` and one entry in the registry.
+module (nor Arrow). A new format is a module with its ``FORMAT`` and one entry in the registry; a
+format whose unit is a whole file read a record at a time (JSON lines, JSON text) subclasses
+``RecordFileFormat`` and writes only ``read_rows`` (and ``count_rows``).
 """
 
 from __future__ import annotations
@@ -20,10 +22,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Protocol
 
+from transforms.inputs.arrow import batched
+from transforms.inputs.units import whole_file
+
 if TYPE_CHECKING:
     from transforms.core.batches import DocBatch
     from transforms.core.records import BadRecord
-    from transforms.inputs.fields import ReadConfig
+    from transforms.inputs.fields import ReadConfig, Row
     from transforms.inputs.units import InputUnit, RowCount
 
 
@@ -35,3 +40,20 @@ class InputFormat(Protocol):
     def read(self, unit: InputUnit, config: ReadConfig) -> Iterator[DocBatch | BadRecord]: ...
 
     def count_rows(self, unit: InputUnit, config: ReadConfig, sampled: bool) -> RowCount | None: ...
+
+
+class RecordFileFormat:
+    """A format whose unit of work is a whole file, read a record at a time: its records (checked
+    Rows, transforms.inputs.fields) are gathered into DocBatches (transforms.inputs.arrow)."""
+
+    kind: str
+
+    def read_rows(self, unit: InputUnit, config: ReadConfig) -> Iterator[Row | BadRecord]:
+        """The file's records one at a time, and its bad records under on_bad_record="skip"."""
+        raise NotImplementedError
+
+    def plan(self, path: str, info: dict, config: ReadConfig) -> list[InputUnit]:
+        return [whole_file(path, self.kind, info)]
+
+    def read(self, unit: InputUnit, config: ReadConfig) -> Iterator[DocBatch | BadRecord]:
+        return batched(self.read_rows(unit, config), unit.path, config)

@@ -13,12 +13,11 @@ import json
 from collections.abc import Iterator
 
 from shards import storage
-from transforms.core.batches import DocBatch
 from transforms.core.records import BadInputError, BadRecord
-from transforms.inputs.arrow import batched
 from transforms.inputs.compression import open_decompressed
 from transforms.inputs.fields import ReadConfig, Row, object_row, skip_or_raise
-from transforms.inputs.units import InputUnit, RowCount, whole_file
+from transforms.inputs.formats import RecordFileFormat
+from transforms.inputs.units import InputUnit, RowCount
 
 # A JSON text file at most this big (as stored) is read whole by --plan to count its records.
 COUNT_BYTES = 32 << 20
@@ -128,14 +127,11 @@ def read_rows(unit: InputUnit, config: ReadConfig) -> Iterator[Row | BadRecord]:
                 yield skip_or_raise(e, config)
 
 
-class JsonTextFormat:
+class JsonTextFormat(RecordFileFormat):
     kind = "json"
 
-    def plan(self, path: str, info: dict, config: ReadConfig) -> list[InputUnit]:
-        return [whole_file(path, self.kind, info)]
-
-    def read(self, unit: InputUnit, config: ReadConfig) -> Iterator[DocBatch | BadRecord]:
-        return batched(read_rows(unit, config), unit.path, config)
+    def read_rows(self, unit: InputUnit, config: ReadConfig) -> Iterator[Row | BadRecord]:
+        return read_rows(unit, config)
 
     def count_rows(self, unit: InputUnit, config: ReadConfig, sampled: bool) -> RowCount | None:
         """The records (bad ones too) of a file of at most COUNT_BYTES, read whole."""

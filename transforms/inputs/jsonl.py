@@ -15,12 +15,11 @@ import json
 from collections.abc import Iterator
 
 from shards import storage
-from transforms.core.batches import DocBatch
 from transforms.core.records import BadInputError, BadRecord
-from transforms.inputs.arrow import batched
 from transforms.inputs.compression import DECOMPRESSORS, compression_of, open_decompressed
 from transforms.inputs.fields import ReadConfig, Row, object_row, skip_or_raise
-from transforms.inputs.units import InputUnit, RowCount, whole_file
+from transforms.inputs.formats import RecordFileFormat
+from transforms.inputs.units import InputUnit, RowCount
 
 # The bytes of a sampled JSON lines file read to count its rows (all of a smaller file).
 SAMPLE_BYTES = 4 << 20
@@ -93,14 +92,11 @@ def line_density(unit: InputUnit, budget: int) -> tuple[int, int, bool]:
         return records, used, False
 
 
-class JsonLinesFormat:
+class JsonLinesFormat(RecordFileFormat):
     kind = "jsonl"
 
-    def plan(self, path: str, info: dict, config: ReadConfig) -> list[InputUnit]:
-        return [whole_file(path, self.kind, info)]
-
-    def read(self, unit: InputUnit, config: ReadConfig) -> Iterator[DocBatch | BadRecord]:
-        return batched(read_rows(unit, config), unit.path, config)
+    def read_rows(self, unit: InputUnit, config: ReadConfig) -> Iterator[Row | BadRecord]:
+        return read_rows(unit, config)
 
     def count_rows(self, unit: InputUnit, config: ReadConfig, sampled: bool) -> RowCount | None:
         """A sampled file's records in its first SAMPLE_BYTES (a line a record, bad ones too)."""
