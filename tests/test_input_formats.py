@@ -24,6 +24,11 @@ def test_each_entry_names_a_module_whose_format_has_its_kind(entry):
     assert all(s == s.lower() and s.startswith(".") for s in entry.suffixes)
 
 
+def test_a_kind_no_entry_has_is_refused():
+    with pytest.raises(ValueError, match="no input format of kind 'transforms.inputs.read'"):
+        registry.format_of("transforms.inputs.read")
+
+
 @pytest.mark.parametrize(("name", "json_values", "kind"), [
     ("a.parquet", False, "parquet"),
     ("A.PQ", False, "parquet"),

@@ -78,5 +78,8 @@ def format_for(path: str, config: ReadConfig) -> InputFormat | None:
 
 
 def format_of(kind: str) -> InputFormat:
-    """The format of an input unit's ``kind``."""
-    return _load(next(e for e in FORMATS if e.kind == kind))
+    """The format of an input unit's ``kind`` (one of the table's: the module is never named by data)."""
+    for entry in FORMATS:
+        if entry.kind == kind:
+            return _load(entry)
+    raise ValueError(f"no input format of kind {kind!r} (the formats: {', '.join(e.kind for e in FORMATS)})")
