@@ -82,6 +82,26 @@ def unreachable_message(error: BaseException) -> str | None:
     return None
 
 
+class StderrHandler(logging.StreamHandler):
+    """Writes each record to ``sys.stderr`` as it is when the record is logged, not as it was when
+    logging was set up. main() may run inside a host that swaps stderr and closes the one it
+    swapped in (pytest's capture does): a handler bound to that stream would print a
+    '--- Logging error ---' traceback for every later record, such as the warning Beam logs as it
+    stops a runner's service at interpreter exit."""
+
+    def __init__(self):
+        super().__init__()
+        self.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value):
+        pass  # StreamHandler.__init__ sets it; the current stderr is always the one written to
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
@@ -101,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pretokenize: unknown job {job!r}{hint}\n\n{_usage()}", file=sys.stderr)
         return 2
     # Beam's own INFO chatter would bury the job's progress lines: only ours log at INFO.
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
+    logging.basicConfig(level=logging.WARNING, handlers=[StderrHandler()], force=True)
     for ours in ("pretokenize", "transforms", "pipelines"):
         logging.getLogger(ours).setLevel(logging.INFO)
     from transforms.core.progress import show_worker_logs

@@ -89,11 +89,3 @@ def import_trainer_module(name: str, reason: str):
         if os.environ.get("PRETOKENIZE_REQUIRE_TRAINERS"):
             pytest.fail(f"{name} is not installed ({e}); {reason} (required by PRETOKENIZE_REQUIRE_TRAINERS)")
         pytest.skip(reason)
-
-
-def pytest_unconfigure(config):
-    """Beam stops Prism's job server at interpreter exit, after pytest has closed the streams it
-    captured, and warns as it does so ("Really destroying service at ..."). A handler that some
-    test's in-process run left bound to a captured stream would print a '--- Logging error ---'
-    traceback after the suite's result: that routine warning is not wanted there at all."""
-    logging.getLogger("apache_beam.utils.subprocess_server").setLevel(logging.ERROR)

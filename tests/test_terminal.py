@@ -395,3 +395,32 @@ def test_plan_still_checks_the_input(tmp_path, capsys):
     assert cli.main(["bucketed", "--input", str(bad), "--output", str(tmp_path / "out"), "--plan"]) == 2
     assert "missing column 'language'" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+LOG_AFTER_CAPTURE = """
+import io, logging, sys
+from pipelines import cli
+
+real = sys.stderr
+sys.stderr = swapped = io.StringIO()  # as pytest's capture does around a test
+cli.main(["verify", "--output", sys.argv[1]])
+sys.stderr = real
+swapped.close()
+# What Beam logs as it stops a runner's service at interpreter exit, long after the test.
+logging.getLogger("apache_beam.utils.subprocess_server").warning("Really destroying service")
+"""
+
+
+def test_a_record_logged_after_the_captured_stderr_closed_reaches_the_real_one(tmp_path):
+    """main() sets up logging inside a host that swaps stderr and closes what it swapped in (pytest's
+    capture): a later record must reach the stderr of that moment, not raise '--- Logging error ---'
+    (the tail that followed the test suite's result)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", LOG_AFTER_CAPTURE, str(tmp_path / "missing")],
+                          capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1], timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "Logging error" not in done.stderr, done.stderr
+    assert "I/O operation on closed file" not in done.stderr, done.stderr
+    assert "WARNING apache_beam.utils.subprocess_server: Really destroying service" in done.stderr, done.stderr
