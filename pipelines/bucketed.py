@@ -14,7 +14,7 @@ import logging
 import os
 from typing import TYPE_CHECKING
 
-from pipelines import common
+from pipelines import flags, job, launch, progress, run_mode, summary
 from shards import layout, lock, storage, tree
 from shards.manifest import DatasetStats
 from shards.removal import REMOVALS_NAME, check_id_field, read_removal_list, read_removal_source, tree_id_field
@@ -29,10 +29,10 @@ log = logging.getLogger(__name__)
 
 
 def make_parser() -> argparse.ArgumentParser:
-    d, flag = common.defaults(BucketedSettings), common.add_flag
-    p = common.job_parser("bucketed", "Tokenize parquet/JSONL documents into length-bucketed uint32 shards "
+    d, flag = flags.defaults(BucketedSettings), flags.add_flag
+    p = flags.job_parser("bucketed", "Tokenize parquet/JSONL documents into length-bucketed uint32 shards "
                           "(FinePDFs-Edu layout).", ".parquet/.jsonl files")
-    common.add_document_filter_flags(p, d)
+    flags.add_document_filter_flags(p, d)
     flag(p, "tokenizer", default=d.tokenizer,
          help="jet-nemotron | jet-nemotron:PATH | gpt2 | tiktoken:PATH | hf:NAME_OR_PATH | trained:DIR")
     flag(p, "tokenizer-backend", default=d.tokenizer_backend, choices=list(BACKENDS),
@@ -52,13 +52,13 @@ def make_parser() -> argparse.ArgumentParser:
     flag(p, "special-tokens", default=d.special_tokens, choices=list(SPECIAL_TOKEN_MODES),
          help="text: an added-token string (<|endoftext|>, <tool_call>, ...) in a document is encoded as text; "
               "tokenizer: as its single id, as AutoTokenizer does (EOS may then appear inside a document)")
-    common.add_common_flags(p)
-    common.add_card_flags(p)
+    flags.add_common_flags(p)
+    flags.add_card_flags(p)
     return p
 
 
 def parse_args(argv: list[str]) -> tuple[BucketedSettings, PipelineOptions]:
-    return common.parse_settings(make_parser(), argv, BucketedSettings, integers=("max_shard_bytes",))
+    return flags.parse_settings(make_parser(), argv, BucketedSettings, integers=("max_shard_bytes",))
 
 
 def build(pipeline: beam.Pipeline, options: BucketedSettings, run_id: str | None = None):
@@ -86,9 +86,9 @@ def build(pipeline: beam.Pipeline, options: BucketedSettings, run_id: str | None
     encoder = tokenizer.load()
     tokenizer = tokenizer.pinned(encoder)  # each worker checks it loads these very files
     lid = options.lid_filter()
-    shards = options.shard_config(run_id or common.new_run_id())
+    shards = options.shard_config(run_id or launch.new_run_id())
     read_config = options.read_config()
-    progress_dir = common.progress_dir(pipeline.options, run_id)
+    progress_dir = progress.progress_dir(pipeline.options, run_id)
     read = ReadDocuments(read_config, progress_dir=progress_dir)
     units = read.units  # planned and checked here; read by ProcessUnits
     pending = load_journal(output) if tree.read_record(output) is not None else None
@@ -114,10 +114,10 @@ def build(pipeline: beam.Pipeline, options: BucketedSettings, run_id: str | None
         "tokenizer_probe": resume.tokenizer_probe(encoder),
         "removal_ids": hashlib.sha256("\n".join(sorted(removal_ids)).encode()).hexdigest()[:16],
     }, ignore=("read_connections",))
-    work = common.prepare_output(output, "bucketed", inputs=[u.path for u in units], keep=keep, work=description,
+    work = launch.prepare_output(output, "bucketed", inputs=[u.path for u in units], keep=keep, work=description,
                                  restart=options.restart)
     shards = dataclasses.replace(shards, work_dir=work.dir_name)
-    common.announce_write_stages(progress_dir, units, work.done, "tokenize", "tokenize")
+    progress.announce_write_stages(progress_dir, units, work.done, "tokenize", "tokenize")
     sources = list(lists)
     if options.removal_list:
         shards = dataclasses.replace(shards, removal_list=storage.normalize(options.removal_list))
@@ -125,7 +125,7 @@ def build(pipeline: beam.Pipeline, options: BucketedSettings, run_id: str | None
         sources.append(removals_txt)
         log.warning("%s has a %s: the documents it lists stay out", output, REMOVALS_NAME)
     if pending is not None:
-        scratch = common.dry_run_scratch()  # a dry run writes nothing into the output
+        scratch = run_mode.dry_run_scratch()  # a dry run writes nothing into the output
         ids = "".join(f"{i}\n" for _, i, _ in pending.removed_rows).encode()
         if scratch is not None:
             pending_list = os.path.join(scratch, tree.Tree.PENDING_REMOVAL_LIST)
@@ -187,18 +187,18 @@ def summary_table(stats: DatasetStats, output: str, seconds: float) -> str:
             lines.append(f"{name:>8} {b.documents:>12,} {b.tokens:>16,} {b.files:>6}")
     lines.append(f"{'total':>8} {stats.kept_documents:>12,} {stats.total_tokens:>16,} {stats.total_files:>6}")
     lines.append("")
-    lines += common.drop_lines(stats.raw_documents, stats.kept_documents, stats.drops)
+    lines += summary.drop_lines(stats.raw_documents, stats.kept_documents, stats.drops)
     if stats.removal_list_ids is not None:
         lines.append(
             f"removal list: {stats.removal_list_ids:,} ids, {stats.removal_ids_not_found:,} of them not in the input"
         )
-    lines += common.timing_lines(stats.total_tokens, seconds, output)
+    lines += summary.timing_lines(stats.total_tokens, seconds, output)
     return "\n".join(lines)
 
 
 @lock.command("bucketed")
 def run(argv: list[str] | None = None) -> DatasetStats:
-    return common.run_job(argv or [], parse_args, build, summary_table, plan=_plan)
+    return job.run_job(argv or [], parse_args, build, summary_table, plan=_plan)
 
 
 def _plan(options: BucketedSettings) -> str:

@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     # gcsfs logs a failed request's traceback before raising it; the error is said below, in one line.
     logging.getLogger("gcsfs").setLevel(logging.CRITICAL)
     # Imported here, not above: `pretokenize --help` and a job's --help import no Beam (nor numpy).
-    from pipelines.common import RunStopped, launching
+    from pipelines.errors import RunStopped, launching
 
     module = __import__(JOBS[job][0], fromlist=["run"])
     published = "; nothing was published" if job in PUBLISHING else ""

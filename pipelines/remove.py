@@ -17,19 +17,10 @@ import tempfile
 import uuid
 from typing import TYPE_CHECKING
 
-from pipelines.common import (
-    RunStopped,
-    _noting_interrupts,
-    add_break_lock_flag,
-    add_flag,
-    add_workers_flag,
-    end_dry_run,
-    is_dry_run,
-    launching,
-    no_space_message,
-    parse_job_args,
-)
+from pipelines.errors import RunStopped, launching, no_space_message, noting_interrupts
+from pipelines.flags import add_break_lock_flag, add_flag, add_workers_flag, parse_job_args
 from pipelines.help_format import DefaultsHelpFormatter
+from pipelines.run_mode import end_dry_run, is_dry_run
 from shards import layout, lock, storage, tree
 from shards.manifest import DatasetStats
 from shards.removal import REMOVALS_NAME, check_id_field, read_removal_source, tree_id_field
@@ -171,14 +162,15 @@ def _run(argv: list[str]) -> RemovalPlan | None:
     # A dry run's plan goes to a local scratch directory, deleted once the job is translated.
     scratch = tempfile.TemporaryDirectory(prefix="pretokenize-dry-run-") if dry_run else None
     try:
-        with _noting_interrupts(interrupted):
+        with noting_interrupts(interrupted):
             plan = prepare(options, write=not dry_run, plan_url=scratch.name if scratch else None)
             if plan is None:
                 print("nothing to remove: no listed id is in the output; nothing was changed", flush=True)
                 return None
             import apache_beam as beam
 
-            from pipelines.common import new_run_id, showing_progress
+            from pipelines.launch import new_run_id
+            from pipelines.progress import showing_progress
             from transforms.core.progress import Stage
 
             stages = [Stage("rewrite", "rewrite", ("files",), "files", total=len(plan.files))]

@@ -12,7 +12,7 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING
 
-from pipelines import common
+from pipelines import flags, job, launch, progress, summary
 from shards import llmc, lock
 from shards.llmc import ScaffoldStats
 from transforms.scaffold.settings import ANNOTATED_FIELD, LONG_DOC_POLICIES, PLAIN_FIELD, ScaffoldSettings
@@ -24,8 +24,8 @@ if TYPE_CHECKING:  # Beam and the steps are imported by build(): --help and a fl
 log = logging.getLogger(__name__)
 
 def make_parser() -> argparse.ArgumentParser:
-    d, flag = common.defaults(ScaffoldSettings), common.add_flag
-    p = common.job_parser("scaffold", "Encode documents with a countdown token before every word (GPT-2 BPE + "
+    d, flag = flags.defaults(ScaffoldSettings), flags.add_flag
+    p = flags.job_parser("scaffold", "Encode documents with a countdown token before every word (GPT-2 BPE + "
                           "<ff_N> ids 50257..51256) into llm.c shards: train/shard_NNN.bin, val/shard_NNN.bin.",
                           ".json/.jsonl (or .parquet with --annotate)")
     flag(p, "annotate", action="store_true", help="the input is plain text (id, text): split it into words here")
@@ -42,13 +42,13 @@ def make_parser() -> argparse.ArgumentParser:
     flag(p, "seed", type=int, default=d.seed, help="seed of the document order")
     flag(p, "order-ranges", type=int, default=d.order_ranges,
           help="pieces (a power of two) each split's ordering is cut into; changes memory, never the bytes")
-    common.add_common_flags(p)
-    common.add_card_flags(p)
+    flags.add_common_flags(p)
+    flags.add_card_flags(p)
     return p
 
 
 def parse_args(argv: list[str]) -> tuple[ScaffoldSettings, PipelineOptions]:
-    return common.parse_settings(make_parser(), argv, ScaffoldSettings, integers=("shard_tokens",))
+    return flags.parse_settings(make_parser(), argv, ScaffoldSettings, integers=("shard_tokens",))
 
 
 def build(pipeline: beam.Pipeline, options: ScaffoldSettings, run_id: str | None = None):
@@ -67,22 +67,22 @@ def build(pipeline: beam.Pipeline, options: ScaffoldSettings, run_id: str | None
     from transforms.scaffold.write import LlmcFormat, PublishLlmcOutput, WriteLlmcShards, spill_fn
 
     scaffold = options.scaffold_config()
-    shards = options.shard_config(run_id or common.new_run_id())
+    shards = options.shard_config(run_id or launch.new_run_id())
     encoder = scaffold.load()
     scaffold = scaffold.pinned(encoder)  # each worker checks it loads these very files
     read_config = options.read_config()
-    progress_dir = common.progress_dir(pipeline.options, run_id)
+    progress_dir = progress.progress_dir(pipeline.options, run_id)
     read = ReadDocuments(read_config, progress_dir=progress_dir)
     units = read.units  # planned and checked here; read by ProcessUnits
     provenance = launch_provenance("scaffold", options, units, options.tokenizer)
     publish_format = LlmcFormat(options, shards, provenance, encoder.library)
     description = resume.WorkDescription.of("scaffold", options, units,
                                             {"tokenizer_probe": resume.tokenizer_probe(encoder)})
-    work = common.prepare_output(shards.output, "scaffold", inputs=[u.path for u in units], work=description,
+    work = launch.prepare_output(shards.output, "scaffold", inputs=[u.path for u in units], work=description,
                                  restart=options.restart)
     shards = dataclasses.replace(shards, work_dir=work.dir_name)
     publish_format = dataclasses.replace(publish_format, config=shards)
-    common.announce_write_stages(progress_dir, units, work.done, "scaffold", "encode")
+    progress.announce_write_stages(progress_dir, units, work.done, "scaffold", "encode")
 
     # Each input unit read, encoded and spilled in one step, its completion recorded.
     spilled = pipeline | "EncodeInputUnits" >> resume.ProcessUnits(
@@ -104,7 +104,7 @@ def summary_table(stats: ScaffoldStats, output: str, seconds: float) -> str:
         if s:
             lines.append(f"{name:>6} {s.documents:>11,} {s.sequences:>11,} {s.words:>13,} {s.tokens:>15,} {s.files:>6}")
     lines.append("")
-    lines += common.drop_lines(stats.raw_documents, stats.kept_documents, stats.drops)
+    lines += summary.drop_lines(stats.raw_documents, stats.kept_documents, stats.drops)
     lines.append(f"input countdown differed from the words (recomputed): {stats.countdown_mismatches:,} documents")
     for name in llmc.SPLITS:
         s = stats.splits.get(name)
@@ -112,13 +112,13 @@ def summary_table(stats: ScaffoldStats, output: str, seconds: float) -> str:
             # llm.c's loader (and the published train.py) wants at least T + 1 tokens in every shard.
             lines.append(f"the last {name} shard holds {s.tokens % stats.shard_tokens:,} tokens: a loader that "
                          f"reads windows of T + 1 tokens from each shard needs T < that")
-    lines += common.timing_lines(stats.total_tokens, seconds, output)
+    lines += summary.timing_lines(stats.total_tokens, seconds, output)
     return "\n".join(lines)
 
 
 @lock.command("scaffold")
 def run(argv: list[str] | None = None) -> ScaffoldStats:
-    return common.run_job(argv or [], parse_args, build, summary_table, plan=_plan)
+    return job.run_job(argv or [], parse_args, build, summary_table, plan=_plan)
 
 
 def _plan(options: ScaffoldSettings) -> str:

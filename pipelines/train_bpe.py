@@ -32,11 +32,12 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from pipelines import common
+from pipelines import errors, flags, launch, progress, run_mode, summary
 from shards import lock, storage, tree
 from shards.removal import check_id_field, is_tree_source, log_url_of, read_log, read_removal_source
 from transforms.bpe import files, pretokenize
 from transforms.bpe.settings import TrainBpeSettings
+from transforms.core.records import UsageError
 
 if TYPE_CHECKING:  # Beam and the steps are imported by build(): --help and a flag's error import none of it
     import apache_beam as beam
@@ -49,8 +50,8 @@ RUN_STATS_NAME = "run_stats.json"
 
 
 def make_parser() -> argparse.ArgumentParser:
-    d, flag = common.defaults(TrainBpeSettings), common.add_flag
-    p = common.job_parser("train-bpe", "Learn a byte-pair-encoding tokenizer from parquet/JSONL documents: words "
+    d, flag = flags.defaults(TrainBpeSettings), flags.add_flag
+    p = flags.job_parser("train-bpe", "Learn a byte-pair-encoding tokenizer from parquet/JSONL documents: words "
                           "counted on Beam, merges learnt on the launcher; writes tokenizer.tiktoken, tokenizer.json, "
                           "merges.txt, tokenizer_config.json and special_tokens_map.json (AutoTokenizer."
                           "from_pretrained loads the directory), tokenizer_info.json and training_stats.txt "
@@ -72,13 +73,13 @@ def make_parser() -> argparse.ArgumentParser:
     flag(p, "eos-token", default=d.eos_token, help="the EOS, added as a special token right after the ranks")
     flag(p, "removal-list", default=None,
          help="ids to leave out, one a line, no comments; or an output tree (its removals.txt)")
-    common.add_document_filter_flags(p, d)
-    common.add_common_flags(p)
+    flags.add_document_filter_flags(p, d)
+    flags.add_common_flags(p)
     return p
 
 
 def parse_args(argv: list[str]) -> tuple[TrainBpeSettings, PipelineOptions]:
-    return common.parse_settings(make_parser(), argv, TrainBpeSettings)
+    return flags.parse_settings(make_parser(), argv, TrainBpeSettings)
 
 
 def run_url(output: str, run_id: str) -> str:
@@ -99,9 +100,9 @@ def build(pipeline: beam.Pipeline, options: TrainBpeSettings, run_id: str):
     output = storage.normalize(options.output)
     counting = options.count_config(run_url(output, run_id))
     lid = options.lid_filter()
-    progress_dir = common.progress_dir(pipeline.options, run_id)
+    progress_dir = progress.progress_dir(pipeline.options, run_id)
     read = ReadDocuments(options.read_config(), progress_dir=progress_dir)
-    common.prepare_output(output, KIND, inputs=[u.path for u in read.units])
+    launch.prepare_output(output, KIND, inputs=[u.path for u in read.units])
     announce_stages(progress_dir, [Stage("read and count", "read", read.planned.keys, read.planned.what,
                                          total=read.planned.total)])
 
@@ -187,19 +188,19 @@ def learn_and_publish(options: TrainBpeSettings, run_id: str, argv: list[str],
     try:
         n_merges = options.merges_for(base)
     except ValueError as e:
-        raise common.UsageError(str(e)) from None
+        raise UsageError(str(e)) from None
     log.info("learning %d merges over %d words (%d base symbols)", n_merges, len(words), base)
     start, start_cpu = time.monotonic(), time.process_time()
 
     with LauncherBar("merges", n_merges, "merges") as bar:
 
-        def progress(k, pair, count):
+        def show_merge(k, pair, count):
             bar.set(k + 1)
             if not bar.drawn and (k + 1) % 5000 == 0:
                 log.info("merge %d of %d (count %d), %.0f s", k + 1, n_merges, count, time.monotonic() - start)
 
         learned = learn_merges([pretokenize.word_symbols(w, ids) for w, _ in words], [n for _, n in words], base,
-                               n_merges, on_merge=progress)
+                               n_merges, on_merge=show_merge)
     merge_seconds = (time.monotonic() - start, time.process_time() - start_cpu)
     if len(learned.merges) < n_merges:
         log.warning("only %d merges: no word has two symbols left", len(learned.merges))
@@ -261,7 +262,7 @@ def summary_table(stats: files.TrainingStats, output: str, count_seconds: tuple[
                   merge_seconds: tuple[float, float]) -> str:
     """``count_seconds``: the launch's and the pipeline's; ``merge_seconds``: wall and CPU."""
     per_token = stats.characters_kept / stats.tokens_after if stats.tokens_after else 0.0
-    lines = common.drop_lines(stats.documents_read, stats.documents_kept, stats.drops)
+    lines = summary.drop_lines(stats.documents_read, stats.documents_kept, stats.drops)
     lines += [
         f"characters {stats.characters:,}, pre-tokens {stats.pre_tokens:,}, distinct words {stats.distinct_words:,}"
         f" ({stats.words_kept:,} kept)",
@@ -282,26 +283,26 @@ def run(argv: list[str] | None = None) -> files.TrainingStats | None:
     translated the job for a remote runner and ran nothing)."""
     argv = list(argv or [])
     start = time.monotonic()
-    run_id = common.new_run_id()
-    with common.launching():
+    run_id = launch.new_run_id()
+    with errors.launching():
         options, pipeline_options = parse_args(argv)
-        dry_run = common.is_dry_run(pipeline_options)
+        dry_run = run_mode.is_dry_run(pipeline_options)
         removal = removal_record(options)
         import apache_beam as beam
 
         pipeline = beam.Pipeline(options=pipeline_options)
-        with common.building(dry_run):
+        with run_mode.building(dry_run):
             build(pipeline, options, run_id)
     output = storage.normalize(options.output)
     launch_seconds = time.monotonic() - start
     result = None
     interrupted: list = []
     try:
-        with common._noting_interrupts(interrupted):  # a runner may turn Ctrl-C into its own error
-            with common.showing_progress(pipeline_options, run_id, ending=("counting", "counted")):
+        with errors.noting_interrupts(interrupted):  # a runner may turn Ctrl-C into its own error
+            with progress.showing_progress(pipeline_options, run_id, ending=("counting", "counted")):
                 result = pipeline.run()
                 if dry_run:
-                    print(common.end_dry_run(output, pipeline_options), flush=True)
+                    print(run_mode.end_dry_run(output, pipeline_options), flush=True)
                     return None
                 try:
                     result.wait_until_finish()
@@ -317,16 +318,16 @@ def run(argv: list[str] | None = None) -> files.TrainingStats | None:
     except BaseException as e:
         if dry_run:
             raise  # it wrote nothing into the output, and must remove nothing there (a real run may be writing)
-        published, _ = common.abandon_run(output, run_id)
+        published, _ = launch.abandon_run(output, run_id)
         state = ("the tokenizer is unfinished (publishing had begun, so it has no training_stats.txt): run the "
                  "same command again" if published else "the previous tokenizer is intact")
         if interrupted or isinstance(e, KeyboardInterrupt):
-            raise common.RunStopped(f"interrupted; {state}; the run's temporary files were deleted") from None
-        full = common.no_space_message(e)
+            raise errors.RunStopped(f"interrupted; {state}; the run's temporary files were deleted") from None
+        full = errors.no_space_message(e)
         if full is not None:
-            raise common.RunStopped(f"{full} ({output}); {state}; the run's temporary files were deleted") from None
+            raise errors.RunStopped(f"{full} ({output}); {state}; the run's temporary files were deleted") from None
         raise
-    common.abandon_run(output, run_id)
+    launch.abandon_run(output, run_id)
     print(summary_table(stats, output, (launch_seconds, count_seconds), merge_seconds), flush=True)
     return stats
 

@@ -20,8 +20,10 @@ import tempfile
 import uuid
 from typing import TYPE_CHECKING
 
-from pipelines.common import add_flag, add_workers_flag, end_dry_run, is_dry_run, launching, parse_job_args
+from pipelines.errors import launching
+from pipelines.flags import add_flag, add_workers_flag, parse_job_args
 from pipelines.help_format import DefaultsHelpFormatter
+from pipelines.run_mode import end_dry_run, is_dry_run
 from shards import layout, llmc, lock, storage
 from shards.removal import DEFAULT_ID_FIELD, REMOVALS_NAME, read_log, read_removal_list
 from shards.tree import IncompleteTreeError, OutputTree, UnreadableStatsError
@@ -206,7 +208,8 @@ def run(argv: list[str] | None = None) -> int:
         pipeline.run()
         print(end_dry_run(output, options), flush=True)
         return 0
-    from pipelines.common import new_run_id, showing_progress
+    from pipelines.launch import new_run_id
+    from pipelines.progress import showing_progress
     from transforms.core.progress import Stage
 
     stages = [Stage("verify", "verify", ("files",), "files", total=len(units))]
