@@ -82,7 +82,9 @@ def unreachable_message(error: BaseException) -> str | None:
     return None
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, wait: bool = True) -> int:
+    """Runs one job; ``wait``: False for a job that returns once the runner has it (bucketed and
+    scaffold, from a Flex Template's launcher: deploy/dataflow/main.py)."""
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())
@@ -122,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
             with launching():
                 result = module.run(rest)
         else:
-            result = module.run(rest)
+            result = module.run(rest, **({} if wait else {"wait": False}))
     except UsageError as e:
         print(f"pretokenize {job}: {e}{published}", file=sys.stderr)
         return 2

@@ -5,7 +5,7 @@ or only submitted (a Flex Template's launcher, which must not wait for the job).
 from __future__ import annotations
 
 import contextlib
-import contextvars
+import dataclasses
 import tempfile
 from typing import TYPE_CHECKING
 
@@ -54,44 +54,37 @@ def end_dry_run(output: str, pipeline_options: PipelineOptions) -> str:
             f"nothing was written to {output}")
 
 
-# While a --dry_run job is built: a local scratch directory for what building must write (a pending
-# removal's id list), so that prepare_output and the job's build change nothing in the output.
-_DRY_RUN = contextvars.ContextVar("dry_run", default=None)
+@dataclasses.dataclass(frozen=True)
+class RunMode:
+    """How a job is run, given to its build and to prepare_output as an argument.
+
+    ``dry_run``: Beam's --dry_run (is_dry_run): the job is translated for a remote runner, never
+    run; launching leaves the output as it is, and what building must write (a pending removal's
+    id list) goes to ``scratch``, a local directory that exists only while the job is built
+    (building()). ``wait``: False for a Dataflow Flex Template's launcher (deploy/dataflow/main.py),
+    which returns as soon as the runner has the job, without waiting for it to finish or printing
+    its summary; one that waited would hold the launch open for hours and time out
+    (deploy/README.md).
+    """
+
+    dry_run: bool = False
+    wait: bool = True
+    scratch: str | None = None
+
+
+RUN = RunMode()
 
 
 @contextlib.contextmanager
-def building(dry_run: bool):
-    """The job is built inside. For a dry run (``dry_run``), launching leaves the output as it is,
-    and dry_run_scratch() is a local directory, deleted once the job is built (a dry run's job is
-    translated, never run, so nothing reads what was written there afterwards)."""
-    with tempfile.TemporaryDirectory(prefix="pretokenize-dry-run-") if dry_run else contextlib.nullcontext() as scratch:
-        token = _DRY_RUN.set(scratch)
-        try:
-            yield
-        finally:
-            _DRY_RUN.reset(token)
-
-
-def dry_run_scratch() -> str | None:
-    """Inside building() for a dry run, where to write what the build needs; else None."""
-    return _DRY_RUN.get()
-
-
-# Set by submit_only(): run_job returns once the runner has accepted the job.
-_SUBMIT_ONLY = contextvars.ContextVar("submit_only", default=False)
-
-
-@contextlib.contextmanager
-def submit_only():
-    """Runs started inside return as soon as the runner has the job, without waiting for it to
-    finish or printing its summary: a Dataflow Flex Template's launcher (deploy/dataflow/main.py).
-    The launcher is a short-lived program that Dataflow waits on; one that waited for the whole job
-    would hold the launch open for hours and time out (deploy/README.md)."""
-    token = _SUBMIT_ONLY.set(True)
-    try:
-        yield
-    finally:
-        _SUBMIT_ONLY.reset(token)
+def building(mode: RunMode):
+    """The job is built inside, with the mode it yields: ``mode`` with, for a dry run, its
+    ``scratch`` directory, deleted once the job is built (a dry run's job is translated, never
+    run, so nothing reads what was written there afterwards)."""
+    if not mode.dry_run:
+        yield mode
+        return
+    with tempfile.TemporaryDirectory(prefix="pretokenize-dry-run-") as scratch:
+        yield dataclasses.replace(mode, scratch=scratch)
 
 
 def submitted_line(result, output: str, pipeline_options: PipelineOptions) -> str:

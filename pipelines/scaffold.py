@@ -12,7 +12,7 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING
 
-from pipelines import flags, job, launch, progress, summary
+from pipelines import flags, job, launch, progress, run_mode, summary
 from shards import llmc, lock
 from shards.llmc import ScaffoldStats
 from transforms.scaffold.settings import ANNOTATED_FIELD, LONG_DOC_POLICIES, PLAIN_FIELD, ScaffoldSettings
@@ -51,7 +51,8 @@ def parse_args(argv: list[str]) -> tuple[ScaffoldSettings, PipelineOptions]:
     return flags.parse_settings(make_parser(), argv, ScaffoldSettings, integers=("shard_tokens",))
 
 
-def build(pipeline: beam.Pipeline, options: ScaffoldSettings, run_id: str | None = None):
+def build(pipeline: beam.Pipeline, options: ScaffoldSettings, run_id: str | None = None,
+          mode: run_mode.RunMode = run_mode.RUN):
     """Adds the job to ``pipeline``; returns the PCollection holding the published ScaffoldStats.
 
     Checked before the pipeline runs: the options, that the tokenizer is GPT-2's vocabulary, and
@@ -79,7 +80,7 @@ def build(pipeline: beam.Pipeline, options: ScaffoldSettings, run_id: str | None
     description = resume.WorkDescription.of("scaffold", options, units,
                                             {"tokenizer_probe": resume.tokenizer_probe(encoder)})
     work = launch.prepare_output(shards.output, "scaffold", inputs=[u.path for u in units], work=description,
-                                 restart=options.restart)
+                                 restart=options.restart, mode=mode)
     shards = dataclasses.replace(shards, work_dir=work.dir_name)
     publish_format = dataclasses.replace(publish_format, config=shards)
     progress.announce_write_stages(progress_dir, units, work.done, "scaffold", "encode")
@@ -117,8 +118,9 @@ def summary_table(stats: ScaffoldStats, output: str, seconds: float) -> str:
 
 
 @lock.command("scaffold")
-def run(argv: list[str] | None = None) -> ScaffoldStats:
-    return job.run_job(argv or [], parse_args, build, summary_table, plan=_plan)
+def run(argv: list[str] | None = None, wait: bool = True) -> ScaffoldStats | None:
+    """``wait``: False to return once the runner has the job (a Flex Template's launcher)."""
+    return job.run_job(argv or [], parse_args, build, summary_table, plan=_plan, wait=wait)
 
 
 def _plan(options: ScaffoldSettings) -> str:

@@ -86,7 +86,7 @@ def run_url(output: str, run_id: str) -> str:
     return storage.join(output, tree.Tree.temp_name(run_id))
 
 
-def build(pipeline: beam.Pipeline, options: TrainBpeSettings, run_id: str):
+def build(pipeline: beam.Pipeline, options: TrainBpeSettings, run_id: str, mode: run_mode.RunMode = run_mode.RUN):
     """Adds the counting to ``pipeline``: the count shards and run_stats.json go to the run directory."""
     import apache_beam as beam
 
@@ -102,7 +102,7 @@ def build(pipeline: beam.Pipeline, options: TrainBpeSettings, run_id: str):
     lid = options.lid_filter()
     progress_dir = progress.progress_dir(pipeline.options, run_id)
     read = ReadDocuments(options.read_config(), progress_dir=progress_dir)
-    launch.prepare_output(output, KIND, inputs=[u.path for u in read.units])
+    launch.prepare_output(output, KIND, inputs=[u.path for u in read.units], mode=mode)
     announce_stages(progress_dir, [Stage("read and count", "read", read.planned.keys, read.planned.what,
                                          total=read.planned.total)])
 
@@ -291,8 +291,8 @@ def run(argv: list[str] | None = None) -> files.TrainingStats | None:
         import apache_beam as beam
 
         pipeline = beam.Pipeline(options=pipeline_options)
-        with run_mode.building(dry_run):
-            build(pipeline, options, run_id)
+        with run_mode.building(run_mode.RunMode(dry_run=dry_run)) as mode:
+            build(pipeline, options, run_id, mode)
     output = storage.normalize(options.output)
     launch_seconds = time.monotonic() - start
     result = None

@@ -7,7 +7,7 @@ the launch. ``--job=scaffold`` picks the scaffold job; the default is the bucket
 What differs from the ``pretokenize`` command:
 
 - it does not wait for the job: it returns once Dataflow has the job, or its job file
-  (run_mode.submit_only). The launcher is a short-lived program; Google's Flex Template guide says
+  (``wait=False``). The launcher is a short-lived program; Google's Flex Template guide says
   not to wait in it (deploy/README.md);
 - a template passes a boolean parameter as ``--annotate=true`` or ``--annotate=false``, which the
   job's own on/off flags are given as ``--annotate`` or left out;
@@ -20,7 +20,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-from pipelines import cli, run_mode
+from pipelines import cli
 from transforms.core.records import UsageError
 
 TEMPLATE_JOBS = ("bucketed", "scaffold")
@@ -66,8 +66,7 @@ def main(argv: list[str]) -> int:
     except UsageError as e:
         print(f"pretokenize template: {e}; nothing was published", file=sys.stderr)
         return 2
-    with run_mode.submit_only():
-        return cli.main(args)
+    return cli.main(args, wait=False)
 
 
 if __name__ == "__main__":
