@@ -16,8 +16,8 @@ from pipelines import flags, job, launch, progress, run_mode, summary
 from pipelines.removal_sources import RemovalSources
 from shards import layout, lock, storage
 from shards.manifest import DatasetStats
-from transforms.bucketed.settings import BucketedSettings
-from transforms.core.encoders import BACKENDS, SPECIAL_TOKEN_MODES
+from transforms.bucketed.settings import DOCUMENT_FILTER_FLAGS, BucketedSettings
+from transforms.core.settings import CARD_FLAGS
 
 if TYPE_CHECKING:  # Beam and the steps are imported by build(): --help and a flag's error import none of it
     import apache_beam as beam
@@ -33,36 +33,16 @@ log = logging.getLogger(__name__)
 
 
 def make_parser() -> argparse.ArgumentParser:
-    d, flag = flags.defaults(BucketedSettings), flags.add_flag
     p = flags.job_parser("bucketed", "Tokenize parquet/JSONL documents into length-bucketed uint32 shards "
-                          "(FinePDFs-Edu layout).", ".parquet/.jsonl files")
-    flags.add_document_filter_flags(p, d)
-    flag(p, "tokenizer", default=d.tokenizer,
-         help="jet-nemotron | jet-nemotron:PATH | gpt2 | tiktoken:PATH | hf:NAME_OR_PATH | trained:DIR")
-    flag(p, "tokenizer-backend", default=d.tokenizer_backend, choices=list(BACKENDS),
-         help="auto: quicktok where it encodes the tokenizer exactly (jet-nemotron), else tiktoken")
-    flag(p, "tokenizer-threads", type=int, default=d.tokenizer_threads,
-         help="threads of quicktok's batch call per worker (more only for a local run on a large machine)")
-    flag(p, "eos-token", default=None,
-         help="for hf: and trained: tokenizers, the token appended as EOS (default: its eos)")
-    flag(p, "dtype", default=d.dtype, choices=sorted(layout.DTYPES), help="token dtype on disk")
-    flag(p, "partitions", type=int, default=d.partitions, help="partitions per bucket")
-    flag(p, "max-shard-bytes", type=float, default=d.max_shard_bytes, help="roll to a new file before this size")
-    flag(p, "seed", type=int, default=d.seed, help="seed of the order inside each partition")
-    flag(p, "read-connections", type=int, default=d.read_connections,
-         help="range requests in flight per writer reading spill files on an object store (never changes the bytes)")
-    flag(p, "batch-docs", type=int, default=d.batch_docs, help="documents per tokenizer batch")
-    flag(p, "removal-list", default=None, help="ids to leave out, one a line, no comments, or a removals.txt")
-    flag(p, "special-tokens", default=d.special_tokens, choices=list(SPECIAL_TOKEN_MODES),
-         help="text: an added-token string (<|endoftext|>, <tool_call>, ...) in a document is encoded as text; "
-              "tokenizer: as its single id, as AutoTokenizer does (EOS may then appear inside a document)")
-    flags.add_common_flags(p)
-    flags.add_card_flags(p)
+                         "(FinePDFs-Edu layout).", ".parquet/.jsonl files")
+    flags.add_setting_flags(p, BucketedSettings, DOCUMENT_FILTER_FLAGS + (
+        "tokenizer", "tokenizer_backend", "tokenizer_threads", "eos_token", "dtype", "partitions", "max_shard_bytes",
+        "seed", "read_connections", "batch_docs", "removal_list", "special_tokens", "on_bad_record") + CARD_FLAGS)
     return p
 
 
 def parse_args(argv: list[str]) -> tuple[BucketedSettings, PipelineOptions]:
-    return flags.parse_settings(make_parser(), argv, BucketedSettings, integers=("max_shard_bytes",))
+    return flags.parse_settings(make_parser(), argv, BucketedSettings)
 
 
 def build(pipeline: beam.Pipeline, options: BucketedSettings, run_id: str | None = None,

@@ -82,6 +82,22 @@ def unreachable_message(error: BaseException) -> str | None:
     return None
 
 
+def _set_up_logging() -> None:
+    """A job's log: its progress lines, and one line for an error, never buried in a runner's."""
+    # Beam's own INFO chatter would bury the job's progress lines: only ours log at INFO.
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
+    for ours in ("pretokenize", "transforms", "pipelines"):
+        logging.getLogger(ours).setLevel(logging.INFO)
+    from transforms.core.progress import show_worker_logs
+
+    show_worker_logs()
+    # A worker's error reaches us as an exception; Beam would also log it with its traceback
+    # first, which buries the one line that says what is wrong.
+    logging.getLogger("apache_beam.runners.common").setLevel(logging.CRITICAL)
+    # gcsfs logs a failed request's traceback before raising it; the error is said below, in one line.
+    logging.getLogger("gcsfs").setLevel(logging.CRITICAL)
+
+
 def main(argv: list[str] | None = None, wait: bool = True) -> int:
     """Runs one job; ``wait``: False for a job that returns once the runner has it (bucketed and
     scaffold, from a Flex Template's launcher: deploy/dataflow/main.py)."""
@@ -102,18 +118,7 @@ def main(argv: list[str] | None = None, wait: bool = True) -> int:
         hint = f" (did you mean {close[0]}?)" if close else ""
         print(f"pretokenize: unknown job {job!r}{hint}\n\n{_usage()}", file=sys.stderr)
         return 2
-    # Beam's own INFO chatter would bury the job's progress lines: only ours log at INFO.
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
-    for ours in ("pretokenize", "transforms", "pipelines"):
-        logging.getLogger(ours).setLevel(logging.INFO)
-    from transforms.core.progress import show_worker_logs
-
-    show_worker_logs()
-    # A worker's error reaches us as an exception; Beam would also log it with its traceback
-    # first, which buries the one line that says what is wrong.
-    logging.getLogger("apache_beam.runners.common").setLevel(logging.CRITICAL)
-    # gcsfs logs a failed request's traceback before raising it; the error is said below, in one line.
-    logging.getLogger("gcsfs").setLevel(logging.CRITICAL)
+    _set_up_logging()
     # Imported here, not above: `pretokenize --help` and a job's --help import no Beam (nor numpy).
     from pipelines.errors import RunStopped, launching
 

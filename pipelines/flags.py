@@ -150,61 +150,27 @@ def worker_flags(workers: int | None, beam_args: list[str]) -> list[str]:
     return flags + ["--direct_running_mode=multi_processing", f"--direct_num_workers={workers}"]
 
 
-def add_common_flags(parser: argparse.ArgumentParser) -> None:
-    """Flags of every job that reads documents and publishes a tree."""
-    add_flag(parser, "on-bad-record", default="fail", choices=("fail", "skip"),
-             help="a record that cannot be read (bad JSON or UTF-8, null or mistyped field, bad id): "
-             "stop naming it, or drop and count it")
+def add_setting_flags(parser: argparse.ArgumentParser, settings_cls, names: tuple[str, ...] | None = None) -> None:
+    """The flags of the fields ``names`` of a settings dataclass (all that have one, in their order,
+    without ``names``), generated from the fields (transforms.core.settings): read off the class, so
+    that ``--help`` builds no settings object (whose checks import the steps, and Beam)."""
+    from transforms.core.settings import CHOICES, HELP, SPELLED, flag_fields
+
+    fields = flag_fields(settings_cls)
+    for name in names if names is not None else tuple(fields):
+        field = fields[name]
+        meta, default = field.metadata, field.default
+        if isinstance(default, bool):
+            add_flag(parser, name.replace("_", "-"), action="store_true", help=meta[HELP])
+            continue
+        kind = meta[SPELLED] or (str if default is None else type(default))
+        choices = list(meta[CHOICES]) if meta[CHOICES] is not None else None
+        add_flag(parser, name.replace("_", "-"), type=kind, default=default, choices=choices, help=meta[HELP])
 
 
-def add_document_filter_flags(parser: argparse.ArgumentParser, defaults) -> None:
-    """The language filter's flags and the input's field names, of every job that reads and filters
-    documents as the bucketed job does (``defaults``: its settings, an InputFields). The defaults are
-    the FinePDFs schema's; FineWeb is --language en --language-fields language --lid-score-field
-    language_score --lid-threshold 0.65."""
-    from transforms.bucketed.settings import OFF as off
-
-    d, flag = defaults, add_flag
-    flag(parser, "language", default=d.language,
-         help=f"keep documents whose every --language-fields field equals this; {off}: no language filter")
-    flag(parser, "lid-threshold", type=float, default=d.lid_threshold, help="minimum LID score (--lid-score-field)")
-    flag(parser, "min-token-count", type=int, default=d.min_token_count,
-         help="minimum source token count (--token-count-field)")
-    flag(parser, "text-field", default=d.text_field, help="field of the document text")
-    flag(parser, "id-field", default=d.id_field, help="field of the document id")
-    flag(parser, "language-fields", default=d.language_fields,
-         help="comma-separated fields that must each equal --language")
-    flag(parser, "lid-score-field", default=d.lid_score_field,
-         help=f"field of the LID score compared with --lid-threshold; {off}: no score check")
-    flag(parser, "token-count-field", default=d.token_count_field,
-         help=f"field of the source token count compared with --min-token-count; {off}: no count check")
-
-
-def add_card_flags(parser: argparse.ArgumentParser) -> None:
-    """The dataset card's metadata (shards/card.py) and how inputs are fingerprinted in it. For
-    FinePDFs (ODC-By): --license odc-by --source-dataset HuggingFaceFW/finepdfs-edu."""
-    add_flag(parser, "license", default=None,
-             help="the card's license (a Hub license id, e.g. odc-by for FinePDFs); default: the hub input's "
-             "card's, else unknown")
-    add_flag(parser, "source-dataset", default=None,
-             help="the card's source_datasets, comma-separated Hub ids (e.g. HuggingFaceFW/finepdfs-edu); "
-             "default: the hub input's dataset, else none")
-    add_flag(parser, "input-sha256", action="store_true",
-             help="fingerprint local input files by their sha256 (read once more at launch) rather than their "
-             "mtime, so that a copy of the same bytes is recorded the same")
-
-
-def defaults(settings_cls) -> argparse.Namespace:
-    """The defaults of a settings dataclass, for its flags' help: read off the class, so that
-    ``--help`` builds no settings object (whose checks import the steps, and Beam)."""
-    import dataclasses
-
-    return argparse.Namespace(**{f.name: f.default for f in dataclasses.fields(settings_cls)})
-
-
-def parse_settings(parser: argparse.ArgumentParser, argv: list[str], settings_cls, integers: tuple[str, ...] = ()):
-    """The job's settings object from its flags (``integers`` may be given as 1.5e9), and Beam's
-    PipelineOptions from the rest.
+def parse_settings(parser: argparse.ArgumentParser, argv: list[str], settings_cls):
+    """The job's settings object from its flags (those its fields say are spelled as floats may be
+    given as 1.5e9), and Beam's PipelineOptions from the rest.
 
     In the order a person wants to hear about a mistake, and cheapest first: the job's own flags,
     then that a local ``--input`` names files (before Beam loads, and before any tokenizer), then
@@ -215,7 +181,9 @@ def parse_settings(parser: argparse.ArgumentParser, argv: list[str], settings_cl
         check_input(values["input"])
     check_beam_flags(beam_args, _long_flags(parser))
     beam_args = _beam_args(ours, beam_args)
-    for name in integers:
+    from transforms.core.settings import spelled_as_float
+
+    for name in spelled_as_float(settings_cls):
         values[name] = int(values[name])
     from apache_beam.options.pipeline_options import PipelineOptions
 

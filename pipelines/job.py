@@ -52,11 +52,7 @@ def run_job(
             print(plan(options), flush=True)
             return None
         mode = RunMode(dry_run=is_dry_run(pipeline_options), wait=wait)
-        import apache_beam as beam
-
-        pipeline = beam.Pipeline(options=pipeline_options)
-        with building(mode) as built:
-            build(pipeline, options, run_id, built)
+        pipeline = _built(build, options, pipeline_options, run_id, mode)
     output = storage.normalize(options.output)
     result = None
     interrupted = []
@@ -80,6 +76,16 @@ def run_job(
     stats = read_stats(options.output)
     print(summary_table(stats, storage.normalize(options.output), seconds), flush=True)
     return stats
+
+
+def _built(build, options, pipeline_options: PipelineOptions, run_id: str, mode: RunMode) -> beam.Pipeline:
+    """The job's pipeline, built by ``build`` in ``mode``."""
+    import apache_beam as beam
+
+    pipeline = beam.Pipeline(options=pipeline_options)
+    with building(mode) as built:
+        build(pipeline, options, run_id, built)
+    return pipeline
 
 
 def _not_waiting(mode: RunMode, result, output: str, pipeline_options: PipelineOptions) -> str:

@@ -68,17 +68,8 @@ def prepare(options: RemoveOptions, write: bool = True, plan_url: str | None = N
     dataset_stats.txt removed before any shard changes. Without ``write`` (a dry run) the same
     reading and checks, and nothing is written in the tree (the plan's rows go to ``plan_url``).
     """
-    from transforms.tools.surgery import (
-        check_plan,
-        drop_derived_exports,
-        load_journal,
-        make_plan,
-        purge_saved_work,
-        read_tree_log,
-        write_journal,
-    )
+    from transforms.tools.surgery import check_plan, load_journal, read_tree_log, write_journal
 
-    log_url = storage.join(options.output, REMOVALS_NAME)
     audit = read_tree_log(options.output)  # a log it cannot read stops the removal here, naming the line
     plan = load_journal(options.output)
     if plan is not None:
@@ -90,35 +81,54 @@ def prepare(options: RemoveOptions, write: bool = True, plan_url: str | None = N
         check_plan(options.output, plan)
         plan = dataclasses.replace(plan, resumed=True)
     else:
-        ids, list_field = read_removal_source(options.removal_list)
-        out = tree.OutputTree.open(options.output)
-        id_field = tree_id_field(out.stats_text)
-        if audit is not None and id_field is not None:
-            check_id_field(audit.id_field, log_url, id_field, flag="the tree's id field")
-        if id_field is not None:
-            check_id_field(list_field, f"--removal-list {options.removal_list}", id_field, flag="the tree's id field")
-        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        plan = make_plan(options.output, ids, run=uuid.uuid4().hex[:12], utc_time=now, plan_url=plan_url)
-        _report_not_found(plan, len(ids), set(audit.ids) if audit is not None else set())
-        if not plan.files:
+        plan = _new_plan(options, audit, plan_url)
+        if plan is None:
             return None
-        check_plan(options.output, plan)
-        if not write:
-            return plan
-        write_journal(options.output, plan)
+        if write:
+            write_journal(options.output, plan)
     if not write:
         return plan
-    purged = purge_saved_work(options.output)  # the journal holds the request: a kill here is finished by a re-run
+    _delete_stale(options.output)
+    tree.delete_listed(options.output, [layout.STATS_NAME])  # the tree reads as unfinished until the removal is done
+    return plan
+
+
+def _new_plan(options: RemoveOptions, audit, plan_url: str | None) -> RemovalPlan | None:
+    """A new plan for the list's ids, checked against the files; None when no listed id is in the
+    tree. A list or log of ids of another field than the tree's is refused."""
+    from transforms.tools.surgery import check_plan, make_plan
+
+    ids, list_field = read_removal_source(options.removal_list)
+    out = tree.OutputTree.open(options.output)
+    id_field = tree_id_field(out.stats_text)
+    if audit is not None and id_field is not None:
+        check_id_field(audit.id_field, storage.join(options.output, REMOVALS_NAME), id_field,
+                       flag="the tree's id field")
+    if id_field is not None:
+        check_id_field(list_field, f"--removal-list {options.removal_list}", id_field, flag="the tree's id field")
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    plan = make_plan(options.output, ids, run=uuid.uuid4().hex[:12], utc_time=now, plan_url=plan_url)
+    _report_not_found(plan, len(ids), set(audit.ids) if audit is not None else set())
+    if not plan.files:
+        return None
+    check_plan(options.output, plan)
+    return plan
+
+
+def _delete_stale(output: str) -> None:
+    """Once the journal holds the request: delete the saved work of interrupted runs (it may hold
+    the removed documents) and the files derived from the old shards, saying so."""
+    from transforms.tools.surgery import drop_derived_exports, purge_saved_work
+
+    purged = purge_saved_work(output)  # the journal holds the request: a kill here is finished by a re-run
     if purged:
         print(f"deleted the saved work of interrupted runs ({', '.join(purged)}): it may hold the removed "
               "documents; the next bucketed run starts afresh", flush=True)
-    derived = drop_derived_exports(options.output)  # stale once a shard changes; a re-run deletes them too
+    derived = drop_derived_exports(output)  # stale once a shard changes; a re-run deletes them too
     if derived:
         tops = ", ".join(sorted({d.split("/")[0] for d in derived}))
         print(f"deleted {len(derived)} files derived from the old shards ({tops}): run export megatron / stats "
               "again once the removal is done", flush=True)
-    tree.delete_listed(options.output, [layout.STATS_NAME])  # the tree reads as unfinished until the removal is done
-    return plan
 
 
 def _report_not_found(plan: RemovalPlan, listed: int, already: set[str]) -> None:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from pipelines import flags, job, launch, progress, run_mode, summary
 from shards import llmc, lock
 from shards.llmc import ScaffoldStats
-from transforms.scaffold.settings import ANNOTATED_FIELD, LONG_DOC_POLICIES, PLAIN_FIELD, ScaffoldSettings
+from transforms.scaffold.settings import ScaffoldSettings
 
 if TYPE_CHECKING:  # Beam and the steps are imported by build(): --help and a flag's error import none of it
     import apache_beam as beam
@@ -24,31 +24,15 @@ if TYPE_CHECKING:  # Beam and the steps are imported by build(): --help and a fl
 log = logging.getLogger(__name__)
 
 def make_parser() -> argparse.ArgumentParser:
-    d, flag = flags.defaults(ScaffoldSettings), flags.add_flag
     p = flags.job_parser("scaffold", "Encode documents with a countdown token before every word (GPT-2 BPE + "
-                          "<ff_N> ids 50257..51256) into llm.c shards: train/shard_NNN.bin, val/shard_NNN.bin.",
-                          ".json/.jsonl (or .parquet with --annotate)")
-    flag(p, "annotate", action="store_true", help="the input is plain text (id, text): split it into words here")
-    flag(p, "id-field", default=d.id_field, help="field of the document id")
-    flag(p, "text-field", default=None, help=f"field of the text (default {ANNOTATED_FIELD}, or {PLAIN_FIELD} "
-          "with --annotate)")
-    flag(p, "tokenizer", default=d.tokenizer, help="gpt2 | tiktoken:PATH (GPT-2 ranks) | hf:NAME_OR_PATH")
-    flag(p, "long-docs", default=d.long_docs, choices=LONG_DOC_POLICIES,
-          help="documents over 1,000 words: skip (drop, counted) or chunk (1,000-word documents)")
-    flag(p, "max-word-chars", type=int, default=d.max_word_chars,
-          help="drop (counted) a document with a word longer than this many characters; 0: no limit")
-    flag(p, "val-fraction", type=float, default=d.val_fraction, help="share of documents in val/, by id hash")
-    flag(p, "shard-tokens", type=float, default=d.shard_tokens, help="tokens in every shard but the last")
-    flag(p, "seed", type=int, default=d.seed, help="seed of the document order")
-    flag(p, "order-ranges", type=int, default=d.order_ranges,
-          help="pieces (a power of two) each split's ordering is cut into; changes memory, never the bytes")
-    flags.add_common_flags(p)
-    flags.add_card_flags(p)
+                         "<ff_N> ids 50257..51256) into llm.c shards: train/shard_NNN.bin, val/shard_NNN.bin.",
+                         ".json/.jsonl (or .parquet with --annotate)")
+    flags.add_setting_flags(p, ScaffoldSettings)
     return p
 
 
 def parse_args(argv: list[str]) -> tuple[ScaffoldSettings, PipelineOptions]:
-    return flags.parse_settings(make_parser(), argv, ScaffoldSettings, integers=("shard_tokens",))
+    return flags.parse_settings(make_parser(), argv, ScaffoldSettings)
 
 
 def build(pipeline: beam.Pipeline, options: ScaffoldSettings, run_id: str | None = None,
