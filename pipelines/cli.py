@@ -35,6 +35,8 @@ JOBS = {
 PUBLISHING = {"bucketed", "scaffold", "remove", "train-bpe"}
 # Plain tools without a pipeline: any ValueError or OSError they raise is about how they were asked.
 PLAIN_TOOLS = {"decode", "export", "stats"}
+# Jobs that can return once the runner has them, without waiting (main's ``wait``).
+SUBMITTABLE = ("bucketed", "scaffold")
 
 _BAD_INPUT = re.compile(re.escape(BadInputError.PREFIX) + r"(.+?)(?: \[while running |\\n|\n|$)")
 # A store a worker could not reach: "cannot reach URL: connection failed: ..." (storage.reaching).
@@ -117,6 +119,9 @@ def main(argv: list[str] | None = None, wait: bool = True) -> int:
         close = difflib.get_close_matches(job, JOBS, n=1)
         hint = f" (did you mean {close[0]}?)" if close else ""
         print(f"pretokenize: unknown job {job!r}{hint}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    if not wait and job not in SUBMITTABLE:
+        print(f"pretokenize {job}: only {' and '.join(SUBMITTABLE)} can be submitted without waiting", file=sys.stderr)
         return 2
     _set_up_logging()
     # Imported here, not above: `pretokenize --help` and a job's --help import no Beam (nor numpy).

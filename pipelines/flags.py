@@ -110,6 +110,16 @@ def job_parser(job: str, description: str, inputs: str, resumable: bool = True) 
     return p
 
 
+def tool_parser(job: str, description: str) -> argparse.ArgumentParser:
+    """The parser of a tool over a finished tree that runs a pipeline (remove, verify); it adds its flags."""
+    return argparse.ArgumentParser(
+        prog=f"pretokenize {job}",
+        description=description,
+        epilog="Other flags go to Beam's PipelineOptions (--runner, ...).",
+        formatter_class=DefaultsHelpFormatter,
+    )
+
+
 def add_break_lock_flag(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "break-lock", action="store_true", help=lock.BREAK_HELP)
 

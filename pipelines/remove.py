@@ -9,7 +9,6 @@ running the same command again.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import datetime
 import logging
@@ -18,8 +17,7 @@ import uuid
 from typing import TYPE_CHECKING
 
 from pipelines.errors import RunStopped, launching, no_space_message, noting_interrupts
-from pipelines.flags import add_break_lock_flag, add_flag, add_workers_flag, parse_job_args
-from pipelines.help_format import DefaultsHelpFormatter
+from pipelines.flags import add_break_lock_flag, add_flag, add_workers_flag, parse_job_args, tool_parser
 from pipelines.run_mode import end_dry_run, is_dry_run
 from shards import layout, lock, storage, tree
 from shards.manifest import DatasetStats
@@ -42,12 +40,7 @@ class RemoveOptions:
 
 
 def parse_args(argv: list[str]) -> tuple[RemoveOptions, PipelineOptions]:
-    p = argparse.ArgumentParser(
-        prog="pretokenize remove",
-        description="Remove the documents a list of original ids names from a bucketed output, in place.",
-        epilog="Other flags go to Beam's PipelineOptions (--runner, ...).",
-        formatter_class=DefaultsHelpFormatter,
-    )
+    p = tool_parser("remove", "Remove the documents a list of original ids names from a bucketed output, in place.")
     add_flag(p, "output", required=True, help="the output tree of pretokenize bucketed")
     add_flag(p, "removal-list", required=True, help="ids to remove, one a line, no comments; path or URL")
     add_workers_flag(p)

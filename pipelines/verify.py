@@ -21,8 +21,7 @@ import uuid
 from typing import TYPE_CHECKING
 
 from pipelines.errors import launching
-from pipelines.flags import add_flag, add_workers_flag, parse_job_args
-from pipelines.help_format import DefaultsHelpFormatter
+from pipelines.flags import add_flag, add_workers_flag, parse_job_args, tool_parser
 from pipelines.run_mode import end_dry_run, is_dry_run
 from shards import layout, llmc, lock, storage
 from shards.removal import DEFAULT_ID_FIELD, REMOVALS_NAME, read_log, read_removal_list
@@ -34,12 +33,7 @@ if TYPE_CHECKING:  # Beam and the checks are imported once the flags are read: -
 
 
 def parse_args(argv: list[str]):
-    p = argparse.ArgumentParser(
-        prog="pretokenize verify",
-        description="Check a bucketed output tree against its format (and its source with --input).",
-        epilog="Other flags go to Beam's PipelineOptions (--runner, ...).",
-        formatter_class=DefaultsHelpFormatter,
-    )
+    p = tool_parser("verify", "Check a bucketed output tree against its format (and its source with --input).")
     add_flag(p, "output", required=True, help="the output tree to check (bucketed or scaffold)")
     add_flag(p, "input", default=None, help="the source documents, to re-tokenize and compare")
     add_flag(p, "sample", type=float, default=1.0, help="fraction of ids to compare with the source (default 1)")

@@ -23,7 +23,7 @@ import sys
 from pipelines import cli
 from transforms.core.records import UsageError
 
-TEMPLATE_JOBS = ("bucketed", "scaffold")
+TEMPLATE_JOBS = cli.SUBMITTABLE  # a template's launcher must not wait for its job
 _TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no", "")
 
 
