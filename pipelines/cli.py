@@ -84,6 +84,14 @@ def unreachable_message(error: BaseException) -> str | None:
     return None
 
 
+def _unknown_job(job: str) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(job, JOBS, n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    return f"pretokenize: unknown job {job!r}{hint}\n\n{_usage()}"
+
+
 def _set_up_logging() -> None:
     """A job's log: its progress lines, and one line for an error, never buried in a runner's."""
     # Beam's own INFO chatter would bury the job's progress lines: only ours log at INFO.
@@ -114,11 +122,7 @@ def main(argv: list[str] | None = None, wait: bool = True) -> int:
         return 0
     job, rest = argv[0], argv[1:]
     if job not in JOBS:
-        import difflib
-
-        close = difflib.get_close_matches(job, JOBS, n=1)
-        hint = f" (did you mean {close[0]}?)" if close else ""
-        print(f"pretokenize: unknown job {job!r}{hint}\n\n{_usage()}", file=sys.stderr)
+        print(_unknown_job(job), file=sys.stderr)
         return 2
     if not wait and job not in SUBMITTABLE:
         print(f"pretokenize {job}: only {' and '.join(SUBMITTABLE)} can be submitted without waiting", file=sys.stderr)
