@@ -9,174 +9,131 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import logging
-import os
 from typing import TYPE_CHECKING
 
-from pipelines import common
-from shards import layout, lock, storage, tree
+from pipelines import flags, job, launch, progress, run_mode, summary
+from pipelines.removal_sources import RemovalSources
+from shards import layout, lock, storage
 from shards.manifest import DatasetStats
-from shards.removal import REMOVALS_NAME, check_id_field, read_removal_list, read_removal_source, tree_id_field
-from transforms.bucketed.settings import BucketedSettings
-from transforms.core.encoders import BACKENDS, SPECIAL_TOKEN_MODES
+from transforms.bucketed.settings import DOCUMENT_FILTER_FLAGS, BucketedSettings
+from transforms.core.settings import CARD_FLAGS
 
 if TYPE_CHECKING:  # Beam and the steps are imported by build(): --help and a flag's error import none of it
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
+    from transforms.bucketed.format import BucketedFormat
+    from transforms.bucketed.tokenize import TokenizerConfig
+    from transforms.bucketed.write import ShardConfig
+    from transforms.core import resume
+    from transforms.inputs.read import ReadUnitFn
+
 log = logging.getLogger(__name__)
 
 
 def make_parser() -> argparse.ArgumentParser:
-    d, flag = common.defaults(BucketedSettings), common.add_flag
-    p = common.job_parser("bucketed", "Tokenize parquet/JSONL documents into length-bucketed uint32 shards "
-                          "(FinePDFs-Edu layout).", ".parquet/.jsonl files")
-    common.add_document_filter_flags(p, d)
-    flag(p, "tokenizer", default=d.tokenizer,
-         help="jet-nemotron | jet-nemotron:PATH | gpt2 | tiktoken:PATH | hf:NAME_OR_PATH | trained:DIR")
-    flag(p, "tokenizer-backend", default=d.tokenizer_backend, choices=list(BACKENDS),
-         help="auto: quicktok where it encodes the tokenizer exactly (jet-nemotron), else tiktoken")
-    flag(p, "tokenizer-threads", type=int, default=d.tokenizer_threads,
-         help="threads of quicktok's batch call per worker (more only for a local run on a large machine)")
-    flag(p, "eos-token", default=None,
-         help="for hf: and trained: tokenizers, the token appended as EOS (default: its eos)")
-    flag(p, "dtype", default=d.dtype, choices=sorted(layout.DTYPES), help="token dtype on disk")
-    flag(p, "partitions", type=int, default=d.partitions, help="partitions per bucket")
-    flag(p, "max-shard-bytes", type=float, default=d.max_shard_bytes, help="roll to a new file before this size")
-    flag(p, "seed", type=int, default=d.seed, help="seed of the order inside each partition")
-    flag(p, "read-connections", type=int, default=d.read_connections,
-         help="range requests in flight per writer reading spill files on an object store (never changes the bytes)")
-    flag(p, "batch-docs", type=int, default=d.batch_docs, help="documents per tokenizer batch")
-    flag(p, "removal-list", default=None, help="ids to leave out, one a line, no comments, or a removals.txt")
-    flag(p, "special-tokens", default=d.special_tokens, choices=list(SPECIAL_TOKEN_MODES),
-         help="text: an added-token string (<|endoftext|>, <tool_call>, ...) in a document is encoded as text; "
-              "tokenizer: as its single id, as AutoTokenizer does (EOS may then appear inside a document)")
-    common.add_common_flags(p)
-    common.add_card_flags(p)
+    p = flags.job_parser("bucketed", "Tokenize parquet/JSONL documents into length-bucketed uint32 shards "
+                         "(FinePDFs-Edu layout).", ".parquet/.jsonl files")
+    flags.add_setting_flags(p, BucketedSettings, DOCUMENT_FILTER_FLAGS + (
+        "tokenizer", "tokenizer_backend", "tokenizer_threads", "eos_token", "dtype", "partitions", "max_shard_bytes",
+        "seed", "read_connections", "batch_docs", "removal_list", "special_tokens", "on_bad_record") + CARD_FLAGS)
     return p
 
 
 def parse_args(argv: list[str]) -> tuple[BucketedSettings, PipelineOptions]:
-    return common.parse_settings(make_parser(), argv, BucketedSettings, integers=("max_shard_bytes",))
+    return flags.parse_settings(make_parser(), argv, BucketedSettings)
 
 
-def build(pipeline: beam.Pipeline, options: BucketedSettings, run_id: str | None = None):
+def build(pipeline: beam.Pipeline, options: BucketedSettings, run_id: str | None = None,
+          mode: run_mode.RunMode = run_mode.RUN):
     """Adds the job to ``pipeline``; returns the PCollection holding the published DatasetStats.
 
-    Everything checkable is checked here, before the pipeline runs: the tokenizer loads and fits
-    the dtype, and every input file exists and has the columns the job reads. Input units an
-    interrupted run with the same input and settings finished are not redone (transforms.core.resume).
+    Each input unit is read, cleared of removed ids, filtered, tokenized and spilled in one step,
+    its completion recorded (resume.ProcessUnits); the spilled references are then grouped into
+    shards, and the shards published with the stats. What is checked and prepared first: see _launch.
     """
     import apache_beam as beam
 
     from transforms.bucketed.filter import DROPPED, FilterLanguageFn
-    from transforms.bucketed.format import BucketedFormat
-    from transforms.bucketed.removal import MATCHED, DropRemoved, DropRemovedFn
+    from transforms.bucketed.removal import MATCHED, DropRemovedFn
     from transforms.bucketed.tokenize import TokenizeFn
     from transforms.bucketed.write import WriteShards, spill_fn
     from transforms.core import resume
-    from transforms.core.provenance import launch_provenance
     from transforms.core.publish import PublishOutput
-    from transforms.inputs.read import RECORDS, CountRecords, ReadDocuments, ReadUnitFn
-    from transforms.tools.surgery import JOURNAL_DIR, load_journal, read_tree_log
+    from transforms.inputs.read import RECORDS, CountRecords
 
-    output = storage.normalize(options.output)
-    tokenizer = options.tokenizer_config()
-    encoder = tokenizer.load()
-    tokenizer = tokenizer.pinned(encoder)  # each worker checks it loads these very files
-    lid = options.lid_filter()
-    shards = options.shard_config(run_id or common.new_run_id())
-    read_config = options.read_config()
-    progress_dir = common.progress_dir(pipeline.options, run_id)
-    read = ReadDocuments(read_config, progress_dir=progress_dir)
-    units = read.units  # planned and checked here; read by ProcessUnits
-    pending = load_journal(output) if tree.read_record(output) is not None else None
-    keep = (JOURNAL_DIR,) if pending else ()
-    # Removal requests this output has accepted stay honoured: the ids removals.txt lists as taken
-    # out, and those of a removal that was interrupted (its journal), which this run finishes.
-    # removals.txt is read as the log it is, strictly; a run that would read ids from another
-    # field than the one they are values of is refused (the removed documents would come back).
-    tree_log = read_tree_log(output)
-    removals_txt = output if tree_log is not None else None  # the tree itself: its removals.txt is its log
-    if tree_log is not None:
-        check_id_field(tree_log.id_field or tree_id_field(_stats_text(output)), storage.join(output, REMOVALS_NAME),
-                       options.id_field)
-    if pending is not None:
-        check_id_field(tree_id_field(pending.stats_before), f"the unfinished removal {pending.run} in {output}",
-                       options.id_field)
-    lists = [storage.normalize(options.removal_list)] if options.removal_list else []
-    for url in lists:
-        _, list_field = read_removal_source(url)
-        check_id_field(list_field, f"--removal-list {url}", options.id_field)
-    removal_ids = removed_ids(lists + ([removals_txt] if removals_txt else []), pending)
-    description = resume.WorkDescription.of("bucketed", options, units, {
-        "tokenizer_probe": resume.tokenizer_probe(encoder),
-        "removal_ids": hashlib.sha256("\n".join(sorted(removal_ids)).encode()).hexdigest()[:16],
-    }, ignore=("read_connections",))
-    work = common.prepare_output(output, "bucketed", inputs=[u.path for u in units], keep=keep, work=description,
-                                 restart=options.restart)
-    shards = dataclasses.replace(shards, work_dir=work.dir_name)
-    common.announce_write_stages(progress_dir, units, work.done, "tokenize", "tokenize")
-    sources = list(lists)
-    if options.removal_list:
-        shards = dataclasses.replace(shards, removal_list=storage.normalize(options.removal_list))
-    if removals_txt:
-        sources.append(removals_txt)
-        log.warning("%s has a %s: the documents it lists stay out", output, REMOVALS_NAME)
-    if pending is not None:
-        scratch = common.dry_run_scratch()  # a dry run writes nothing into the output
-        ids = "".join(f"{i}\n" for _, i, _ in pending.removed_rows).encode()
-        if scratch is not None:
-            pending_list = os.path.join(scratch, tree.Tree.PENDING_REMOVAL_LIST)
-            storage.write_atomic(pending_list, ids)
-        else:
-            name = tree.Tree.temp_name(shards.run_id, tree.Tree.PENDING_REMOVAL_LIST)
-            tree.Tree(output).write(name, ids)
-            pending_list = storage.join(output, name)
-        sources.append(pending_list)
-        shards = dataclasses.replace(shards, pending_removal=pending.run)
-        log.warning("%s has an unfinished removal (run %s, %d documents): they stay out, and this run "
-                    "records them in %s", output, pending.run, len(pending.removed_rows), REMOVALS_NAME)
-    removal = DropRemoved(*sources) if sources else None
-    publish_format = BucketedFormat(
-        options, encoder.eos_id, encoder.max_token_id + 1, shards, len(removal.ids) if removal else None,
-        tokenizer_backend=encoder.library,
-        provenance=launch_provenance("bucketed", options, units, options.tokenizer),
-    )
-
-    # Each input unit read, filtered, tokenized and spilled in one step, its completion recorded.
-    steps = [DropRemovedFn(tuple(sources))] if removal is not None else []
-    steps += [FilterLanguageFn(lid), TokenizeFn(tokenizer)]
-    tags = (DROPPED, RECORDS, MATCHED) if removal is not None else (DROPPED, RECORDS)
+    run = _launch(pipeline, options, run_id, mode)
+    steps = [DropRemovedFn(run.removal_sources)] if run.removal_sources else []
+    steps += [FilterLanguageFn(options.lid_filter()), TokenizeFn(run.tokenizer)]
+    tags = (DROPPED, RECORDS, MATCHED) if run.removal_sources else (DROPPED, RECORDS)
     spilled = pipeline | "TokenizeInputUnits" >> resume.ProcessUnits(
-        work, units, work.done, ReadUnitFn(read_config, read.planned if progress_dir else None, progress_dir), steps,
-        spill_fn(shards), tags)
+        run.work, run.units, run.work.done, run.read_unit, steps, spill_fn(run.shards), tags)
     raw = spilled[RECORDS] | "CountDocuments" >> CountRecords()
     drops = [spilled[DROPPED]]
-    removal_found = None
-    if removal is not None:
+    extras = {}
+    if run.removal_sources:
         removal_found = (
             spilled[MATCHED]
             | "DistinctRemovedIds" >> beam.Distinct()
             | "CountRemovedIds" >> beam.combiners.Count.Globally()
         )
-    written = spilled.refs | "WriteShards" >> WriteShards(shards, spilled=True)
+        extras["removal_found"] = beam.pvalue.AsSingleton(removal_found)
+    written = spilled.refs | "WriteShards" >> WriteShards(run.shards, spilled=True)
     drops.append(written[DROPPED])
-    extras = {} if removal_found is None else {"removal_found": beam.pvalue.AsSingleton(removal_found)}
-    return written.groups | "PublishOutput" >> PublishOutput(publish_format, shards, raw, tuple(drops), **extras)
+    return written.groups | "PublishOutput" >> PublishOutput(run.publish_format, run.shards, raw, tuple(drops),
+                                                             **extras)
 
 
-def _stats_text(output: str) -> str | None:
-    return tree.OutputTree.open(output).stats_text if tree.read_record(output) is not None else None
+@dataclasses.dataclass(frozen=True)
+class _Launched:
+    """What build checked and prepared before it adds a step."""
+
+    tokenizer: TokenizerConfig  # pinned to the files the launcher loaded
+    units: list  # the input's units, planned and checked
+    read_unit: ReadUnitFn
+    work: resume.SavedWork  # the output claimed; the units an interrupted run finished
+    shards: ShardConfig
+    removal_sources: tuple[str, ...]  # what DropRemovedFn reads ids from (none: no removal)
+    publish_format: BucketedFormat
 
 
-def removed_ids(lists: list[str], pending) -> set[str]:
-    """The ids a run leaves out: those of the removal lists (and removals.txt), and of a pending removal."""
-    ids = {i for url in lists for i in read_removal_list(url)}
-    if pending is not None:
-        ids.update(i for _, i, _ in pending.removed_rows)
-    return ids
+def _launch(pipeline: beam.Pipeline, options: BucketedSettings, run_id: str | None, mode: run_mode.RunMode):
+    """Everything checkable, checked before the pipeline runs: the tokenizer loads and fits the
+    dtype, every input file exists and has the columns the job reads, and the removal sources'
+    ids are values of --id-field. Then the output is claimed (launch.prepare_output): input units
+    an interrupted run with the same input and settings finished are not redone (transforms.core.resume),
+    and the removal requests the output accepted stay honoured (pipelines/removal_sources.py)."""
+    from transforms.bucketed.format import BucketedFormat
+    from transforms.bucketed.removal import DropRemoved
+    from transforms.core import resume
+    from transforms.core.provenance import launch_provenance
+    from transforms.inputs.read import ReadDocuments, ReadUnitFn
+
+    output = storage.normalize(options.output)
+    tokenizer = options.tokenizer_config()
+    encoder = tokenizer.load()
+    tokenizer = tokenizer.pinned(encoder)  # each worker checks it loads these very files
+    shards = options.shard_config(run_id or launch.new_run_id())
+    read_config = options.read_config()
+    progress_dir = progress.progress_dir(pipeline.options, run_id)
+    read = ReadDocuments(read_config, progress_dir=progress_dir)
+    removals = RemovalSources.read(output, options)
+    description = resume.WorkDescription.of("bucketed", options, read.units, {
+        "tokenizer_probe": resume.tokenizer_probe(encoder),
+        "removal_ids": removals.fingerprint(),
+    }, ignore=("read_connections",))
+    work = launch.prepare_output(output, "bucketed", inputs=[u.path for u in read.units], keep=removals.keep,
+                                 work=description, restart=options.restart, mode=mode)
+    progress.announce_write_stages(progress_dir, read.units, work.done, "tokenize", "tokenize")
+    sources, shards = removals.stage(dataclasses.replace(shards, work_dir=work.dir_name), mode.scratch)
+    publish_format = BucketedFormat(
+        options, encoder.eos_id, encoder.max_token_id + 1, shards, len(DropRemoved(*sources).ids) if sources else None,
+        tokenizer_backend=encoder.library,
+        provenance=launch_provenance("bucketed", options, read.units, options.tokenizer),
+    )
+    read_unit = ReadUnitFn(read_config, read.planned if progress_dir else None, progress_dir)
+    return _Launched(tokenizer, read.units, read_unit, work, shards, sources, publish_format)
 
 
 def summary_table(stats: DatasetStats, output: str, seconds: float) -> str:
@@ -187,18 +144,19 @@ def summary_table(stats: DatasetStats, output: str, seconds: float) -> str:
             lines.append(f"{name:>8} {b.documents:>12,} {b.tokens:>16,} {b.files:>6}")
     lines.append(f"{'total':>8} {stats.kept_documents:>12,} {stats.total_tokens:>16,} {stats.total_files:>6}")
     lines.append("")
-    lines += common.drop_lines(stats.raw_documents, stats.kept_documents, stats.drops)
+    lines += summary.drop_lines(stats.raw_documents, stats.kept_documents, stats.drops)
     if stats.removal_list_ids is not None:
         lines.append(
             f"removal list: {stats.removal_list_ids:,} ids, {stats.removal_ids_not_found:,} of them not in the input"
         )
-    lines += common.timing_lines(stats.total_tokens, seconds, output)
+    lines += summary.timing_lines(stats.total_tokens, seconds, output)
     return "\n".join(lines)
 
 
 @lock.command("bucketed")
-def run(argv: list[str] | None = None) -> DatasetStats:
-    return common.run_job(argv or [], parse_args, build, summary_table, plan=_plan)
+def run(argv: list[str] | None = None, wait: bool = True) -> DatasetStats | None:
+    """``wait``: False to return once the runner has the job (a Flex Template's launcher)."""
+    return job.run_job(argv or [], parse_args, build, summary_table, plan=_plan, wait=wait)
 
 
 def _plan(options: BucketedSettings) -> str:

@@ -35,6 +35,8 @@ JOBS = {
 PUBLISHING = {"bucketed", "scaffold", "remove", "train-bpe"}
 # Plain tools without a pipeline: any ValueError or OSError they raise is about how they were asked.
 PLAIN_TOOLS = {"decode", "export", "stats"}
+# Jobs that can return once the runner has them, without waiting (main's ``wait``).
+SUBMITTABLE = ("bucketed", "scaffold")
 
 _BAD_INPUT = re.compile(re.escape(BadInputError.PREFIX) + r"(.+?)(?: \[while running |\\n|\n|$)")
 # A store a worker could not reach: "cannot reach URL: connection failed: ..." (storage.reaching).
@@ -82,6 +84,14 @@ def unreachable_message(error: BaseException) -> str | None:
     return None
 
 
+def _unknown_job(job: str) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(job, JOBS, n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    return f"pretokenize: unknown job {job!r}{hint}\n\n{_usage()}"
+
+
 class StderrHandler(logging.StreamHandler):
     """Writes each record to ``sys.stderr`` as it is when the record is logged, not as it was when
     logging was set up. main() may run inside a host that swaps stderr and closes the one it
@@ -102,24 +112,8 @@ class StderrHandler(logging.StreamHandler):
         pass  # StreamHandler.__init__ sets it; the current stderr is always the one written to
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] in ("-h", "--help"):
-        print(_usage())
-        return 0 if argv else 2
-    if argv[0] == "--version" or (argv[0] in JOBS and "--version" in argv[1:]):
-        from shards.provenance import tool_version
-
-        print(f"pretokenize (beam-pretokenize) {tool_version()}")
-        return 0
-    job, rest = argv[0], argv[1:]
-    if job not in JOBS:
-        import difflib
-
-        close = difflib.get_close_matches(job, JOBS, n=1)
-        hint = f" (did you mean {close[0]}?)" if close else ""
-        print(f"pretokenize: unknown job {job!r}{hint}\n\n{_usage()}", file=sys.stderr)
-        return 2
+def _set_up_logging() -> None:
+    """A job's log: its progress lines, and one line for an error, never buried in a runner's."""
     # Beam's own INFO chatter would bury the job's progress lines: only ours log at INFO.
     logging.basicConfig(level=logging.WARNING, handlers=[StderrHandler()], force=True)
     for ours in ("pretokenize", "transforms", "pipelines"):
@@ -132,8 +126,30 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("apache_beam.runners.common").setLevel(logging.CRITICAL)
     # gcsfs logs a failed request's traceback before raising it; the error is said below, in one line.
     logging.getLogger("gcsfs").setLevel(logging.CRITICAL)
+
+
+def main(argv: list[str] | None = None, wait: bool = True) -> int:
+    """Runs one job; ``wait``: False for a job that returns once the runner has it (bucketed and
+    scaffold, from a Flex Template's launcher: deploy/dataflow/main.py)."""
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_usage())
+        return 0 if argv else 2
+    if argv[0] == "--version" or (argv[0] in JOBS and "--version" in argv[1:]):
+        from shards.provenance import tool_version
+
+        print(f"pretokenize (beam-pretokenize) {tool_version()}")
+        return 0
+    job, rest = argv[0], argv[1:]
+    if job not in JOBS:
+        print(_unknown_job(job), file=sys.stderr)
+        return 2
+    if not wait and job not in SUBMITTABLE:
+        print(f"pretokenize {job}: only {' and '.join(SUBMITTABLE)} can be submitted without waiting", file=sys.stderr)
+        return 2
+    _set_up_logging()
     # Imported here, not above: `pretokenize --help` and a job's --help import no Beam (nor numpy).
-    from pipelines.common import RunStopped, launching
+    from pipelines.errors import RunStopped, launching
 
     module = __import__(JOBS[job][0], fromlist=["run"])
     published = "; nothing was published" if job in PUBLISHING else ""
@@ -142,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
             with launching():
                 result = module.run(rest)
         else:
-            result = module.run(rest)
+            result = module.run(rest, **({} if wait else {"wait": False}))
     except UsageError as e:
         print(f"pretokenize {job}: {e}{published}", file=sys.stderr)
         return 2

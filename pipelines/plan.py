@@ -225,35 +225,14 @@ def _table(rows: list[tuple[str, ...]]) -> list[str]:
 
 def bucketed(options) -> str:
     """The plan of ``pretokenize bucketed`` with these BucketedSettings."""
-    from transforms.bucketed.filter import drop_masks
-    from transforms.bucketed.tokenize import encode_batch
-
     output = storage.normalize(options.output)
     tokenizer = options.tokenizer_config()
     encoder = tokenizer.load()
     lid = options.lid_filter()
     config = options.read_config()
     plan = plan_and_sample(config)
-    drops: dict[str, int] = {}
-    lengths, ids, cpu = [], [], 0.0
     dtype = np.dtype(options.dtype)
-    for batch in plan.sample:
-        masks = drop_masks(batch.table, lid)
-        dropped = np.zeros(batch.size, dtype=bool)
-        for reason, mask in masks.items():
-            drops[reason] = drops.get(reason, 0) + int(mask.sum())
-            dropped |= mask
-        kept = batch.filter(~dropped)
-        if kept.size:
-            encoded, seconds = timed(encode_batch, encoder, kept, dtype, tokenizer.batch_docs)
-            cpu += seconds
-            lengths.append(encoded.lengths)
-            ids += encoded.ids
-    bad = plan.sampled_records - sum(b.size for b in plan.sample)
-    if bad:
-        drops["bad records"] = bad
-    lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
-    buckets = np.searchsorted(np.asarray(layout.BUCKET_BOUNDS), lengths, side="left")
+    drops, lengths, ids, cpu = _sample_bucketed(plan, lid, encoder, dtype, tokenizer.batch_docs)
     exact, scale = plan.whole, plan.scale
     kept_docs, tokens = len(lengths) * scale, float(lengths.sum()) * scale
     share = 100.0 * len(lengths) / plan.sampled_records if plan.sampled_records else 0.0
@@ -269,6 +248,39 @@ def bucketed(options) -> str:
     lines += cost_lines(tokens, lengths.sum() / cpu if cpu else 0.0, exact,
                         f"tokenizer {encoder.spec} ({encoder.library or 'its library'})")
     lines.append(f"output: {output} ({output_state(output, 'bucketed')})")
+    return "\n".join(lines + _shard_table(_bucket_rows(options, lengths, ids, exact, scale), BUCKETED_FILES))
+
+
+def _sample_bucketed(plan, lid, encoder, dtype: np.dtype, batch_docs: int):
+    """The sample filtered and tokenized: the drops by reason (bad records included), the kept
+    documents' lengths and ids, and the CPU seconds the tokenizer took."""
+    from transforms.bucketed.filter import drop_masks
+    from transforms.bucketed.tokenize import encode_batch
+
+    drops: dict[str, int] = {}
+    lengths, ids, cpu = [], [], 0.0
+    for batch in plan.sample:
+        masks = drop_masks(batch.table, lid)
+        dropped = np.zeros(batch.size, dtype=bool)
+        for reason, mask in masks.items():
+            drops[reason] = drops.get(reason, 0) + int(mask.sum())
+            dropped |= mask
+        kept = batch.filter(~dropped)
+        if kept.size:
+            encoded, seconds = timed(encode_batch, encoder, kept, dtype, batch_docs)
+            cpu += seconds
+            lengths.append(encoded.lengths)
+            ids += encoded.ids
+    bad = plan.sampled_records - sum(b.size for b in plan.sample)
+    if bad:
+        drops["bad records"] = bad
+    return drops, (np.concatenate(lengths) if lengths else np.zeros(0, np.int64)), ids, cpu
+
+
+def _bucket_rows(options, lengths: np.ndarray, ids: list, exact: bool, scale: float) -> list[tuple[str, ...]]:
+    """The shard table's rows of the bucketed job: per bucket, the documents, tokens and files."""
+    dtype = np.dtype(options.dtype)
+    buckets = np.searchsorted(np.asarray(layout.BUCKET_BOUNDS), lengths, side="left")
     rows = [("bucket", "documents", "tokens", "files", "names")]
     for i, name in enumerate(layout.BUCKET_NAMES):
         in_bucket = buckets == i
@@ -288,12 +300,13 @@ def bucketed(options) -> str:
         last = layout.shard_rel_path(name, high, rolls - 1, options.partitions)
         rows.append((name, _count(docs, exact), _count(bucket_tokens, exact), _count(files, exact),
                      first if first == last else f"{first} .. {last}"))
-    if len(rows) > 1:
-        lines += _table(rows)
-    else:
-        lines.append("  no shard: the sample keeps no document")
-    lines.append(f"  and {', '.join(BUCKETED_FILES)}")
-    return "\n".join(lines)
+    return rows
+
+
+def _shard_table(rows: list[tuple[str, ...]], other_files: tuple[str, ...]) -> list[str]:
+    """The lines of the shards a run would write (``rows``, under their header), and its other files."""
+    lines = _table(rows) if len(rows) > 1 else ["  no shard: the sample keeps no document"]
+    return lines + [f"  and {', '.join(other_files)}"]
 
 
 # The files a finished tree has besides its shards (shards.tree's record, the core's checksums, stats
@@ -306,7 +319,7 @@ SCAFFOLD_FILES = (layout.CHECKSUMS_NAME, *DESCRIPTION_FILES, layout.STATS_NAME, 
 
 def scaffold(options) -> str:
     """The plan of ``pretokenize scaffold`` with these ScaffoldSettings."""
-    from transforms.scaffold.encode import WordEncoder, encode_document
+    from transforms.scaffold.encode import WordEncoder
 
     output = storage.normalize(options.output)
     scaffold_config = options.scaffold_config()
@@ -314,6 +327,28 @@ def scaffold(options) -> str:
     words = WordEncoder(encoder, scaffold_config.word_cache_size)
     config = options.read_config()
     plan = plan_and_sample(config)
+    drops, per_split, cpu = _sample_scaffold(plan, scaffold_config, words)
+    exact, scale = plan.whole, plan.scale
+    kept = sum(s[0] for s in per_split.values())
+    tokens = sum(s[2] for s in per_split.values()) * scale
+    share = 100.0 * kept / plan.sampled_records if plan.sampled_records else 0.0
+
+    lines = ["plan of pretokenize scaffold: nothing was run and nothing written", *input_lines(plan, config)]
+    lines.append("estimate:")
+    drop_text = ", ".join(f"{r} {_count(n * scale, exact)}" for r, n in drops.items() if n) or "none"
+    lines.append(f"  documents kept: {_count(kept * scale, exact)} ({share:.1f}% of the rows); dropped: {drop_text}")
+    lines.append(f"  tokens: {_count(tokens, exact)} (countdown, GPT-2 and EOT), {_bytes(tokens * 2)} as uint16")
+    lines += cost_lines(tokens, tokens / scale / cpu if cpu else 0.0, exact,
+                        f"encoder {encoder.spec} with countdown tokens")
+    lines.append(f"output: {output} ({output_state(output, 'scaffold')})")
+    return "\n".join(lines + _shard_table(_split_rows(options, per_split, exact, scale), SCAFFOLD_FILES))
+
+
+def _sample_scaffold(plan, scaffold_config, words):
+    """The sample encoded: the drops by reason (bad records included), per split the documents,
+    sequences and tokens kept, and the CPU seconds the encoder took."""
+    from transforms.scaffold.encode import encode_document
+
     drops: dict[str, int] = {}
     per_split = {name: [0, 0, 0] for name in llmc.SPLITS}  # documents, sequences, tokens
     cpu = 0.0
@@ -332,19 +367,11 @@ def scaffold(options) -> str:
     bad = plan.sampled_records - sum(b.size for b in plan.sample)
     if bad:
         drops["bad records"] = bad
-    exact, scale = plan.whole, plan.scale
-    kept = sum(s[0] for s in per_split.values())
-    tokens = sum(s[2] for s in per_split.values()) * scale
-    share = 100.0 * kept / plan.sampled_records if plan.sampled_records else 0.0
+    return drops, per_split, cpu
 
-    lines = ["plan of pretokenize scaffold: nothing was run and nothing written", *input_lines(plan, config)]
-    lines.append("estimate:")
-    drop_text = ", ".join(f"{r} {_count(n * scale, exact)}" for r, n in drops.items() if n) or "none"
-    lines.append(f"  documents kept: {_count(kept * scale, exact)} ({share:.1f}% of the rows); dropped: {drop_text}")
-    lines.append(f"  tokens: {_count(tokens, exact)} (countdown, GPT-2 and EOT), {_bytes(tokens * 2)} as uint16")
-    lines += cost_lines(tokens, tokens / scale / cpu if cpu else 0.0, exact,
-                        f"encoder {encoder.spec} with countdown tokens")
-    lines.append(f"output: {output} ({output_state(output, 'scaffold')})")
+
+def _split_rows(options, per_split: dict, exact: bool, scale: float) -> list[tuple[str, ...]]:
+    """The shard table's rows of the scaffold job: per split, the documents, sequences, tokens and files."""
     rows = [("split", "documents", "sequences", "tokens", "files", "names")]
     for name, (docs, sequences, split_tokens) in per_split.items():
         if not docs:
@@ -355,9 +382,4 @@ def scaffold(options) -> str:
                      _count(split_tokens * scale, exact), _count(files, exact),
                      llmc.shard_rel_path(name, 0, width) if files == 1
                      else f"{llmc.shard_rel_path(name, 0, width)} .. {llmc.shard_rel_path(name, files - 1, width)}"))
-    if len(rows) > 1:
-        lines += _table(rows)
-    else:
-        lines.append("  no shard: the sample keeps no document")
-    lines.append(f"  and {', '.join(SCAFFOLD_FILES)}")
-    return "\n".join(lines)
+    return rows

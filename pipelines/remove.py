@@ -9,7 +9,6 @@ running the same command again.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import datetime
 import logging
@@ -17,19 +16,9 @@ import tempfile
 import uuid
 from typing import TYPE_CHECKING
 
-from pipelines.common import (
-    RunStopped,
-    _noting_interrupts,
-    add_break_lock_flag,
-    add_flag,
-    add_workers_flag,
-    end_dry_run,
-    is_dry_run,
-    launching,
-    no_space_message,
-    parse_job_args,
-)
-from pipelines.help_format import DefaultsHelpFormatter
+from pipelines.errors import RunStopped, launching, no_space_message, noting_interrupts
+from pipelines.flags import add_break_lock_flag, add_flag, add_workers_flag, parse_job_args, tool_parser
+from pipelines.run_mode import end_dry_run, is_dry_run
 from shards import layout, lock, storage, tree
 from shards.manifest import DatasetStats
 from shards.removal import REMOVALS_NAME, check_id_field, read_removal_source, tree_id_field
@@ -51,12 +40,7 @@ class RemoveOptions:
 
 
 def parse_args(argv: list[str]) -> tuple[RemoveOptions, PipelineOptions]:
-    p = argparse.ArgumentParser(
-        prog="pretokenize remove",
-        description="Remove the documents a list of original ids names from a bucketed output, in place.",
-        epilog="Other flags go to Beam's PipelineOptions (--runner, ...).",
-        formatter_class=DefaultsHelpFormatter,
-    )
+    p = tool_parser("remove", "Remove the documents a list of original ids names from a bucketed output, in place.")
     add_flag(p, "output", required=True, help="the output tree of pretokenize bucketed")
     add_flag(p, "removal-list", required=True, help="ids to remove, one a line, no comments; path or URL")
     add_workers_flag(p)
@@ -77,17 +61,8 @@ def prepare(options: RemoveOptions, write: bool = True, plan_url: str | None = N
     dataset_stats.txt removed before any shard changes. Without ``write`` (a dry run) the same
     reading and checks, and nothing is written in the tree (the plan's rows go to ``plan_url``).
     """
-    from transforms.tools.surgery import (
-        check_plan,
-        drop_derived_exports,
-        load_journal,
-        make_plan,
-        purge_saved_work,
-        read_tree_log,
-        write_journal,
-    )
+    from transforms.tools.surgery import check_plan, load_journal, read_tree_log, write_journal
 
-    log_url = storage.join(options.output, REMOVALS_NAME)
     audit = read_tree_log(options.output)  # a log it cannot read stops the removal here, naming the line
     plan = load_journal(options.output)
     if plan is not None:
@@ -99,35 +74,54 @@ def prepare(options: RemoveOptions, write: bool = True, plan_url: str | None = N
         check_plan(options.output, plan)
         plan = dataclasses.replace(plan, resumed=True)
     else:
-        ids, list_field = read_removal_source(options.removal_list)
-        out = tree.OutputTree.open(options.output)
-        id_field = tree_id_field(out.stats_text)
-        if audit is not None and id_field is not None:
-            check_id_field(audit.id_field, log_url, id_field, flag="the tree's id field")
-        if id_field is not None:
-            check_id_field(list_field, f"--removal-list {options.removal_list}", id_field, flag="the tree's id field")
-        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        plan = make_plan(options.output, ids, run=uuid.uuid4().hex[:12], utc_time=now, plan_url=plan_url)
-        _report_not_found(plan, len(ids), set(audit.ids) if audit is not None else set())
-        if not plan.files:
+        plan = _new_plan(options, audit, plan_url)
+        if plan is None:
             return None
-        check_plan(options.output, plan)
-        if not write:
-            return plan
-        write_journal(options.output, plan)
+        if write:
+            write_journal(options.output, plan)
     if not write:
         return plan
-    purged = purge_saved_work(options.output)  # the journal holds the request: a kill here is finished by a re-run
+    _delete_stale(options.output)
+    tree.delete_listed(options.output, [layout.STATS_NAME])  # the tree reads as unfinished until the removal is done
+    return plan
+
+
+def _new_plan(options: RemoveOptions, audit, plan_url: str | None) -> RemovalPlan | None:
+    """A new plan for the list's ids, checked against the files; None when no listed id is in the
+    tree. A list or log of ids of another field than the tree's is refused."""
+    from transforms.tools.surgery import check_plan, make_plan
+
+    ids, list_field = read_removal_source(options.removal_list)
+    out = tree.OutputTree.open(options.output)
+    id_field = tree_id_field(out.stats_text)
+    if audit is not None and id_field is not None:
+        check_id_field(audit.id_field, storage.join(options.output, REMOVALS_NAME), id_field,
+                       flag="the tree's id field")
+    if id_field is not None:
+        check_id_field(list_field, f"--removal-list {options.removal_list}", id_field, flag="the tree's id field")
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    plan = make_plan(options.output, ids, run=uuid.uuid4().hex[:12], utc_time=now, plan_url=plan_url)
+    _report_not_found(plan, len(ids), set(audit.ids) if audit is not None else set())
+    if not plan.files:
+        return None
+    check_plan(options.output, plan)
+    return plan
+
+
+def _delete_stale(output: str) -> None:
+    """Once the journal holds the request: delete the saved work of interrupted runs (it may hold
+    the removed documents) and the files derived from the old shards, saying so."""
+    from transforms.tools.surgery import drop_derived_exports, purge_saved_work
+
+    purged = purge_saved_work(output)  # the journal holds the request: a kill here is finished by a re-run
     if purged:
         print(f"deleted the saved work of interrupted runs ({', '.join(purged)}): it may hold the removed "
               "documents; the next bucketed run starts afresh", flush=True)
-    derived = drop_derived_exports(options.output)  # stale once a shard changes; a re-run deletes them too
+    derived = drop_derived_exports(output)  # stale once a shard changes; a re-run deletes them too
     if derived:
         tops = ", ".join(sorted({d.split("/")[0] for d in derived}))
         print(f"deleted {len(derived)} files derived from the old shards ({tops}): run export megatron / stats "
               "again once the removal is done", flush=True)
-    tree.delete_listed(options.output, [layout.STATS_NAME])  # the tree reads as unfinished until the removal is done
-    return plan
 
 
 def _report_not_found(plan: RemovalPlan, listed: int, already: set[str]) -> None:
@@ -171,14 +165,15 @@ def _run(argv: list[str]) -> RemovalPlan | None:
     # A dry run's plan goes to a local scratch directory, deleted once the job is translated.
     scratch = tempfile.TemporaryDirectory(prefix="pretokenize-dry-run-") if dry_run else None
     try:
-        with _noting_interrupts(interrupted):
+        with noting_interrupts(interrupted):
             plan = prepare(options, write=not dry_run, plan_url=scratch.name if scratch else None)
             if plan is None:
                 print("nothing to remove: no listed id is in the output; nothing was changed", flush=True)
                 return None
             import apache_beam as beam
 
-            from pipelines.common import new_run_id, showing_progress
+            from pipelines.launch import new_run_id
+            from pipelines.progress import showing_progress
             from transforms.core.progress import Stage
 
             stages = [Stage("rewrite", "rewrite", ("files",), "files", total=len(plan.files))]

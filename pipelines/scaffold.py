@@ -12,10 +12,10 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING
 
-from pipelines import common
+from pipelines import flags, job, launch, progress, run_mode, summary
 from shards import llmc, lock
 from shards.llmc import ScaffoldStats
-from transforms.scaffold.settings import ANNOTATED_FIELD, LONG_DOC_POLICIES, PLAIN_FIELD, ScaffoldSettings
+from transforms.scaffold.settings import ScaffoldSettings
 
 if TYPE_CHECKING:  # Beam and the steps are imported by build(): --help and a flag's error import none of it
     import apache_beam as beam
@@ -24,34 +24,19 @@ if TYPE_CHECKING:  # Beam and the steps are imported by build(): --help and a fl
 log = logging.getLogger(__name__)
 
 def make_parser() -> argparse.ArgumentParser:
-    d, flag = common.defaults(ScaffoldSettings), common.add_flag
-    p = common.job_parser("scaffold", "Encode documents with a countdown token before every word (GPT-2 BPE + "
-                          "<ff_N> ids 50257..51256) into llm.c shards: train/shard_NNN.bin, val/shard_NNN.bin.",
-                          ".json/.jsonl (or .parquet with --annotate)")
-    flag(p, "annotate", action="store_true", help="the input is plain text (id, text): split it into words here")
-    flag(p, "id-field", default=d.id_field, help="field of the document id")
-    flag(p, "text-field", default=None, help=f"field of the text (default {ANNOTATED_FIELD}, or {PLAIN_FIELD} "
-          "with --annotate)")
-    flag(p, "tokenizer", default=d.tokenizer, help="gpt2 | tiktoken:PATH (GPT-2 ranks) | hf:NAME_OR_PATH")
-    flag(p, "long-docs", default=d.long_docs, choices=LONG_DOC_POLICIES,
-          help="documents over 1,000 words: skip (drop, counted) or chunk (1,000-word documents)")
-    flag(p, "max-word-chars", type=int, default=d.max_word_chars,
-          help="drop (counted) a document with a word longer than this many characters; 0: no limit")
-    flag(p, "val-fraction", type=float, default=d.val_fraction, help="share of documents in val/, by id hash")
-    flag(p, "shard-tokens", type=float, default=d.shard_tokens, help="tokens in every shard but the last")
-    flag(p, "seed", type=int, default=d.seed, help="seed of the document order")
-    flag(p, "order-ranges", type=int, default=d.order_ranges,
-          help="pieces (a power of two) each split's ordering is cut into; changes memory, never the bytes")
-    common.add_common_flags(p)
-    common.add_card_flags(p)
+    p = flags.job_parser("scaffold", "Encode documents with a countdown token before every word (GPT-2 BPE + "
+                         "<ff_N> ids 50257..51256) into llm.c shards: train/shard_NNN.bin, val/shard_NNN.bin.",
+                         ".json/.jsonl (or .parquet with --annotate)")
+    flags.add_setting_flags(p, ScaffoldSettings)
     return p
 
 
 def parse_args(argv: list[str]) -> tuple[ScaffoldSettings, PipelineOptions]:
-    return common.parse_settings(make_parser(), argv, ScaffoldSettings, integers=("shard_tokens",))
+    return flags.parse_settings(make_parser(), argv, ScaffoldSettings)
 
 
-def build(pipeline: beam.Pipeline, options: ScaffoldSettings, run_id: str | None = None):
+def build(pipeline: beam.Pipeline, options: ScaffoldSettings, run_id: str | None = None,
+          mode: run_mode.RunMode = run_mode.RUN):
     """Adds the job to ``pipeline``; returns the PCollection holding the published ScaffoldStats.
 
     Checked before the pipeline runs: the options, that the tokenizer is GPT-2's vocabulary, and
@@ -67,22 +52,22 @@ def build(pipeline: beam.Pipeline, options: ScaffoldSettings, run_id: str | None
     from transforms.scaffold.write import LlmcFormat, PublishLlmcOutput, WriteLlmcShards, spill_fn
 
     scaffold = options.scaffold_config()
-    shards = options.shard_config(run_id or common.new_run_id())
+    shards = options.shard_config(run_id or launch.new_run_id())
     encoder = scaffold.load()
     scaffold = scaffold.pinned(encoder)  # each worker checks it loads these very files
     read_config = options.read_config()
-    progress_dir = common.progress_dir(pipeline.options, run_id)
+    progress_dir = progress.progress_dir(pipeline.options, run_id)
     read = ReadDocuments(read_config, progress_dir=progress_dir)
     units = read.units  # planned and checked here; read by ProcessUnits
     provenance = launch_provenance("scaffold", options, units, options.tokenizer)
     publish_format = LlmcFormat(options, shards, provenance, encoder.library)
     description = resume.WorkDescription.of("scaffold", options, units,
                                             {"tokenizer_probe": resume.tokenizer_probe(encoder)})
-    work = common.prepare_output(shards.output, "scaffold", inputs=[u.path for u in units], work=description,
-                                 restart=options.restart)
+    work = launch.prepare_output(shards.output, "scaffold", inputs=[u.path for u in units], work=description,
+                                 restart=options.restart, mode=mode)
     shards = dataclasses.replace(shards, work_dir=work.dir_name)
     publish_format = dataclasses.replace(publish_format, config=shards)
-    common.announce_write_stages(progress_dir, units, work.done, "scaffold", "encode")
+    progress.announce_write_stages(progress_dir, units, work.done, "scaffold", "encode")
 
     # Each input unit read, encoded and spilled in one step, its completion recorded.
     spilled = pipeline | "EncodeInputUnits" >> resume.ProcessUnits(
@@ -104,7 +89,7 @@ def summary_table(stats: ScaffoldStats, output: str, seconds: float) -> str:
         if s:
             lines.append(f"{name:>6} {s.documents:>11,} {s.sequences:>11,} {s.words:>13,} {s.tokens:>15,} {s.files:>6}")
     lines.append("")
-    lines += common.drop_lines(stats.raw_documents, stats.kept_documents, stats.drops)
+    lines += summary.drop_lines(stats.raw_documents, stats.kept_documents, stats.drops)
     lines.append(f"input countdown differed from the words (recomputed): {stats.countdown_mismatches:,} documents")
     for name in llmc.SPLITS:
         s = stats.splits.get(name)
@@ -112,13 +97,14 @@ def summary_table(stats: ScaffoldStats, output: str, seconds: float) -> str:
             # llm.c's loader (and the published train.py) wants at least T + 1 tokens in every shard.
             lines.append(f"the last {name} shard holds {s.tokens % stats.shard_tokens:,} tokens: a loader that "
                          f"reads windows of T + 1 tokens from each shard needs T < that")
-    lines += common.timing_lines(stats.total_tokens, seconds, output)
+    lines += summary.timing_lines(stats.total_tokens, seconds, output)
     return "\n".join(lines)
 
 
 @lock.command("scaffold")
-def run(argv: list[str] | None = None) -> ScaffoldStats:
-    return common.run_job(argv or [], parse_args, build, summary_table, plan=_plan)
+def run(argv: list[str] | None = None, wait: bool = True) -> ScaffoldStats | None:
+    """``wait``: False to return once the runner has the job (a Flex Template's launcher)."""
+    return job.run_job(argv or [], parse_args, build, summary_table, plan=_plan, wait=wait)
 
 
 def _plan(options: ScaffoldSettings) -> str:

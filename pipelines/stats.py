@@ -184,7 +184,6 @@ def figure(per_bucket: list[BucketLengths], title: str, bins: int = 40):
         ) from None
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
-    from matplotlib.ticker import MaxNLocator, PercentFormatter
 
     shares = token_shares(per_bucket)
     shown = [b for b in per_bucket if b.documents]
@@ -193,11 +192,20 @@ def figure(per_bucket: list[BucketLengths], title: str, bins: int = 40):
     fig = plt.figure(figsize=(13, 7.4 + 2.8 * panel_rows), layout="constrained")
     grid = fig.add_gridspec(2 + panel_rows, cols, height_ratios=[1.3, 1.1] + [1] * panel_rows)
     colors = plt.get_cmap("tab10")
-    total_docs, total_tokens = sum(shares.documents), sum(shares.tokens)
+    _draw_bucket_tokens(fig.add_subplot(grid[0, :]), shares, colors, title)
+    _draw_token_lengths(fig.add_subplot(grid[1, :]), shown, colors, bins)
+    total_tokens = sum(shares.tokens)
+    for k, b in enumerate(shown):
+        _draw_bucket_lengths(fig.add_subplot(grid[2 + k // cols, k % cols]), b, colors, bins, total_tokens)
+    return fig
 
-    # Tokens per bucket, every bucket on the axis (an empty one as a bar of 0), and the share of
-    # all tokens in the buckets up to each one.
-    bars = fig.add_subplot(grid[0, :])
+
+def _draw_bucket_tokens(bars, shares: TokenShares, colors, title: str) -> None:
+    """Tokens per bucket, every bucket on the axis (an empty one as a bar of 0), and the share of
+    all tokens in the buckets up to each one."""
+    from matplotlib.ticker import PercentFormatter
+
+    total_docs, total_tokens = sum(shares.documents), sum(shares.tokens)
     positions = np.arange(len(shares.buckets))
     bars.bar(positions, shares.tokens, color=[colors(i) for i in range(len(shares.buckets))])
     bars.set_xticks(positions, [f"{name}\n{share:.1f}% of tokens\n{docs:,} docs" for name, share, docs
@@ -213,8 +221,9 @@ def figure(per_bucket: list[BucketLengths], title: str, bins: int = 40):
     cumulative.set_ylabel("cumulative share of tokens")
     cumulative.legend(loc="upper left", fontsize=8)
 
-    # Where the tokens lie by document length: each document weighs its length.
-    overall = fig.add_subplot(grid[1, :])
+
+def _draw_token_lengths(overall, shown: list[BucketLengths], colors, bins: int) -> None:
+    """Where the tokens lie by document length: each document weighs its length."""
     if shown:
         all_lengths = np.concatenate([b.lengths for b in shown])
         edges = _log_bins(int(all_lengths.min()), int(all_lengths.max()), bins * 2)
@@ -229,20 +238,22 @@ def figure(per_bucket: list[BucketLengths], title: str, bins: int = 40):
     overall.set_xlabel("document length (tokens, EOS included)")
     overall.set_ylabel("tokens")
 
-    for k, b in enumerate(shown):
-        ax = fig.add_subplot(grid[2 + k // cols, k % cols])
-        # A bucket spans a factor of two (beyond: whatever it holds), so a linear axis reads best.
-        low, high = layout.bucket_range(b.bucket)
-        hi = high if high is not None else int(b.lengths.max())
-        edges = np.unique(np.linspace(low, hi + 1, bins + 1).round().astype(np.int64))
-        ax.hist(b.lengths, bins=edges, color=colors(layout.BUCKET_NAMES.index(b.bucket)))
-        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-        share = 100.0 * b.tokens / total_tokens if total_tokens else 0.0
-        ax.set_title(f"{b.bucket}: {b.documents:,} docs, {b.tokens:,} tokens ({share:.1f}%)", fontsize=9)
-        ax.set_xlabel("length", fontsize=8)
-        ax.set_ylabel("documents", fontsize=8)
-        ax.tick_params(labelsize=7)
-    return fig
+
+def _draw_bucket_lengths(ax, b: BucketLengths, colors, bins: int, total_tokens: int) -> None:
+    """The lengths inside one bucket. A bucket spans a factor of two (beyond: whatever it holds),
+    so a linear axis reads best."""
+    from matplotlib.ticker import MaxNLocator
+
+    low, high = layout.bucket_range(b.bucket)
+    hi = high if high is not None else int(b.lengths.max())
+    edges = np.unique(np.linspace(low, hi + 1, bins + 1).round().astype(np.int64))
+    ax.hist(b.lengths, bins=edges, color=colors(layout.BUCKET_NAMES.index(b.bucket)))
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    share = 100.0 * b.tokens / total_tokens if total_tokens else 0.0
+    ax.set_title(f"{b.bucket}: {b.documents:,} docs, {b.tokens:,} tokens ({share:.1f}%)", fontsize=9)
+    ax.set_xlabel("length", fontsize=8)
+    ax.set_ylabel("documents", fontsize=8)
+    ax.tick_params(labelsize=7)
 
 
 def draw(per_bucket: list[BucketLengths], title: str, bins: int = 40) -> bytes:

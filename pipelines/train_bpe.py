@@ -32,11 +32,13 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from pipelines import common
+from pipelines import errors, flags, launch, progress, run_mode, summary
 from shards import lock, storage, tree
 from shards.removal import check_id_field, is_tree_source, log_url_of, read_log, read_removal_source
 from transforms.bpe import files, pretokenize
 from transforms.bpe.settings import TrainBpeSettings
+from transforms.bucketed.settings import DOCUMENT_FILTER_FLAGS
+from transforms.core.records import UsageError
 
 if TYPE_CHECKING:  # Beam and the steps are imported by build(): --help and a flag's error import none of it
     import apache_beam as beam
@@ -49,8 +51,7 @@ RUN_STATS_NAME = "run_stats.json"
 
 
 def make_parser() -> argparse.ArgumentParser:
-    d, flag = common.defaults(TrainBpeSettings), common.add_flag
-    p = common.job_parser("train-bpe", "Learn a byte-pair-encoding tokenizer from parquet/JSONL documents: words "
+    p = flags.job_parser("train-bpe", "Learn a byte-pair-encoding tokenizer from parquet/JSONL documents: words "
                           "counted on Beam, merges learnt on the launcher; writes tokenizer.tiktoken, tokenizer.json, "
                           "merges.txt, tokenizer_config.json and special_tokens_map.json (AutoTokenizer."
                           "from_pretrained loads the directory), tokenizer_info.json and training_stats.txt "
@@ -60,32 +61,34 @@ def make_parser() -> argparse.ArgumentParser:
     size.add_argument("--vocab-size", dest="vocab_size", type=int,
                       help="every id, the EOS included: base symbols + merges + 1")
     size.add_argument("--merges", dest="merges", type=int, help="the number of merges to learn")
-    flag(p, "pattern", default=d.pattern, choices=list(pretokenize.PATTERNS),
-         help="pre-tokenization: Qwen2's regex, GPT-2's, or chars (a space goes with the word after it)")
-    flag(p, "alphabet", default=d.alphabet, choices=list(pretokenize.ALPHABETS),
-         help="base symbols: the 256 byte values, or the corpus's characters in code-point order")
-    flag(p, "min-count", type=int, default=d.min_count, help="leave out words seen fewer times than this")
-    flag(p, "max-words", type=int, default=d.max_words,
-         help="keep only this many of the most frequent words (ties: by UTF-8 bytes); 0: all")
-    flag(p, "count-shards", type=int, default=d.count_shards,
-         help="pieces the word table is counted in (each summed on one worker); never changes the result")
-    flag(p, "eos-token", default=d.eos_token, help="the EOS, added as a special token right after the ranks")
-    flag(p, "removal-list", default=None,
-         help="ids to leave out, one a line, no comments; or an output tree (its removals.txt)")
-    common.add_document_filter_flags(p, d)
-    common.add_common_flags(p)
+    own = ("pattern", "alphabet", "min_count", "max_words", "count_shards", "eos_token", "removal_list")
+    flags.add_setting_flags(p, TrainBpeSettings, own + DOCUMENT_FILTER_FLAGS + ("on_bad_record",))
     return p
 
 
 def parse_args(argv: list[str]) -> tuple[TrainBpeSettings, PipelineOptions]:
-    return common.parse_settings(make_parser(), argv, TrainBpeSettings)
+    return flags.parse_settings(make_parser(), argv, TrainBpeSettings)
+
+
+def _stopped(error: BaseException, output: str, run_id: str, interrupted: bool) -> errors.RunStopped | None:
+    """A failed or interrupted run's temporary files deleted; a RunStopped saying what the output
+    holds, or None: the error is raised as it is."""
+    published, _ = launch.abandon_run(output, run_id)
+    state = ("the tokenizer is unfinished (publishing had begun, so it has no training_stats.txt): run the "
+             "same command again" if published else "the previous tokenizer is intact")
+    if interrupted:
+        return errors.RunStopped(f"interrupted; {state}; the run's temporary files were deleted")
+    full = errors.no_space_message(error)
+    if full is not None:
+        return errors.RunStopped(f"{full} ({output}); {state}; the run's temporary files were deleted")
+    return None
 
 
 def run_url(output: str, run_id: str) -> str:
     return storage.join(output, tree.Tree.temp_name(run_id))
 
 
-def build(pipeline: beam.Pipeline, options: TrainBpeSettings, run_id: str):
+def build(pipeline: beam.Pipeline, options: TrainBpeSettings, run_id: str, mode: run_mode.RunMode = run_mode.RUN):
     """Adds the counting to ``pipeline``: the count shards and run_stats.json go to the run directory."""
     import apache_beam as beam
 
@@ -99,9 +102,9 @@ def build(pipeline: beam.Pipeline, options: TrainBpeSettings, run_id: str):
     output = storage.normalize(options.output)
     counting = options.count_config(run_url(output, run_id))
     lid = options.lid_filter()
-    progress_dir = common.progress_dir(pipeline.options, run_id)
+    progress_dir = progress.progress_dir(pipeline.options, run_id)
     read = ReadDocuments(options.read_config(), progress_dir=progress_dir)
-    common.prepare_output(output, KIND, inputs=[u.path for u in read.units])
+    launch.prepare_output(output, KIND, inputs=[u.path for u in read.units], mode=mode)
     announce_stages(progress_dir, [Stage("read and count", "read", read.planned.keys, read.planned.what,
                                          total=read.planned.total)])
 
@@ -168,18 +171,12 @@ def learn_and_publish(options: TrainBpeSettings, run_id: str, argv: list[str],
                       removal: dict | None = None) -> tuple[files.TrainingStats, tuple[float, float]]:
     """Steps 3 and 4: learn the merges from the run's count shards, then publish the files.
     Returns the stats and the wall and CPU seconds the merges took."""
-    from pipelines.progress_display import LauncherBar
     from transforms.bpe.count import read_count_shards
-    from transforms.bpe.learn import learn_merges
 
     output = storage.normalize(options.output)
     counting = options.count_config(run_url(output, run_id))
-    fs, _ = storage.filesystem(output)
-    numbers = json.loads(fs.cat_file(storage.filesystem(storage.join(counting.run_url, RUN_STATS_NAME))[1]))
-    drops = {k.split(":", 1)[1]: v for k, v in numbers.items() if k.startswith("dropped:")}
+    numbers, drops = _run_numbers(output, counting.run_url)
     read, kept = numbers.get("documents_read", 0), numbers.get("documents", 0)
-    if read != kept + sum(drops.values()):
-        raise RuntimeError(f"documents read ({read}) != counted ({kept}) + dropped ({sum(drops.values())})")
     words = read_count_shards(counting)
     chars = pretokenize.alphabet_of((w for w, _ in words), options.alphabet)
     ids = None if chars is None else {c: i for i, c in enumerate(chars)}
@@ -187,20 +184,9 @@ def learn_and_publish(options: TrainBpeSettings, run_id: str, argv: list[str],
     try:
         n_merges = options.merges_for(base)
     except ValueError as e:
-        raise common.UsageError(str(e)) from None
+        raise UsageError(str(e)) from None
     log.info("learning %d merges over %d words (%d base symbols)", n_merges, len(words), base)
-    start, start_cpu = time.monotonic(), time.process_time()
-
-    with LauncherBar("merges", n_merges, "merges") as bar:
-
-        def progress(k, pair, count):
-            bar.set(k + 1)
-            if not bar.drawn and (k + 1) % 5000 == 0:
-                log.info("merge %d of %d (count %d), %.0f s", k + 1, n_merges, count, time.monotonic() - start)
-
-        learned = learn_merges([pretokenize.word_symbols(w, ids) for w, _ in words], [n for _, n in words], base,
-                               n_merges, on_merge=progress)
-    merge_seconds = (time.monotonic() - start, time.process_time() - start_cpu)
+    learned, merge_seconds = _learn(words, ids, base, n_merges)
     if len(learned.merges) < n_merges:
         log.warning("only %d merges: no word has two symbols left", len(learned.merges))
     tokens = files.token_bytes(chars, learned.merges)
@@ -227,24 +213,62 @@ def learn_and_publish(options: TrainBpeSettings, run_id: str, argv: list[str],
         first_merges=tuple(files.shown(t) for t in tokens[base:base + files.SHOWN_MERGES]),
         removal_list=removal,
     )
-    regex = pretokenize.PATTERNS[options.pattern]
+    written = _tokenizer_files(options, tokens, learned.merges, header, argv, removal)
+    tree.Tree(output).write(tree.Tree.temp_name(run_id, tree.Tree.PUBLISHING_MARK), b"")  # abandon_run reads it
+    publish(output, written, stats.to_text().encode())
+    return stats, merge_seconds
+
+
+def _run_numbers(output: str, run_url_: str) -> tuple[dict, dict[str, int]]:
+    """The numbers the count wrote to run_stats.json, and the drops among them by reason; a
+    RuntimeError when the documents read are not those counted and dropped."""
+    fs, _ = storage.filesystem(output)
+    numbers = json.loads(fs.cat_file(storage.filesystem(storage.join(run_url_, RUN_STATS_NAME))[1]))
+    drops = {k.split(":", 1)[1]: v for k, v in numbers.items() if k.startswith("dropped:")}
+    read, kept = numbers.get("documents_read", 0), numbers.get("documents", 0)
+    if read != kept + sum(drops.values()):
+        raise RuntimeError(f"documents read ({read}) != counted ({kept}) + dropped ({sum(drops.values())})")
+    return numbers, drops
+
+
+def _learn(words: list, ids: dict | None, base: int, n_merges: int):
+    """Step 3: the merges learnt from the counted ``words``, with a bar; and the wall and CPU
+    seconds they took."""
+    from pipelines.progress_display import LauncherBar
+    from transforms.bpe.learn import learn_merges
+
+    start, start_cpu = time.monotonic(), time.process_time()
+    with LauncherBar("merges", n_merges, "merges") as bar:
+
+        def show_merge(k, pair, count):
+            bar.set(k + 1)
+            if not bar.drawn and (k + 1) % 5000 == 0:
+                log.info("merge %d of %d (count %d), %.0f s", k + 1, n_merges, count, time.monotonic() - start)
+
+        learned = learn_merges([pretokenize.word_symbols(w, ids) for w, _ in words], [n for _, n in words], base,
+                               n_merges, on_merge=show_merge)
+    return learned, (time.monotonic() - start, time.process_time() - start_cpu)
+
+
+def _tokenizer_files(options: TrainBpeSettings, tokens: list[bytes], merges, header: str, argv: list[str],
+                     removal: dict | None) -> dict[str, bytes]:
+    """The files a trained tokenizer is, by name, tokenizer_info.json (their sha256) last."""
+    regex, eos_id = pretokenize.PATTERNS[options.pattern], len(tokens)
     written = {
         files.TIKTOKEN_NAME: files.tiktoken_text(tokens),
-        files.HF_NAME: files.hf_json(tokens, learned.merges, options.pattern, regex, options.eos_token),
-        files.MERGES_NAME: files.merges_text(tokens, learned.merges, header),
+        files.HF_NAME: files.hf_json(tokens, merges, options.pattern, regex, options.eos_token),
+        files.MERGES_NAME: files.merges_text(tokens, merges, header),
         files.HF_CONFIG_NAME: files.hf_config_json(options.eos_token, eos_id),
         files.HF_SPECIAL_NAME: files.hf_special_json(options.eos_token),
     }
     info = files.TokenizerInfo(
         pattern=options.pattern, regex=regex, alphabet=options.alphabet, ranks=len(tokens),
-        eos_token=options.eos_token, eos_id=eos_id, merges=len(learned.merges), version=tool_version(),
+        eos_token=options.eos_token, eos_id=eos_id, merges=len(merges), version=tool_version(),
         flags=tuple(argv), sha256={name: files.sha256(data) for name, data in written.items()},
         removal_list=removal,
     )
     written[files.INFO_NAME] = info.to_json().encode()
-    tree.Tree(output).write(tree.Tree.temp_name(run_id, tree.Tree.PUBLISHING_MARK), b"")  # abandon_run reads it
-    publish(output, written, stats.to_text().encode())
-    return stats, merge_seconds
+    return written
 
 
 def publish(output: str, written: dict[str, bytes], stats_text: bytes) -> None:
@@ -261,7 +285,7 @@ def summary_table(stats: files.TrainingStats, output: str, count_seconds: tuple[
                   merge_seconds: tuple[float, float]) -> str:
     """``count_seconds``: the launch's and the pipeline's; ``merge_seconds``: wall and CPU."""
     per_token = stats.characters_kept / stats.tokens_after if stats.tokens_after else 0.0
-    lines = common.drop_lines(stats.documents_read, stats.documents_kept, stats.drops)
+    lines = summary.drop_lines(stats.documents_read, stats.documents_kept, stats.drops)
     lines += [
         f"characters {stats.characters:,}, pre-tokens {stats.pre_tokens:,}, distinct words {stats.distinct_words:,}"
         f" ({stats.words_kept:,} kept)",
@@ -282,26 +306,26 @@ def run(argv: list[str] | None = None) -> files.TrainingStats | None:
     translated the job for a remote runner and ran nothing)."""
     argv = list(argv or [])
     start = time.monotonic()
-    run_id = common.new_run_id()
-    with common.launching():
+    run_id = launch.new_run_id()
+    with errors.launching():
         options, pipeline_options = parse_args(argv)
-        dry_run = common.is_dry_run(pipeline_options)
+        dry_run = run_mode.is_dry_run(pipeline_options)
         removal = removal_record(options)
         import apache_beam as beam
 
         pipeline = beam.Pipeline(options=pipeline_options)
-        with common.building(dry_run):
-            build(pipeline, options, run_id)
+        with run_mode.building(run_mode.RunMode(dry_run=dry_run)) as mode:
+            build(pipeline, options, run_id, mode)
     output = storage.normalize(options.output)
     launch_seconds = time.monotonic() - start
     result = None
     interrupted: list = []
     try:
-        with common._noting_interrupts(interrupted):  # a runner may turn Ctrl-C into its own error
-            with common.showing_progress(pipeline_options, run_id, ending=("counting", "counted")):
+        with errors.noting_interrupts(interrupted):  # a runner may turn Ctrl-C into its own error
+            with progress.showing_progress(pipeline_options, run_id, ending=("counting", "counted")):
                 result = pipeline.run()
                 if dry_run:
-                    print(common.end_dry_run(output, pipeline_options), flush=True)
+                    print(run_mode.end_dry_run(output, pipeline_options), flush=True)
                     return None
                 try:
                     result.wait_until_finish()
@@ -317,16 +341,11 @@ def run(argv: list[str] | None = None) -> files.TrainingStats | None:
     except BaseException as e:
         if dry_run:
             raise  # it wrote nothing into the output, and must remove nothing there (a real run may be writing)
-        published, _ = common.abandon_run(output, run_id)
-        state = ("the tokenizer is unfinished (publishing had begun, so it has no training_stats.txt): run the "
-                 "same command again" if published else "the previous tokenizer is intact")
-        if interrupted or isinstance(e, KeyboardInterrupt):
-            raise common.RunStopped(f"interrupted; {state}; the run's temporary files were deleted") from None
-        full = common.no_space_message(e)
-        if full is not None:
-            raise common.RunStopped(f"{full} ({output}); {state}; the run's temporary files were deleted") from None
-        raise
-    common.abandon_run(output, run_id)
+        stopped = _stopped(e, output, run_id, bool(interrupted) or isinstance(e, KeyboardInterrupt))
+        if stopped is None:
+            raise
+        raise stopped from None
+    launch.abandon_run(output, run_id)
     print(summary_table(stats, output, (launch_seconds, count_seconds), merge_seconds), flush=True)
     return stats
 

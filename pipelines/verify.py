@@ -20,8 +20,9 @@ import tempfile
 import uuid
 from typing import TYPE_CHECKING
 
-from pipelines.common import add_flag, add_workers_flag, end_dry_run, is_dry_run, launching, parse_job_args
-from pipelines.help_format import DefaultsHelpFormatter
+from pipelines.errors import launching
+from pipelines.flags import add_flag, add_workers_flag, parse_job_args, tool_parser
+from pipelines.run_mode import end_dry_run, is_dry_run
 from shards import layout, llmc, lock, storage
 from shards.removal import DEFAULT_ID_FIELD, REMOVALS_NAME, read_log, read_removal_list
 from shards.tree import IncompleteTreeError, OutputTree, UnreadableStatsError
@@ -32,12 +33,7 @@ if TYPE_CHECKING:  # Beam and the checks are imported once the flags are read: -
 
 
 def parse_args(argv: list[str]):
-    p = argparse.ArgumentParser(
-        prog="pretokenize verify",
-        description="Check a bucketed output tree against its format (and its source with --input).",
-        epilog="Other flags go to Beam's PipelineOptions (--runner, ...).",
-        formatter_class=DefaultsHelpFormatter,
-    )
+    p = tool_parser("verify", "Check a bucketed output tree against its format (and its source with --input).")
     add_flag(p, "output", required=True, help="the output tree to check (bucketed or scaffold)")
     add_flag(p, "input", default=None, help="the source documents, to re-tokenize and compare")
     add_flag(p, "sample", type=float, default=1.0, help="fraction of ids to compare with the source (default 1)")
@@ -144,27 +140,10 @@ def run(argv: list[str] | None = None) -> int:
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from transforms.tools.verify import (
-        MAX_REPORTED,
-        VerifyConfig,
-        VerifyOutput,
-        files_holding_ids,
-        index_problems,
-        plan_units,
-        read_checksums,
-        write_report,
-    )
+    from transforms.tools.verify import VerifyOutput, write_report
 
     with launching():
-        if not 0.0 < args.sample <= 1.0:
-            raise ValueError(f"--sample must be within (0, 1], got {args.sample}")
-        output = storage.normalize(args.output)
-        fs, path = storage.filesystem(output)
-        with storage.reaching(output):
-            if not fs.isdir(path):
-                raise FileNotFoundError(f"--output {output} is not a directory")
-        tree = OutputTree.open(output)
-        held = lock.held_line(output)  # verify takes no lock; it says when a writer holds the tree
+        output, tree, held = _open_tree(args)
     if held is not None:
         print(f"verify: {held}", flush=True)
     if tree.kind == "scaffold":
@@ -175,17 +154,7 @@ def run(argv: list[str] | None = None) -> int:
         print(f"  {e.problem}\nverify: FAILED, 1 problem in {output}", flush=True)
         return 1
     with launching():
-        checksums, checksum_problems = read_checksums(output)
-        config = VerifyConfig(output, stats.dtype, stats.eos_id, stats.vocab_size, stats.partitions, args.sample,
-                              checksums, eos_inside=stats.special_tokens == "tokenizer")
-        removed, removal_problems = _removed_ids(output, args.removal_list,
-                                                 stats.field_settings.get("id_field", DEFAULT_ID_FIELD))
-        units, launch_problems, rows = plan_units(output, removed)
-        launch_problems += files_holding_ids(output, removed, {u.rel_path for u in units})
-        launch_problems += checksum_problems + removal_problems + index_problems(output)
-        if checksums is not None:
-            launch_problems += [f"{layout.CHECKSUMS_NAME} names {rel}, which is not in the tree"
-                                for rel in sorted(set(checksums) - {u.rel_path for u in units})]
+        config, units, launch_problems, removed = _plan_checks(output, stats, args)
         source = storage.normalize(args.input) if args.input else None
         options = PipelineOptions(beam_args)
         dry_run = is_dry_run(options)  # a local runner refuses it, as the jobs do
@@ -193,10 +162,7 @@ def run(argv: list[str] | None = None) -> int:
         pipeline = beam.Pipeline(options=options)
         verify = VerifyOutput(config, units, launch_problems, stats, source, frozenset(removed))
         if verify.retokenizer:
-            ids = stats.special_tokens == "tokenizer"
-            mode = ", added tokens as their ids (special_tokens: tokenizer)" if ids else ""
-            print(f"  re-encoding the input with {verify.retokenizer} (the tree says "
-                  f"{stats.tokenizer_backend or 'nothing: written by tiktoken'}){mode}", flush=True)
+            _say_retokenizer(verify.retokenizer, stats)
         (
             pipeline
             | "VerifyOutput" >> verify
@@ -206,7 +172,8 @@ def run(argv: list[str] | None = None) -> int:
         pipeline.run()
         print(end_dry_run(output, options), flush=True)
         return 0
-    from pipelines.common import new_run_id, showing_progress
+    from pipelines.launch import new_run_id
+    from pipelines.progress import showing_progress
     from transforms.core.progress import Stage
 
     stages = [Stage("verify", "verify", ("files",), "files", total=len(units))]
@@ -216,11 +183,56 @@ def run(argv: list[str] | None = None) -> int:
         result = _read_report(report_url)
     finally:
         _remove_scratch(scratch)
+    return _said(result, output, args.sample if source else None)
+
+
+def _say_retokenizer(retokenizer: str, stats) -> None:
+    ids = stats.special_tokens == "tokenizer"
+    mode = ", added tokens as their ids (special_tokens: tokenizer)" if ids else ""
+    print(f"  re-encoding the input with {retokenizer} (the tree says "
+          f"{stats.tokenizer_backend or 'nothing: written by tiktoken'}){mode}", flush=True)
+
+
+def _open_tree(args: argparse.Namespace) -> tuple[str, OutputTree, str | None]:
+    """The output's URL, its tree, and the line saying a writer holds it (verify takes no lock)."""
+    if not 0.0 < args.sample <= 1.0:
+        raise ValueError(f"--sample must be within (0, 1], got {args.sample}")
+    output = storage.normalize(args.output)
+    fs, path = storage.filesystem(output)
+    with storage.reaching(output):
+        if not fs.isdir(path):
+            raise FileNotFoundError(f"--output {output} is not a directory")
+    return output, OutputTree.open(output), lock.held_line(output)
+
+
+def _plan_checks(output: str, stats, args: argparse.Namespace):
+    """What the launcher checks before the pipeline runs: the config, the files to check, the
+    problems found already (checksums, removal log, index), and the removed ids."""
+    from transforms.tools.verify import VerifyConfig, files_holding_ids, index_problems, plan_units, read_checksums
+
+    checksums, checksum_problems = read_checksums(output)
+    config = VerifyConfig(output, stats.dtype, stats.eos_id, stats.vocab_size, stats.partitions, args.sample,
+                          checksums, eos_inside=stats.special_tokens == "tokenizer")
+    removed, removal_problems = _removed_ids(output, args.removal_list,
+                                             stats.field_settings.get("id_field", DEFAULT_ID_FIELD))
+    units, launch_problems, rows = plan_units(output, removed)
+    launch_problems += files_holding_ids(output, removed, {u.rel_path for u in units})
+    launch_problems += checksum_problems + removal_problems + index_problems(output)
+    if checksums is not None:
+        launch_problems += [f"{layout.CHECKSUMS_NAME} names {rel}, which is not in the tree"
+                            for rel in sorted(set(checksums) - {u.rel_path for u in units})]
+    return config, units, launch_problems, removed
+
+
+def _said(result: dict, output: str, sample: float | None) -> int:
+    """Print the report's problems and its verdict; the exit status (``sample``: of a source compared)."""
+    from transforms.tools.verify import MAX_REPORTED
+
     for problem in result["sample"]:
         print(f"  {problem}")
     if result["problems"] > MAX_REPORTED:
         print(f"  ... and {result['problems'] - MAX_REPORTED} more")
-    compared = f", source compared on {'all' if args.sample >= 1 else f'{args.sample:.0%} of'} ids" if source else ""
+    compared = "" if sample is None else f", source compared on {'all' if sample >= 1 else f'{sample:.0%} of'} ids"
     what = f"{result['files']} files, {result['documents']:,} documents, {result['tokens']:,} tokens{compared}"
     if result["problems"]:
         print(f"verify: FAILED, {_problems(result['problems'])} in {output} ({what})", flush=True)

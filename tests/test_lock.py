@@ -423,14 +423,14 @@ async def _none():
 
 
 def test_a_submit_only_launch_says_it_cannot_hold_the_lock_for_the_jobs_life(source, tmp_path, capsys):
-    """A Flex Template's launcher returns once the runner has the job (common.submit_only): it
+    """A Flex Template's launcher returns once the runner has the job (``wait=False``): it
     frees the lock then, and says so. (Here the FnApiRunner runs the job inside run(), so the
     tree is finished by the time the launcher returns; on Dataflow it would still be running.)"""
-    from pipelines import bucketed, common
+    from pipelines import bucketed
 
     out = tmp_path / "out"
-    with common.submit_only():
-        assert bucketed.run(["--input", str(source), "--output", str(out), "--partitions", "2", *RUNNER]) is None
+    args = ["--input", str(source), "--output", str(out), "--partitions", "2", *RUNNER]
+    assert bucketed.run(args, wait=False) is None
     printed = capsys.readouterr().out.strip().splitlines()
     assert printed[-1] == (f"warning: the job outlives this launcher, which frees its lock on {out} now: until "
                            f"{layout.STATS_NAME} appears, start no other command that writes there")

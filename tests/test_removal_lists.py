@@ -16,7 +16,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from conftest import finepdfs_row, fnapi_pipeline
 from doc_batches import doc_batches, documents_of
 
-from pipelines import cli, common
+from pipelines import cli, summary
 from shards import layout, manifest
 from shards.removal import REMOVALS_HEADER, REMOVALS_NAME, format_removal_line, read_removal_list
 from transforms.bucketed.removal import DropRemoved
@@ -176,5 +176,5 @@ def test_bucketed_leaves_out_ids_that_start_with_hash_from_a_list_named_removals
                      "--partitions", "2", RUNNER]) == 0
     assert "removal list: 4 ids, 1 of them not in the input" in capsys.readouterr().out
     assert stored_ids(out) == {r["id"] for r in ROWS} - FLAGGED
-    stats = common.read_stats(str(out))
+    stats = summary.read_stats(str(out))
     assert (stats.removal_list_ids, stats.removal_ids_not_found, stats.drops.get("removed")) == (4, 1, 3)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import SAMPLE_PARQUET
 
-from pipelines import cli, common
+from pipelines import cli, flags, summary
 from transforms.core import progress
 from transforms.core.progress import Planned, Progress, format_duration, share_line
 from transforms.core.records import UsageError
@@ -69,8 +69,8 @@ def test_help_shows_the_values_of_the_defaults(capsys):
     ],
 )
 def test_workers_becomes_beams_flags(argv, beam_args):
-    parser = common.job_parser("bucketed", "", "files")
-    known, rest = common.parse_job_args(parser, ["--input", "i", "--output", "o", *argv])
+    parser = flags.job_parser("bucketed", "", "files")
+    known, rest = flags.parse_job_args(parser, ["--input", "i", "--output", "o", *argv])
     assert rest == beam_args
     assert not hasattr(known, "workers")
 
@@ -223,7 +223,7 @@ def test_the_other_pipeline_jobs_take_workers_too(job, tmp_path, capsys):
 
 def test_usage_errors_are_one_line():
     with pytest.raises(UsageError, match="give one"):
-        common.worker_flags(2, ["--direct_running_mode=in_memory"])
+        flags.worker_flags(2, ["--direct_running_mode=in_memory"])
 
 
 # --plan
@@ -268,7 +268,7 @@ def test_plan_of_the_sample_runs_nothing_and_matches_the_run(tmp_path, capsys):
     # The run writes what the plan said: per bucket its documents, tokens and files.
     assert cli.main(["bucketed", "--input", str(SAMPLE_PARQUET), "--output", str(out), "--runner=FnApiRunner"]) == 0
     capsys.readouterr()
-    stats = common.read_stats(str(out))
+    stats = summary.read_stats(str(out))
     assert "documents kept: 149 (78.4% of the rows)" in text and stats.kept_documents == 149
     written = {name: b for name, b in stats.buckets.items() if b.documents}
     assert set(planned) == set(written)
@@ -369,7 +369,7 @@ def test_plan_of_the_scaffold_job_matches_its_run(tmp_path, capsys, gpt2_spec):
     planned = plan_rows(text, "split")
     assert cli.main([*argv, "--runner=FnApiRunner"]) == 0
     capsys.readouterr()
-    stats = common.read_stats(str(out))
+    stats = summary.read_stats(str(out))
     for name, split in stats.splits.items():
         if split.documents:
             assert [int(number(c)) for c in planned[name][:4]] == [split.documents, split.sequences, split.tokens,

@@ -16,7 +16,7 @@ import tiktoken
 from apache_beam.testing.util import assert_that, equal_to
 from tokenizers import Tokenizer
 
-from pipelines import cli, common
+from pipelines import cli, summary
 from shards import tree
 from tests.conftest import REPO, SAMPLE_PARQUET, fnapi_pipeline
 from transforms.bpe import files
@@ -254,7 +254,7 @@ def test_scaffold_job_takes_a_tokenizer_with_gpt2_id_layout(tmp_path):
     encoder = load_encoder(f"trained:{tok}")
     text_ids = tokens[tokens < 50256]
     assert "Declaração" in encoder.backend.decode(text_ids.tolist())
-    stats = common.read_stats(str(out))
+    stats = summary.read_stats(str(out))
     assert stats.tokenizer == f"trained:{tok}" and stats.raw_documents == sum(1 for _ in plain.open())
     assert (tokens == 50256).sum() == stats.kept_documents == stats.raw_documents - 1  # one over 1,000 words
 

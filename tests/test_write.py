@@ -45,7 +45,7 @@ def batches(docs=DOCS, per_batch: int = 16) -> list:
 
 
 def run_write(config: ShardConfig, docs=DOCS, drops=DROPS):
-    tree.claim(config.output, "bucketed")  # what the job's launch does (pipelines.common.prepare_output)
+    tree.claim(config.output, "bucketed")  # what the job's launch does (pipelines.launch.prepare_output)
     with fnapi_pipeline() as p:
         groups = (p | "Docs" >> beam.Create(batches(docs)) | WriteShards(config)).groups
         raw = p | "Raw" >> beam.Create([len(docs) + sum(drops.values())])

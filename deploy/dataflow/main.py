@@ -7,7 +7,7 @@ the launch. ``--job=scaffold`` picks the scaffold job; the default is the bucket
 What differs from the ``pretokenize`` command:
 
 - it does not wait for the job: it returns once Dataflow has the job, or its job file
-  (common.submit_only). The launcher is a short-lived program; Google's Flex Template guide says
+  (``wait=False``). The launcher is a short-lived program; Google's Flex Template guide says
   not to wait in it (deploy/README.md);
 - a template passes a boolean parameter as ``--annotate=true`` or ``--annotate=false``, which the
   job's own on/off flags are given as ``--annotate`` or left out;
@@ -20,9 +20,10 @@ from __future__ import annotations
 import importlib
 import sys
 
-from pipelines import cli, common
+from pipelines import cli
+from transforms.core.records import UsageError
 
-TEMPLATE_JOBS = ("bucketed", "scaffold")
+TEMPLATE_JOBS = cli.SUBMITTABLE  # a template's launcher must not wait for its job
 _TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no", "")
 
 
@@ -36,7 +37,7 @@ def job_argv(argv: list[str]) -> list[str]:
         else:
             rest.append(arg)
     if job not in TEMPLATE_JOBS:
-        raise common.UsageError(f"--job={job}: the template runs {' or '.join(TEMPLATE_JOBS)}")
+        raise UsageError(f"--job={job}: the template runs {' or '.join(TEMPLATE_JOBS)}")
     switches = _switches(job)
     flags = []
     for arg in rest:
@@ -45,7 +46,7 @@ def job_argv(argv: list[str]) -> list[str]:
             if value.lower() in _TRUE:
                 flags.append(name)
             elif value.lower() not in _FALSE:
-                raise common.UsageError(f"{arg}: a boolean parameter is true or false")
+                raise UsageError(f"{arg}: a boolean parameter is true or false")
             continue
         flags.append(arg)
     if not any(arg == "--runner" or arg.startswith("--runner=") for arg in flags):
@@ -62,11 +63,10 @@ def _switches(job: str) -> set[str]:
 def main(argv: list[str]) -> int:
     try:
         args = job_argv(argv)
-    except common.UsageError as e:
+    except UsageError as e:
         print(f"pretokenize template: {e}; nothing was published", file=sys.stderr)
         return 2
-    with common.submit_only():
-        return cli.main(args)
+    return cli.main(args, wait=False)
 
 
 if __name__ == "__main__":

@@ -69,7 +69,7 @@ import corpus as corpus_mod  # noqa: E402
 import monitor  # noqa: E402
 import scale_corpus  # noqa: E402
 
-from pipelines.common import read_stats  # noqa: E402
+from pipelines.summary import read_stats  # noqa: E402
 from transforms.bucketed.filter import LidFilterConfig, drop_reason  # noqa: E402
 from transforms.bucketed.tokenize import TokenizerConfig  # noqa: E402
 from transforms.core.encoders import ENDOFTEXT, QWEN2_PATTERN, gpt2_ranks_path, qwen_ranks_path  # noqa: E402

@@ -239,14 +239,14 @@ def test_a_dry_run_whose_translation_fails_removes_nothing(job, tmp_path, monkey
 
 
 def test_a_template_launchers_dry_run_changes_nothing(tmp_path, capsys):
-    """A Flex Template's launcher (submit_only) under --dry_run leaves an existing output as it was."""
-    from pipelines import cli, common
+    """A Flex Template's launcher (``wait=False``) under --dry_run leaves an existing output as it was."""
+    from pipelines import cli
 
     out = tmp_path / "out"
     _earlier_run_leftovers(out, "bucketed")
     before = _files(out)
-    with common.submit_only():
-        assert cli.main(["bucketed", "--input", str(SAMPLE_PARQUET), "--output", str(out), *DATAFLOW_FLAGS]) == 0
+    args = ["bucketed", "--input", str(SAMPLE_PARQUET), "--output", str(out), *DATAFLOW_FLAGS]
+    assert cli.main(args, wait=False) == 0
     assert capsys.readouterr().out.strip().splitlines()[-1] == "--dry_run: the job was translated, not submitted"
     assert _files(out) == before
 

@@ -373,7 +373,7 @@ def test_a_launch_that_writes_the_job_to_a_template_location_names_it_and_does_n
     from apache_beam.runners.dataflow.dataflow_runner import DataflowPipelineResult
     from apache_beam.runners.runner import PipelineState
 
-    from pipelines.common import submitted_line
+    from pipelines.run_mode import submitted_line
 
     options = PipelineOptions(["--template_location=gs://b/staging/template_launches/1/job_object"])
     result = DataflowPipelineResult(None, None, options)

@@ -10,8 +10,9 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from transforms.bpe import pretokenize
-from transforms.bucketed.settings import FIELD_DEFAULTS, InputFields
+from transforms.bucketed.settings import InputFields, document_filter
 from transforms.core.encoders import ENDOFTEXT
+from transforms.core.settings import setting, shared
 
 if TYPE_CHECKING:  # imported where it is built: --help imports no Beam
     from transforms.bpe.count import CountConfig
@@ -23,22 +24,27 @@ class TrainBpeSettings(InputFields):
     output: str
     vocab_size: int | None = None  # every id, the EOS included
     merges: int | None = None
-    pattern: str = "qwen2"
-    alphabet: str = "bytes"
-    min_count: int = 1
-    max_words: int = 0
-    count_shards: int = 16
-    eos_token: str = ENDOFTEXT
-    language: str = "eng_Latn"
-    lid_threshold: float = 0.90
-    min_token_count: int = 1
-    on_bad_record: str = "fail"
-    id_field: str = FIELD_DEFAULTS["id_field"]
-    text_field: str = FIELD_DEFAULTS["text_field"]
-    language_fields: str = FIELD_DEFAULTS["language_fields"]
-    lid_score_field: str = FIELD_DEFAULTS["lid_score_field"]
-    token_count_field: str = FIELD_DEFAULTS["token_count_field"]
-    removal_list: str | None = None  # ids to leave out (a list, or an output tree: its removals.txt)
+    pattern: str = setting("qwen2", "pre-tokenization: Qwen2's regex, GPT-2's, or chars (a space goes with the word "
+                           "after it)", choices=pretokenize.PATTERNS)
+    alphabet: str = setting("bytes", "base symbols: the 256 byte values, or the corpus's characters in code-point "
+                            "order", choices=pretokenize.ALPHABETS)
+    min_count: int = setting(1, "leave out words seen fewer times than this")
+    max_words: int = setting(0, "keep only this many of the most frequent words (ties: by UTF-8 bytes); 0: all")
+    count_shards: int = setting(16, "pieces the word table is counted in (each summed on one worker); never changes "
+                                "the result")
+    eos_token: str = setting(ENDOFTEXT, "the EOS, added as a special token right after the ranks")
+    language: str = document_filter("language")
+    lid_threshold: float = document_filter("lid_threshold")
+    min_token_count: int = document_filter("min_token_count")
+    on_bad_record: str = shared("on_bad_record")
+    id_field: str = document_filter("id_field")
+    text_field: str = document_filter("text_field")
+    language_fields: str = document_filter("language_fields")
+    lid_score_field: str = document_filter("lid_score_field")
+    token_count_field: str = document_filter("token_count_field")
+    # ids to leave out (a list, or an output tree: its removals.txt)
+    removal_list: str | None = setting(None, "ids to leave out, one a line, no comments; or an output tree (its "
+                                       "removals.txt)")
 
     def __post_init__(self):
         if (self.vocab_size is None) == (self.merges is None):

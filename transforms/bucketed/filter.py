@@ -33,7 +33,15 @@ import pyarrow.compute as pc
 
 from transforms.core.batches import DocBatch
 from transforms.core.drops import Drops
-from transforms.core.records import DROPPED, Document
+from transforms.core.records import (
+    DEFAULT_LANGUAGE,
+    DEFAULT_LANGUAGE_FIELDS,
+    DEFAULT_LID_THRESHOLD,
+    DEFAULT_TOKEN_COUNT,
+    DROPPED,
+    LID_SCORE,
+    Document,
+)
 
 DROP_REASONS = ("language", "page_average_lid", "lid_score", "token_count", "empty_text")
 # The reasons that are not a language field's name.
@@ -52,12 +60,12 @@ class Check(NamedTuple):
 
 @dataclasses.dataclass(frozen=True)
 class LidFilterConfig:
-    language: str | None = "eng_Latn"  # None: no language field and no score is checked
-    threshold: float = 0.90
+    language: str | None = DEFAULT_LANGUAGE  # None: no language field and no score is checked
+    threshold: float = DEFAULT_LID_THRESHOLD
     min_token_count: int = 1
-    language_fields: tuple[str, ...] = ("language", "page_average_lid")
-    score_field: str | None = "page_average_lid_score"  # None: no score check
-    token_count_field: str | None = "token_count"  # None: no count check
+    language_fields: tuple[str, ...] = DEFAULT_LANGUAGE_FIELDS
+    score_field: str | None = LID_SCORE  # None: no score check
+    token_count_field: str | None = DEFAULT_TOKEN_COUNT  # None: no count check
 
     def __post_init__(self):
         if self.language == "":

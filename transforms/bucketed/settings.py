@@ -15,7 +15,15 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from shards import layout, storage
-from transforms.core.records import DEFAULT_LANGUAGE_FIELDS, DEFAULT_TOKEN_COUNT, LID_SCORE
+from transforms.core.encoders import BACKENDS, SPECIAL_TOKEN_MODES
+from transforms.core.records import (
+    DEFAULT_LANGUAGE,
+    DEFAULT_LANGUAGE_FIELDS,
+    DEFAULT_LID_THRESHOLD,
+    DEFAULT_TOKEN_COUNT,
+    LID_SCORE,
+)
+from transforms.core.settings import setting, shared
 
 if TYPE_CHECKING:  # the steps' own configs are imported where they are built: --help imports no Beam
     from transforms.bucketed.filter import LidFilterConfig
@@ -24,14 +32,31 @@ if TYPE_CHECKING:  # the steps' own configs are imported where they are built: -
     from transforms.inputs.fields import ReadConfig
 
 OFF = "none"  # the value of --language, --lid-score-field or --token-count-field that turns its check off
-# The field settings, and the value each has unless a flag changes it.
-FIELD_DEFAULTS = {
-    "id_field": "id",
-    "text_field": "text",
-    "language_fields": ",".join(DEFAULT_LANGUAGE_FIELDS),
-    "lid_score_field": LID_SCORE,
-    "token_count_field": DEFAULT_TOKEN_COUNT,
+# The language filter's settings and the input's field names, of every job that reads and filters
+# documents as the bucketed job does, in their flags' order: name -> (default, help). The defaults
+# are the FinePDFs schema's; FineWeb is --language en --language-fields language --lid-score-field
+# language_score --lid-threshold 0.65.
+DOCUMENT_FILTER = {
+    "language": (DEFAULT_LANGUAGE, f"keep documents whose every --language-fields field equals this; {OFF}: no "
+                 "language filter"),
+    "lid_threshold": (DEFAULT_LID_THRESHOLD, "minimum LID score (--lid-score-field)"),
+    "min_token_count": (1, "minimum source token count (--token-count-field)"),
+    "text_field": ("text", "field of the document text"),
+    "id_field": ("id", "field of the document id"),
+    "language_fields": (",".join(DEFAULT_LANGUAGE_FIELDS), "comma-separated fields that must each equal --language"),
+    "lid_score_field": (LID_SCORE, f"field of the LID score compared with --lid-threshold; {OFF}: no score check"),
+    "token_count_field": (DEFAULT_TOKEN_COUNT, f"field of the source token count compared with --min-token-count; "
+                          f"{OFF}: no count check"),
 }
+DOCUMENT_FILTER_FLAGS = tuple(DOCUMENT_FILTER)
+# The field settings, and the value each has unless a flag changes it.
+FIELD_DEFAULTS = {name: DOCUMENT_FILTER[name][0]
+                  for name in ("id_field", "text_field", "language_fields", "lid_score_field", "token_count_field")}
+
+
+def document_filter(name: str):
+    """The settings field ``name`` of DOCUMENT_FILTER."""
+    return setting(*DOCUMENT_FILTER[name])
 
 
 class InputFields:
@@ -95,31 +120,40 @@ class InputFields:
 class BucketedSettings(InputFields):
     input: str
     output: str
-    language: str = "eng_Latn"
-    lid_threshold: float = 0.90
-    min_token_count: int = 1
-    tokenizer: str = "jet-nemotron"
-    eos_token: str | None = None
-    tokenizer_backend: str = "auto"
-    tokenizer_threads: int = 1
-    read_connections: int = storage.DEFAULT_CONNECTIONS  # never changes the bytes
-    dtype: str = layout.DEFAULT_DTYPE
-    partitions: int = layout.DEFAULT_PARTITIONS
-    max_shard_bytes: int = layout.DEFAULT_MAX_SHARD_BYTES
-    seed: int = layout.DEFAULT_SEED
-    batch_docs: int = 64
-    removal_list: str | None = None
-    on_bad_record: str = "fail"
-    special_tokens: str = "text"
-    id_field: str = FIELD_DEFAULTS["id_field"]
-    text_field: str = FIELD_DEFAULTS["text_field"]
-    language_fields: str = FIELD_DEFAULTS["language_fields"]
-    lid_score_field: str = FIELD_DEFAULTS["lid_score_field"]
-    token_count_field: str = FIELD_DEFAULTS["token_count_field"]
+    language: str = document_filter("language")
+    lid_threshold: float = document_filter("lid_threshold")
+    min_token_count: int = document_filter("min_token_count")
+    tokenizer: str = setting("jet-nemotron", "jet-nemotron | jet-nemotron:PATH | gpt2 | tiktoken:PATH | "
+                             "hf:NAME_OR_PATH | trained:DIR")
+    eos_token: str | None = setting(None, "for hf: and trained: tokenizers, the token appended as EOS (default: "
+                                    "its eos)")
+    tokenizer_backend: str = setting("auto", "auto: quicktok where it encodes the tokenizer exactly (jet-nemotron), "
+                                     "else tiktoken", choices=BACKENDS)
+    tokenizer_threads: int = setting(1, "threads of quicktok's batch call per worker (more only for a local run on "
+                                     "a large machine)")
+    read_connections: int = setting(storage.DEFAULT_CONNECTIONS, "range requests in flight per writer reading spill "
+                                    "files on an object store (never changes the bytes)")
+    dtype: str = setting(layout.DEFAULT_DTYPE, "token dtype on disk", choices=sorted(layout.DTYPES))
+    partitions: int = setting(layout.DEFAULT_PARTITIONS, "partitions per bucket")
+    max_shard_bytes: int = setting(layout.DEFAULT_MAX_SHARD_BYTES, "roll to a new file before this size",
+                                   spelled=float)
+    seed: int = setting(layout.DEFAULT_SEED, "seed of the order inside each partition")
+    batch_docs: int = setting(64, "documents per tokenizer batch")
+    removal_list: str | None = setting(None, "ids to leave out, one a line, no comments, or a removals.txt")
+    on_bad_record: str = shared("on_bad_record")
+    special_tokens: str = setting(
+        "text", "text: an added-token string (<|endoftext|>, <tool_call>, ...) in a document is encoded as text; "
+        "tokenizer: as its single id, as AutoTokenizer does (EOS may then appear inside a document)",
+        choices=SPECIAL_TOKEN_MODES)
+    id_field: str = document_filter("id_field")
+    text_field: str = document_filter("text_field")
+    language_fields: str = document_filter("language_fields")
+    lid_score_field: str = document_filter("lid_score_field")
+    token_count_field: str = document_filter("token_count_field")
     restart: bool = False  # discard saved work (transforms.core.resume); never changes the bytes
-    license: str | None = None  # the card's metadata (transforms.core.provenance.card_metadata)
-    source_dataset: str | None = None
-    input_sha256: bool = False
+    license: str | None = shared("license")  # the card's metadata (transforms.core.provenance.card_metadata)
+    source_dataset: str | None = shared("source_dataset")
+    input_sha256: bool = shared("input_sha256")
 
     def __post_init__(self):
         self.check_fields()

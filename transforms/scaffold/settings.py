@@ -10,6 +10,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from shards import layout, llmc, storage
+from transforms.core.settings import setting, shared
 
 if TYPE_CHECKING:  # the steps' own configs are imported where they are built: --help imports no Beam
     from transforms.inputs.fields import ReadConfig
@@ -27,21 +28,25 @@ DEFAULT_ORDER_RANGES = 1024  # pieces each split's ordering is cut into (transfo
 class ScaffoldSettings:
     input: str
     output: str
-    annotate: bool = False
-    id_field: str = "id"
-    text_field: str | None = None  # content-ff, or text with --annotate
-    tokenizer: str = "gpt2"
-    long_docs: str = "skip"
-    max_word_chars: int = DEFAULT_MAX_WORD_CHARS
-    val_fraction: float = llmc.DEFAULT_VAL_FRACTION
-    shard_tokens: int = llmc.DEFAULT_SHARD_TOKENS
-    seed: int = layout.DEFAULT_SEED
-    order_ranges: int = DEFAULT_ORDER_RANGES
-    on_bad_record: str = "fail"
+    annotate: bool = setting(False, "the input is plain text (id, text): split it into words here")
+    id_field: str = setting("id", "field of the document id")
+    text_field: str | None = setting(None, f"field of the text (default {ANNOTATED_FIELD}, or {PLAIN_FIELD} with "
+                                     "--annotate)")
+    tokenizer: str = setting("gpt2", "gpt2 | tiktoken:PATH (GPT-2 ranks) | hf:NAME_OR_PATH")
+    long_docs: str = setting("skip", "documents over 1,000 words: skip (drop, counted) or chunk (1,000-word "
+                             "documents)", choices=LONG_DOC_POLICIES)
+    max_word_chars: int = setting(DEFAULT_MAX_WORD_CHARS, "drop (counted) a document with a word longer than this "
+                                  "many characters; 0: no limit")
+    val_fraction: float = setting(llmc.DEFAULT_VAL_FRACTION, "share of documents in val/, by id hash")
+    shard_tokens: int = setting(llmc.DEFAULT_SHARD_TOKENS, "tokens in every shard but the last", spelled=float)
+    seed: int = setting(layout.DEFAULT_SEED, "seed of the document order")
+    order_ranges: int = setting(DEFAULT_ORDER_RANGES, "pieces (a power of two) each split's ordering is cut into; "
+                                "changes memory, never the bytes")
+    on_bad_record: str = shared("on_bad_record")
     restart: bool = False  # discard saved work (transforms.core.resume); never changes the bytes
-    license: str | None = None  # the card's metadata (transforms.core.provenance.card_metadata)
-    source_dataset: str | None = None
-    input_sha256: bool = False
+    license: str | None = shared("license")  # the card's metadata (transforms.core.provenance.card_metadata)
+    source_dataset: str | None = shared("source_dataset")
+    input_sha256: bool = shared("input_sha256")
 
     @property
     def field(self) -> str:

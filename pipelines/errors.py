@@ -1,0 +1,72 @@
+"""How a job's failures are said: a launch's errors as one-line UsageErrors, a run that failed or
+was interrupted as a RunStopped saying what the output holds, a full disk found in any error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import re
+
+from transforms.core.records import UsageError
+
+
+@contextlib.contextmanager
+def launching():
+    """Errors of the launch (settings checked, input planned, output prepared) as UsageErrors;
+    bad input found there stays a BadInputError."""
+    from transforms.core.records import BadInputError
+
+    try:
+        yield
+    except (UsageError, BadInputError):
+        raise
+    except (ValueError, OSError, ImportError) as e:
+        raise UsageError(str(e) or type(e).__name__) from e
+
+
+class RunStopped(Exception):
+    """A run that failed or was interrupted, said in one line: what happened and what the output
+    holds now. The run's temporary files are gone by the time it is raised, but the work of the
+    input units it finished (transforms.core.resume), which the line mentions."""
+
+
+_NO_SPACE = re.compile(r"\[Errno 28\] No space left on device(?:: '([^']*)')?")
+
+
+def no_space_message(error: BaseException) -> str | None:
+    """'no space left on device (writing PATH)' when a full disk is behind ``error``, even inside a
+    runner's error text."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+            where = f" writing {error.filename}" if error.filename else ""
+            return f"no space left on device{where}"
+        m = _NO_SPACE.search(str(error))
+        if m:
+            return "no space left on device" + (f" writing {m.group(1)}" if m.group(1) else "")
+        error = error.__cause__ or error.__context__
+    return None
+
+
+@contextlib.contextmanager
+def noting_interrupts(noted: list):
+    """Ctrl-C still raises KeyboardInterrupt, but is also noted in ``noted``: a runner may turn the
+    exception into its own error (RuntimeError: KeyboardInterrupt [while running ...])."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_sigint(signum, frame):
+        noted.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

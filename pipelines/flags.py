@@ -1,0 +1,218 @@
+"""A job's command line: its flags, parsed into its settings object and Beam's PipelineOptions.
+
+A flag spelled with dashes (``--lid-threshold``) is also taken with underscores, as templates
+pass it; a flag neither the job nor Beam knows is an error naming the closest one (Beam alone
+would only log a warning). ``--workers N`` becomes Beam's flags for N local worker processes.
+Nothing here imports Beam before the job's own flags are parsed: ``--help`` imports none of it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+from typing import TYPE_CHECKING
+
+from pipelines.help_format import DefaultsHelpFormatter
+from pipelines.run_mode import is_local_runner
+from shards import lock
+from transforms.core.records import UsageError
+
+if TYPE_CHECKING:
+    from apache_beam.options.pipeline_options import PipelineOptions  # noqa: F401
+
+
+def add_flag(parser: argparse.ArgumentParser, name: str, **kwargs) -> None:
+    """A job flag: ``--lid-threshold``; parse_job_args also takes ``--lid_threshold``, as templates
+    pass it."""
+    parser.add_argument(f"--{name}", dest=name.replace("-", "_"), **kwargs)
+
+
+def parse_job_args(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """The job's own flags, and the rest for Beam's PipelineOptions; a UsageError for a flag that
+    neither knows (Beam would only log a warning and run with its default). ``--workers N`` (see
+    add_workers_flag) becomes Beam's flags for N local worker processes."""
+    known, rest = _parse_ours(parser, argv)
+    check_beam_flags(rest, _long_flags(parser))
+    return known, _beam_args(known, rest)
+
+
+def _long_flags(parser: argparse.ArgumentParser) -> list[str]:
+    return sorted({s for a in parser._actions for s in a.option_strings if s.startswith("--")})
+
+
+def _parse_ours(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """The job's own flags (no Beam imported: ``--help`` ends here), and the rest unchecked."""
+    ours = set(_long_flags(parser))
+    spelled = []
+    for arg in argv:
+        name, eq, value = arg.partition("=")
+        dashed = name.replace("_", "-")
+        spelled.append(dashed + eq + value if name.startswith("--") and name not in ours and dashed in ours else arg)
+    return parser.parse_known_args(spelled)
+
+
+def _beam_args(known: argparse.Namespace, rest: list[str]) -> list[str]:
+    """Beam's flags, with those ``--workers`` stands for; takes --workers and --plan out of ``known``."""
+    if hasattr(known, "workers"):
+        rest = rest + worker_flags(known.workers, rest)
+        del known.workers
+    if hasattr(known, "plan"):  # run_job reads it from the command line (wants_plan)
+        del known.plan
+    if hasattr(known, "break_lock"):  # the command's lock scope reads it from the command line (shards.lock)
+        del known.break_lock
+    return rest
+
+
+def check_beam_flags(args: list[str], job_flags: list[str]) -> None:
+    from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
+
+    parser = _BeamArgumentParser(allow_abbrev=False)
+    classes = {}
+    for cls in PipelineOptions.__subclasses__():
+        classes.setdefault(str(cls), cls)
+    for cls in classes.values():
+        cls._add_argparse_args(parser)
+    _, unknown = parser.parse_known_args(args)
+    if not unknown:
+        return
+    known = job_flags + [s for a in parser._actions for s in a.option_strings]
+    problems = []
+    for arg in unknown:
+        name = arg.split("=", 1)[0]
+        close = difflib.get_close_matches(name, known, n=1) if name.startswith("-") else []
+        problems.append(f"{arg}" + (f" (did you mean {close[0]}?)" if close else ""))
+    raise UsageError(f"unknown flag or argument: {', '.join(problems)}; see --help")
+
+
+def job_parser(job: str, description: str, inputs: str, resumable: bool = True) -> argparse.ArgumentParser:
+    """A writing job's parser with its --input and --output, --workers, and (``resumable``: the jobs
+    that run through run_job and save their work per input unit) --plan and --restart; the job adds
+    its own flags."""
+    p = argparse.ArgumentParser(
+        prog=f"pretokenize {job}",
+        description=description,
+        epilog="Any other flag is passed to Beam's PipelineOptions, e.g. --runner=FnApiRunner "
+        "--direct_running_mode=multi_processing --direct_num_workers=2 (what --workers 2 says).",
+        formatter_class=DefaultsHelpFormatter,
+    )
+    add_flag(p, "input", required=True, help=f"glob, file or directory of {inputs}; local or fsspec URL")
+    add_flag(p, "output", required=True, help="output directory; local or fsspec URL (gs://, s3://)")
+    add_workers_flag(p)
+    add_break_lock_flag(p)
+    if not resumable:
+        return p
+    add_flag(p, "plan", action="store_true",
+             help="print the input's units and rows, the estimated tokens and core-hours (from a small sample) "
+             "and the files a run would write; run nothing, write nothing")
+    add_flag(p, "restart", action="store_true",
+             help="redo every input unit: discard the work an interrupted run into this output saved "
+             "(by default a re-run with the same input and settings resumes from it)")
+    return p
+
+
+def tool_parser(job: str, description: str) -> argparse.ArgumentParser:
+    """The parser of a tool over a finished tree that runs a pipeline (remove, verify); it adds its flags."""
+    return argparse.ArgumentParser(
+        prog=f"pretokenize {job}",
+        description=description,
+        epilog="Other flags go to Beam's PipelineOptions (--runner, ...).",
+        formatter_class=DefaultsHelpFormatter,
+    )
+
+
+def add_break_lock_flag(parser: argparse.ArgumentParser) -> None:
+    add_flag(parser, "break-lock", action="store_true", help=lock.BREAK_HELP)
+
+
+def add_workers_flag(parser: argparse.ArgumentParser) -> None:
+    add_flag(parser, "workers", type=int, default=None,
+             help="run locally with this many worker processes (the FnApiRunner in multi_processing "
+             "mode); the default is one in-process worker")
+
+
+def _beam_flag(args: list[str], name: str) -> str | None:
+    """The value of Beam flag ``--name`` in ``args`` (the last one given), or None."""
+    value = None
+    for i, arg in enumerate(args):
+        flag, eq, given = arg.partition("=")
+        if flag == f"--{name}":
+            value = given if eq else (args[i + 1] if i + 1 < len(args) else "")
+    return value
+
+
+def worker_flags(workers: int | None, beam_args: list[str]) -> list[str]:
+    """Beam's flags for ``--workers N``: the FnApiRunner with N worker processes. A UsageError for
+    N < 1, for a runner that is not local, and beside Beam's own flags for the same thing."""
+    if workers is None:
+        return []
+    if workers < 1:
+        raise UsageError(f"--workers must be at least 1 (got {workers})")
+    runner = _beam_flag(beam_args, "runner")
+    if not is_local_runner(runner):
+        raise UsageError(f"--workers is for a local run; --runner={runner} has its own worker flags "
+                         "(e.g. --num_workers, --max_num_workers on Dataflow)")
+    for name in ("direct_num_workers", "direct_running_mode"):
+        if _beam_flag(beam_args, name) is not None:
+            raise UsageError(f"--workers {workers} and --{name} both say how to run locally; give one")
+    flags = [] if runner is not None and runner.rsplit(".", 1)[-1] == "FnApiRunner" else ["--runner=FnApiRunner"]
+    if runner is not None and runner.rsplit(".", 1)[-1] not in ("FnApiRunner", "DirectRunner"):
+        raise UsageError(f"--workers runs the FnApiRunner; --runner={runner} is another one")
+    return flags + ["--direct_running_mode=multi_processing", f"--direct_num_workers={workers}"]
+
+
+def add_setting_flags(parser: argparse.ArgumentParser, settings_cls, names: tuple[str, ...] | None = None) -> None:
+    """The flags of the fields ``names`` of a settings dataclass (all that have one, in their order,
+    without ``names``), generated from the fields (transforms.core.settings): read off the class, so
+    that ``--help`` builds no settings object (whose checks import the steps, and Beam)."""
+    from transforms.core.settings import CHOICES, HELP, SPELLED, flag_fields
+
+    fields = flag_fields(settings_cls)
+    for name in names if names is not None else tuple(fields):
+        field = fields[name]
+        meta, default = field.metadata, field.default
+        if isinstance(default, bool):
+            add_flag(parser, name.replace("_", "-"), action="store_true", help=meta[HELP])
+            continue
+        kind = meta[SPELLED] or (str if default is None else type(default))
+        choices = list(meta[CHOICES]) if meta[CHOICES] is not None else None
+        add_flag(parser, name.replace("_", "-"), type=kind, default=default, choices=choices, help=meta[HELP])
+
+
+def parse_settings(parser: argparse.ArgumentParser, argv: list[str], settings_cls):
+    """The job's settings object from its flags (those its fields say are spelled as floats may be
+    given as 1.5e9), and Beam's PipelineOptions from the rest.
+
+    In the order a person wants to hear about a mistake, and cheapest first: the job's own flags,
+    then that a local ``--input`` names files (before Beam loads, and before any tokenizer), then
+    Beam's flags and the settings' own checks."""
+    ours, beam_args = _parse_ours(parser, argv)
+    values = vars(ours)
+    if values.get("input"):
+        check_input(values["input"])
+    check_beam_flags(beam_args, _long_flags(parser))
+    beam_args = _beam_args(ours, beam_args)
+    from transforms.core.settings import spelled_as_float
+
+    for name in spelled_as_float(settings_cls):
+        values[name] = int(values[name])
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    return settings_cls(**values), PipelineOptions(beam_args)
+
+
+def check_input(pattern: str) -> None:
+    """A BadInputError when the local ``pattern`` names no input file, found without importing
+    Beam; the readers plan the files later. A URL (gs://, s3://, hf://) is left to them: parsing
+    the flags never touches the network (a template's launcher parses them offline first)."""
+    if "://" in pattern:
+        return
+    from transforms.inputs.discover import expand_pattern
+
+    expand_pattern(pattern)
+
+
+def wants_plan(argv: list[str]) -> bool:
+    """Whether the command line asks for ``--plan`` (see job_parser)."""
+    p = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    p.add_argument("--plan", action="store_true")
+    return p.parse_known_args(argv)[0].plan

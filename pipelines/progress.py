@@ -1,0 +1,95 @@
+"""A local run's progress: where its workers share their totals, the stages a writing job
+announces, and the display (pipelines/progress_display.py) drawn while the job runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING
+
+from pipelines.run_mode import is_local_runner
+
+if TYPE_CHECKING:
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+
+def progress_dir(pipeline_options: PipelineOptions, run_id: str | None) -> str | None:
+    """Where a local run's workers share their progress (transforms.core.progress), so a log line
+    says how much of the whole job is done; None on a remote runner, whose UI shows progress.
+    run_job removes it when the run ends."""
+    import os
+    import tempfile
+
+    from apache_beam.options.pipeline_options import StandardOptions
+
+    if run_id is None or not is_local_runner(pipeline_options.view_as(StandardOptions).runner):
+        return None
+    return os.path.join(tempfile.gettempdir(), f"pretokenize-progress-{run_id}")
+
+
+def announce_write_stages(progress_dir: str | None, units, done: set[int], encode_step: str, encoding: str) -> None:
+    """The display's stages of a writing job (pipelines/progress_display.py): reading and
+    ``encoding`` the input units not ``done`` at launch (their planned rows, or units), then
+    writing the tokens the ``encode_step`` step made."""
+    from transforms.core.progress import Stage, announce_stages
+    from transforms.inputs.units import planned_work
+
+    planned = planned_work([u for i, u in enumerate(units) if i not in done])
+    announce_stages(progress_dir, [
+        Stage(f"read and {encoding}", "read", planned.keys, planned.what, total=planned.total),
+        Stage("write", "write", ("tokens",), "tokens", total_step=encode_step, total_keys=("tokens",)),
+    ])
+
+
+@contextlib.contextmanager
+def showing_progress(pipeline_options: PipelineOptions, run_id: str, stages=None,
+                     ending: tuple[str, str] = ("publishing", "published")):
+    """The job run inside shows its progress (pipelines/progress_display.py) on a local runner:
+    its workers share their totals in progress_dir() (named to them by the environment, which a
+    worker process inherits), and the display draws the stages announced there (``stages``, or
+    those the job's build announced). Nothing on a remote runner, whose UI shows progress."""
+    import os
+
+    from transforms.core.progress import SHARED_ENV, announce_stages
+
+    shared = progress_dir(pipeline_options, run_id)
+    if shared is None:
+        yield
+        return
+    with contextlib.suppress(OSError):  # the workers' Progress writes into it, never creates it
+        os.makedirs(shared, exist_ok=True)
+    if stages:
+        announce_stages(shared, stages)
+    from pipelines.progress_display import JobDisplay
+
+    previous = os.environ.get(SHARED_ENV)
+    os.environ[SHARED_ENV] = shared
+    try:
+        with JobDisplay(shared, ending=ending):
+            yield
+    finally:
+        if previous is None:
+            os.environ.pop(SHARED_ENV, None)
+        else:
+            os.environ[SHARED_ENV] = previous
+        remove_progress(pipeline_options, run_id)
+
+
+def remove_progress(pipeline_options: PipelineOptions, run_id: str) -> None:
+    import shutil
+
+    shared = progress_dir(pipeline_options, run_id)
+    if shared is None:
+        return
+    # Renamed first: a worker's late share (its sharing thread) names the old path and, never
+    # creating it, writes nothing; so nothing lands in the directory while it is being removed.
+    import os
+
+    gone = f"{shared}.removed"
+    with contextlib.suppress(OSError):
+        os.rename(shared, gone)
+    for _ in range(3):
+        shutil.rmtree(gone, ignore_errors=True)
+        if not os.path.exists(gone):
+            break
+    shutil.rmtree(shared, ignore_errors=True)

@@ -1,0 +1,105 @@
+"""How a job is run: on which runner, and whether it is run, only translated (Beam's --dry_run),
+or only submitted (a Flex Template's launcher, which must not wait for the job).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import tempfile
+from typing import TYPE_CHECKING
+
+from shards import layout, storage
+from transforms.core.records import UsageError
+
+if TYPE_CHECKING:
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+
+# Runners that run the pipeline in this process or in processes it starts on this machine.
+LOCAL_RUNNERS = ("DirectRunner", "FnApiRunner", "SwitchingDirectRunner", "BundleBasedDirectRunner", "PrismRunner")
+
+
+def is_local_runner(runner: str | None) -> bool:
+    return runner is None or runner.rsplit(".", 1)[-1] in LOCAL_RUNNERS
+
+
+def runner_name(pipeline_options: PipelineOptions) -> str:
+    from apache_beam.options.pipeline_options import StandardOptions
+
+    runner = pipeline_options.view_as(StandardOptions).runner
+    return "the default local runner" if runner is None else str(runner)
+
+
+def is_dry_run(pipeline_options: PipelineOptions) -> bool:
+    """Whether Beam's --dry_run asks to translate the job without running it. A UsageError on a
+    local runner, which would ignore it and run the whole job, and for a value Beam would
+    misread (it takes any value, --dry_run=False too, as true)."""
+    from apache_beam.options.pipeline_options import StandardOptions, TestOptions
+
+    value = pipeline_options.view_as(TestOptions).dry_run
+    if not value:
+        return False
+    if str(value).lower() in ("false", "0", "no", "off"):
+        raise UsageError(f"--dry_run={value}: Beam takes any value as true; leave the flag out for a real run")
+    if is_local_runner(pipeline_options.view_as(StandardOptions).runner):
+        raise UsageError(f"--dry_run is for a remote runner (--runner=DataflowRunner): {runner_name(pipeline_options)} "
+                         "would ignore it and run the whole job; --plan shows what a run would do")
+    return True
+
+
+def end_dry_run(output: str, pipeline_options: PipelineOptions) -> str:
+    """The line a dry run ends with, its job translated."""
+    return (f"dry run: the job was translated for {runner_name(pipeline_options)} and not submitted; "
+            f"nothing was written to {output}")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunMode:
+    """How a job is run, given to its build and to prepare_output as an argument.
+
+    ``dry_run``: Beam's --dry_run (is_dry_run): the job is translated for a remote runner, never
+    run; launching leaves the output as it is, and what building must write (a pending removal's
+    id list) goes to ``scratch``, a local directory that exists only while the job is built
+    (building()). ``wait``: False for a Dataflow Flex Template's launcher (deploy/dataflow/main.py),
+    which returns as soon as the runner has the job, without waiting for it to finish or printing
+    its summary; one that waited would hold the launch open for hours and time out
+    (deploy/README.md).
+    """
+
+    dry_run: bool = False
+    wait: bool = True
+    scratch: str | None = None
+
+
+RUN = RunMode()
+
+
+@contextlib.contextmanager
+def building(mode: RunMode):
+    """The job is built inside, with the mode it yields: ``mode`` with, for a dry run, its
+    ``scratch`` directory, deleted once the job is built (a dry run's job is translated, never
+    run, so nothing reads what was written there afterwards)."""
+    if not mode.dry_run:
+        yield mode
+        return
+    with tempfile.TemporaryDirectory(prefix="pretokenize-dry-run-") as scratch:
+        yield dataclasses.replace(mode, scratch=scratch)
+
+
+def submitted_line(result, output: str, pipeline_options: PipelineOptions) -> str:
+    """What a launcher that does not wait says: the job, and where to see that it has finished.
+
+    A Flex Template's launcher may have the runner write the job to ``--template_location`` for
+    Dataflow to start, instead of submitting it: that result has no job id (and waiting on it would
+    fail), so the line names the file instead."""
+    from apache_beam.options.pipeline_options import GoogleCloudOptions, TestOptions
+
+    if pipeline_options.view_as(TestOptions).dry_run:
+        return "--dry_run: the job was translated, not submitted"
+    finished = f"{storage.join(output, layout.STATS_NAME)} appears when it has finished"
+    template = pipeline_options.view_as(GoogleCloudOptions).template_location
+    if template:
+        return f"wrote the job to {template} for Dataflow to start, not waiting for it: {finished}"
+    job_id = result.job_id() if getattr(result, "has_job", False) else None
+    return f"submitted {f'job {job_id}' if job_id else 'the job'}, not waiting for it: {finished}"

@@ -1,0 +1,23 @@
+"""The run mode (run, dry run, submit only) is an argument: RunMode, and cli.main's ``wait``."""
+
+from __future__ import annotations
+
+import os
+
+from pipelines import cli
+from pipelines.run_mode import RUN, RunMode, building
+
+
+def test_a_dry_runs_scratch_exists_only_while_the_job_is_built():
+    with building(RunMode(dry_run=True)) as mode:
+        assert mode.dry_run and mode.wait and os.path.isdir(mode.scratch)
+        scratch = mode.scratch
+    assert not os.path.exists(scratch)
+    with building(RUN) as mode:
+        assert mode == RUN and mode.scratch is None
+
+
+def test_only_the_writing_jobs_can_be_submitted_without_waiting(tmp_path, capsys):
+    assert cli.main(["verify", "--output", str(tmp_path)], wait=False) == 2
+    assert capsys.readouterr().err.strip() == (
+        "pretokenize verify: only bucketed and scaffold can be submitted without waiting")
