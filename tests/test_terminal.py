@@ -100,7 +100,11 @@ def tree_bytes(root):
 
 def test_two_workers_write_the_same_bytes_and_show_the_share_done(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv(progress.INTERVAL_ENV, "0")
-    shared_before = set(Path(tempfile.gettempdir()).glob("pretokenize-progress-*"))
+    # A temporary directory of this test's own, so that other runs on the machine cannot put
+    # progress directories where this test looks for leftovers.
+    private = tmp_path / "tmp"
+    private.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(private))
     one, two = tmp_path / "one", tmp_path / "two"
     assert cli.main(["bucketed", "--input", str(SAMPLE_PARQUET), "--output", str(one), "--runner=FnApiRunner"]) == 0
     single = capsys.readouterr().err
@@ -118,7 +122,7 @@ def test_two_workers_write_the_same_bytes_and_show_the_share_done(tmp_path, caps
     own = re.compile(r"\[read pid \d+\] documents (\d+) .*; all workers: (\d+\.\d)%")
     assert any(float(s) > 100 * int(n) / 190 + 1 for n, s in own.findall(multi))
     # The directory where the workers shared their progress is gone.
-    assert set(Path(tempfile.gettempdir()).glob("pretokenize-progress-*")) <= shared_before
+    assert not list(private.glob("pretokenize-progress-*"))
 
 
 # --dry_run
