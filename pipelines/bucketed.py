@@ -19,7 +19,8 @@ from shards import layout, lock, storage, tree
 from shards.manifest import DatasetStats
 from shards.removal import REMOVALS_NAME, check_id_field, read_removal_list, read_removal_source, tree_id_field
 from transforms.bucketed.settings import BucketedSettings
-from transforms.core.encoders import BACKENDS, SPECIAL_TOKEN_MODES
+from transforms.tokenizers.backends import BACKENDS
+from transforms.tokenizers.encoder import SPECIAL_TOKEN_MODES
 
 if TYPE_CHECKING:  # Beam and the steps are imported by build(): --help and a flag's error import none of it
     import apache_beam as beam

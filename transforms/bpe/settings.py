@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from transforms.bpe import pretokenize
 from transforms.bucketed.settings import FIELD_DEFAULTS, InputFields
-from transforms.core.encoders import ENDOFTEXT
+from transforms.tokenizers.vocabularies import ENDOFTEXT
 
 if TYPE_CHECKING:  # imported where it is built: --help imports no Beam
     from transforms.bpe.count import CountConfig

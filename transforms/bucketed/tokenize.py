@@ -14,18 +14,20 @@ import numpy as np
 
 from shards.layout import DEFAULT_DTYPE, check_dtype
 from transforms.core.batches import DocBatch, TokenBatch
-from transforms.core.encoders import BACKENDS, SPECIAL_TOKEN_MODES, Encoder, check_unchanged, load_encoder
 from transforms.core.progress import Progress
+from transforms.tokenizers.backends import BACKENDS
+from transforms.tokenizers.encoder import SPECIAL_TOKEN_MODES, Encoder
+from transforms.tokenizers.load import check_unchanged, load_encoder
 
 
 @dataclasses.dataclass(frozen=True)
 class TokenizerConfig:
-    """``backend``: auto, quicktok or tiktoken (see transforms.core.encoders); ``threads``: the
+    """``backend``: auto, quicktok or tiktoken (see transforms.tokenizers.backends); ``threads``: the
     threads of quicktok's batch call (1 per worker; more only for a local run on a large machine);
     ``special_tokens``: text (an added-token string in a document is text) or tokenizer (its id, as
     the tokenizer's Hugging Face release gives it; then an EOS may appear inside a document);
     ``files``: the (name, sha256) of the tokenizer's files as the launch loaded them (``pinned``),
-    which each worker's load checks (encoders.check_unchanged)."""
+    which each worker's load checks (transforms.tokenizers.load.check_unchanged)."""
 
     spec: str = "jet-nemotron"
     dtype: str = DEFAULT_DTYPE
