@@ -106,3 +106,21 @@ def test_the_cli_refuses_an_unknown_spec_in_one_line(tmp_path, capsys):
     assert code == 2 and not (tmp_path / "out").exists()
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "unknown tokenizer 'qwen3'" in err[0]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"backend": "fast"}, "--tokenizer-backend must be one of auto, quicktok, tiktoken, got 'fast'"),
+        ({"threads": 0}, "--tokenizer-threads must be at least 1, got 0"),
+        ({"special_tokens": "ids"}, "--special-tokens must be one of text, tokenizer, got 'ids'"),
+    ],
+)
+def test_the_options_are_checked_in_one_place(options, message):
+    from transforms.bucketed.tokenize import TokenizerConfig
+
+    with pytest.raises(ValueError) as by_config:
+        TokenizerConfig("gpt2", **options)
+    with pytest.raises(ValueError) as by_loader:
+        load_encoder("gpt2", **options, cache=None)
+    assert str(by_config.value) == str(by_loader.value) == message

@@ -15,9 +15,8 @@ import numpy as np
 from shards.layout import DEFAULT_DTYPE, check_dtype
 from transforms.core.batches import DocBatch, TokenBatch
 from transforms.core.progress import Progress
-from transforms.tokenizers.backends import BACKENDS
-from transforms.tokenizers.encoder import SPECIAL_TOKEN_MODES, Encoder
-from transforms.tokenizers.load import check_unchanged, load_encoder
+from transforms.tokenizers.encoder import Encoder
+from transforms.tokenizers.load import check_options, check_unchanged, load_encoder
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,13 +40,7 @@ class TokenizerConfig:
     def __post_init__(self):
         if self.batch_docs < 1:
             raise ValueError("batch_docs must be at least 1")
-        if self.backend not in BACKENDS:
-            raise ValueError(f"--tokenizer-backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
-        if self.threads < 1:
-            raise ValueError(f"--tokenizer-threads must be at least 1, got {self.threads}")
-        if self.special_tokens not in SPECIAL_TOKEN_MODES:
-            raise ValueError(f"--special-tokens must be one of {', '.join(SPECIAL_TOKEN_MODES)}, "
-                             f"got {self.special_tokens!r}")
+        check_options(self.backend, self.threads, self.special_tokens)
 
     def load(self) -> Encoder:
         """The encoder, checked against the dtype (and a quicktok one against tiktoken, by the probe):

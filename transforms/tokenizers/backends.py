@@ -38,8 +38,7 @@ BACKENDS = ("auto", *sorted(REGISTRY))
 
 def resolve_backend(spec: str | TokenizerSpec, backend: str) -> str:
     """The name of the backend of REGISTRY that ``backend`` (a name or ``auto``) means for ``spec`` here."""
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown tokenizer backend {backend!r}; use one of {', '.join(BACKENDS)}")
+    check_backend(backend)
     spec = parse_spec(spec)
     if backend == "auto":
         return next(name for name, b in REGISTRY.items() if name == REFERENCE or (b.encodes(spec) and b.pinned()))
@@ -47,6 +46,12 @@ def resolve_backend(spec: str | TokenizerSpec, backend: str) -> str:
     if refusal:
         raise ValueError(refusal)
     return backend
+
+
+def check_backend(backend: str) -> None:
+    """A ValueError naming the flag when ``backend`` is not one of BACKENDS."""
+    if backend not in BACKENDS:
+        raise ValueError(f"--tokenizer-backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
 
 
 def other_backend(recorded: str | None) -> str:

@@ -19,7 +19,7 @@ from shards.tokenizer_spec import TokenizerSpec, parse_spec
 from transforms.core.records import BadInputError
 from transforms.tokenizers import hf, trained
 from transforms.tokenizers.added_tokens import AddedTokens, added_tokens
-from transforms.tokenizers.backends import REFERENCE, REGISTRY, resolve_backend
+from transforms.tokenizers.backends import REFERENCE, REGISTRY, check_backend, resolve_backend
 from transforms.tokenizers.cache import EncoderCache
 from transforms.tokenizers.encoder import SPECIAL_TOKEN_MODES, BpeVocabulary, Encoder
 from transforms.tokenizers.long_text import GPT2_CUTS, QWEN2_CUTS
@@ -38,8 +38,7 @@ def load_encoder(spec: str | TokenizerSpec, eos_token: str | None = None, backen
     """Build the tokenizer ``spec`` names with ``backend`` (``threads``: the quicktok batch call's),
     encoding added-token strings as ``special_tokens`` says (SPECIAL_TOKEN_MODES); a ValueError for a bad
     spec, BackendMismatch when the probe fails."""
-    if special_tokens not in SPECIAL_TOKEN_MODES:
-        raise ValueError(f"--special-tokens must be one of {', '.join(SPECIAL_TOKEN_MODES)}, got {special_tokens!r}")
+    check_options(backend, threads, special_tokens)
     from shards import storage
 
     spec = parse_spec(spec)
@@ -54,12 +53,19 @@ def load_encoder(spec: str | TokenizerSpec, eos_token: str | None = None, backen
     return AddedTokens(added_tokens(spec, encoder.eos_id)).wrap(encoder)
 
 
+def check_options(backend: str, threads: int, special_tokens: str) -> None:
+    """The one check of load_encoder's options (TokenizerConfig's too): a ValueError naming the flag."""
+    check_backend(backend)
+    if threads < 1:
+        raise ValueError(f"--tokenizer-threads must be at least 1, got {threads}")
+    if special_tokens not in SPECIAL_TOKEN_MODES:
+        raise ValueError(f"--special-tokens must be one of {', '.join(SPECIAL_TOKEN_MODES)}, got {special_tokens!r}")
+
+
 def _load_text_encoder(spec: TokenizerSpec, eos_token: str | None, backend: str, threads: int,
                        cache: EncoderCache | None, special_tokens: str = "text") -> Encoder:
     if eos_token is not None and spec.fixed_eos:
         raise ValueError("--eos-token applies to hf: and trained: tokenizers only; the others have a fixed EOS")
-    if threads < 1:
-        raise ValueError(f"tokenizer threads must be at least 1, got {threads}")
     name = resolve_backend(spec, backend)
     if spec.kind == "hf":
         return hf.load(spec, eos_token, special_tokens)
