@@ -36,7 +36,7 @@ GPT2_IDS = {
 
 def test_the_packaged_ranks_are_the_recorded_file_with_their_notice():
     path = Path(gpt2_ranks_path())
-    assert path.parent == REPO / "transforms" / "core" / "data"
+    assert path.parent == REPO / "transforms" / "tokenizers" / "data"
     assert hashlib.sha256(path.read_bytes()).hexdigest() == GPT2_RANKS_SHA256
     notice = (path.parent / "gpt2.tiktoken.LICENSE.txt").read_text(encoding="utf-8")
     assert "github.com/openai/gpt-2" in notice and "Copyright (c) 2019 OpenAI" in notice
