@@ -104,7 +104,7 @@ $(FLINK_JAR) $(SPARK_JAR):
 demo: $(VENV)/.installed-demo
 	$(VENV)/bin/pretokenize bucketed --input tests/data/finepdfs_sample.parquet --output $(OUT) --runner=FnApiRunner
 
-# GPT-2: the ranks shipped in the package (transforms/core/data/gpt2.tiktoken), so the demo runs offline.
+# GPT-2: the ranks shipped in the package (transforms/tokenizers/data/gpt2.tiktoken), so the demo runs offline.
 GPT2_TOKENIZER ?= gpt2
 SCAFFOLD_OUT   ?= out/scaffold-sample
 

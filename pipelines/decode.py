@@ -49,23 +49,24 @@ _BLOCK_TOKENS = 1 << 20
 
 def load_token_bytes(spec: str) -> Callable[[Sequence[int]], bytes]:
     """The bytes of BPE ids for a tokenizer spec: gpt2, tiktoken:PATH or hf:NAME_OR_PATH."""
-    kind, _, arg = spec.partition(":")
-    if kind == "gpt2" and not arg:
-        from transforms.core.encoders import gpt2_ranks_path
+    from shards.tokenizer_spec import parse_spec
 
-        kind, arg = "tiktoken", gpt2_ranks_path()  # the ranks shipped in the package: offline
-    if kind == "tiktoken" and arg:
-        from transforms.core.encoders import _load_ranks  # the job's own reader of ranks files
+    try:
+        parsed = parse_spec(spec)
+    except ValueError:
+        parsed = None
+    if parsed is not None and parsed.kind in ("gpt2", "tiktoken"):
+        from transforms.tokenizers.ranks import gpt2_ranks_path, load_ranks  # the job's own reader of ranks files
 
-        ranks = _load_ranks(arg)
+        ranks = load_ranks(gpt2_ranks_path() if parsed.packaged else parsed.arg)  # packaged: offline
         table = [b""] * len(ranks)
         for token, rank in ranks.items():
             table[rank] = token
         return lambda ids: b"".join(table[i] for i in ids)
-    if kind == "hf" and arg:
+    if parsed is not None and parsed.kind == "hf":
         from transformers import AutoTokenizer
 
-        tok = AutoTokenizer.from_pretrained(arg)
+        tok = AutoTokenizer.from_pretrained(parsed.arg)
         return lambda ids: tok.decode(list(ids), clean_up_tokenization_spaces=False).encode("utf-8")
     raise ValueError(f"decode needs a GPT-2 tokenizer: gpt2, tiktoken:PATH or hf:NAME_OR_PATH, not {spec!r}")
 
@@ -268,7 +269,7 @@ def tree_token_bytes(spec: str, eos_id: int, where: str) -> Callable[[Sequence[i
 
     tiktoken-backed tokenizers (jet-nemotron, qwen2.5, gpt2, tiktoken:, trained:) decode offline
     from their ranks; hf: ones through Hugging Face tokenizers."""
-    from transforms.core.encoders import load_encoder
+    from transforms.tokenizers.load import load_encoder
 
     try:
         encoder = load_encoder(spec)

@@ -19,6 +19,7 @@ import shlex
 from shards import layout, llmc
 from shards.provenance import STATS_JSON_NAME, to_bytes
 from shards.removal import REMOVALS_NAME
+from shards.tokenizer_spec import parse_spec
 
 CARD_NAME = "README.md"
 # Input files named one by one in the card; all of them are in dataset_stats.json.
@@ -364,14 +365,18 @@ def _bucketed_reading(doc: dict, dtype: str, eos: int, special_ids: bool) -> lis
     return lines
 
 
-def _decode_snippet(spec: str) -> list[str]:
-    kind, _, arg = spec.partition(":")
-    if kind in ("jet-nemotron", "qwen2.5") and not arg:
+def _decode_snippet(text: str) -> list[str]:
+    try:
+        spec = parse_spec(text)
+    except ValueError:  # not a spec this version knows (a hand-edited dataset_stats.json): named as it is
+        spec = None
+    kind, arg = (spec.kind, spec.arg) if spec else ("", "")
+    if kind == "jet-nemotron" and spec.packaged:
         load = ['from transformers import AutoTokenizer', '',
                 'tok = AutoTokenizer.from_pretrained("jet-ai/Jet-Nemotron-2B", trust_remote_code=True)',
                 'print(tok.decode(documents[0][:-1].tolist()))']
         who = "the Jet-Nemotron-2B tokenizer (the Qwen2.5 vocabulary) from Hugging Face"
-    elif kind == "gpt2" and not arg:
+    elif kind == "gpt2" and spec.packaged:
         load = ["import tiktoken", "", 'print(tiktoken.get_encoding("gpt2").decode(documents[0][:-1].tolist()))']
         who = "tiktoken's GPT-2 encoding"
     elif kind == "hf" and arg:
@@ -379,7 +384,7 @@ def _decode_snippet(spec: str) -> list[str]:
                 "print(tok.decode(documents[0][:-1].tolist()))"]
         who = f"`{arg}`'s tokenizer"
     else:
-        return [f"Decode the ids with the tokenizer `{spec}` names; its files' sha256 are under "
+        return [f"Decode the ids with the tokenizer `{text}` names; its files' sha256 are under "
                 "[Provenance](#provenance).", ""]
     return [f"Back to text, with {who} (it needs that library, and may download the tokenizer):", "",
             "```python", *load, "```", ""]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from transforms.core.encoders import gpt2_ranks_path
+from transforms.tokenizers.ranks import gpt2_ranks_path
 
 # Give the root logger a handler before anything imports Beam: otherwise the first warning Beam
 # logs installs one on the stream pytest is capturing at that moment, and Beam's last messages
@@ -16,7 +16,7 @@ logging.getLogger().addHandler(logging.NullHandler())
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_PARQUET = REPO / "tests" / "data" / "finepdfs_sample.parquet"
-# The GPT-2 ranks of --tokenizer gpt2, package data (transforms/core/data/): every clone has them.
+# The GPT-2 ranks of --tokenizer gpt2, package data (transforms/tokenizers/data/): every clone has them.
 GPT2_RANKS = Path(gpt2_ranks_path())
 
 

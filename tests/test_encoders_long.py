@@ -25,17 +25,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from transforms.core.encoders import (
-    ENDOFTEXT,
-    GPT2_CUTS,
-    QWEN2_CUTS,
-    QWEN2_PATTERN,
-    Encoder,
-    LongTextSplitter,
-    _hf_cut_rules,
-    load_encoder,
-    qwen_ranks_path,
-)
+from transforms.tokenizers.encoder import Encoder
+from transforms.tokenizers.hf import cut_rules
+from transforms.tokenizers.load import load_encoder
+from transforms.tokenizers.long_text import GPT2_CUTS, QWEN2_CUTS, LongTextSplitter
+from transforms.tokenizers.ranks import qwen_ranks_path
+from transforms.tokenizers.vocabularies import ENDOFTEXT, QWEN2_PATTERN
 
 SOURCES = Path(__file__).parent / "data" / "sample_sources"
 
@@ -249,9 +244,9 @@ BYTE_LEVEL = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": Tr
 
 def test_hf_cut_rules_recognise_known_pipelines(hf):
     assert hf.splitter is not None and hf.splitter.rules is QWEN2_CUTS
-    assert _hf_cut_rules(_config({"type": "Sequence", "pretokenizers": [SPLIT_QWEN, BYTE_LEVEL]})) is QWEN2_CUTS
+    assert cut_rules(_config({"type": "Sequence", "pretokenizers": [SPLIT_QWEN, BYTE_LEVEL]})) is QWEN2_CUTS
     gpt2_style = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
-    assert _hf_cut_rules(_config(gpt2_style)) is GPT2_CUTS
+    assert cut_rules(_config(gpt2_style)) is GPT2_CUTS
 
 
 @pytest.mark.parametrize(
@@ -267,4 +262,4 @@ def test_hf_cut_rules_recognise_known_pipelines(hf):
     ids=["prefix-space", "nfkc", "non-special-added-token", "unknown-pattern", "metaspace", "unigram"],
 )
 def test_hf_pipelines_we_cannot_prove_safe_are_never_cut(config):
-    assert _hf_cut_rules(config) is None
+    assert cut_rules(config) is None

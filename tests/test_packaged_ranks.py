@@ -16,10 +16,10 @@ from conftest import REPO, finepdfs_row
 
 from pipelines import bucketed
 from shards import layout, manifest
-from transforms.core import encoders
-from transforms.core.encoders import gpt2_ranks_path, load_encoder
+from transforms.tokenizers.load import load_encoder
+from transforms.tokenizers.ranks import gpt2_ranks_path
 
-# sha256 of transforms/core/data/gpt2.tiktoken: whisper/assets/gpt2.tiktoken of openai-whisper 20250625.
+# sha256 of transforms/tokenizers/data/gpt2.tiktoken: whisper/assets/gpt2.tiktoken of openai-whisper 20250625.
 GPT2_RANKS_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
 # GPT-2 ids as tiktoken's "gpt2" encoding and Hugging Face's gpt2 tokenizer give them.
 GPT2_IDS = {
@@ -36,7 +36,7 @@ GPT2_IDS = {
 
 def test_the_packaged_ranks_are_the_recorded_file_with_their_notice():
     path = Path(gpt2_ranks_path())
-    assert path.parent == REPO / "transforms" / "core" / "data"
+    assert path.parent == REPO / "transforms" / "tokenizers" / "data"
     assert hashlib.sha256(path.read_bytes()).hexdigest() == GPT2_RANKS_SHA256
     notice = (path.parent / "gpt2.tiktoken.LICENSE.txt").read_text(encoding="utf-8")
     assert "github.com/openai/gpt-2" in notice and "Copyright (c) 2019 OpenAI" in notice
@@ -47,7 +47,7 @@ def test_pyproject_ships_the_ranks_and_their_notice():
     import tomllib
 
     data = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
-    shipped = data["tool"]["setuptools"]["package-data"]["transforms.core"]
+    shipped = data["tool"]["setuptools"]["package-data"]["transforms.tokenizers"]
     assert {"data/gpt2.tiktoken", "data/gpt2.tiktoken.LICENSE.txt"} <= set(shipped)
 
 
@@ -68,13 +68,12 @@ def no_network(monkeypatch, tmp_path):
     monkeypatch.setattr(tiktoken.load, "read_file_cached", refuse)
     monkeypatch.setattr(tiktoken.registry, "ENCODINGS", {})
     monkeypatch.setattr(requests.Session, "request", refuse)
-    monkeypatch.setattr(encoders, "_LOADED", {})  # built here, not taken from an earlier test
     return refuse
 
 
 def test_gpt2_loads_with_the_network_blocked(no_network, monkeypatch):
     monkeypatch.setattr(socket.socket, "connect", no_network)
-    encoder = load_encoder("gpt2")
+    encoder = load_encoder("gpt2", cache=None)  # built here, not taken from an earlier test
     assert (encoder.spec, encoder.eos_id, encoder.vocab_size, encoder.max_token_id) == ("gpt2", 50256, 50257, 50256)
     assert encoder.encode_batch(list(GPT2_IDS)) == list(GPT2_IDS.values())
 

@@ -24,8 +24,8 @@ from shards.card import CARD_NAME
 from shards.llmc import ScaffoldStats
 from shards.manifest import DatasetStats
 from shards.provenance import STATS_JSON_NAME
-from transforms.core.encoders import gpt2_ranks_path, qwen_ranks_path
 from transforms.inputs.units import file_fingerprint
+from transforms.tokenizers.ranks import gpt2_ranks_path, qwen_ranks_path
 
 RUNNER = ["--runner=FnApiRunner"]
 SCAFFOLD_SAMPLE = REPO / "tests" / "data" / "scaffold" / "por_annotated.jsonl"

@@ -17,9 +17,11 @@ from shards.card import CARD_NAME
 from shards.manifest import DatasetStats
 from shards.provenance import STATS_JSON_NAME
 from transforms.bucketed.tokenize import TokenizerConfig, encode_batch
-from transforms.core import encoders
 from transforms.core.batches import DocBatch
-from transforms.core.encoders import PROBE, BackendMismatch, load_encoder, other_backend, resolve_backend
+from transforms.tokenizers import probe, quicktok_backend
+from transforms.tokenizers.backends import other_backend, resolve_backend
+from transforms.tokenizers.load import load_encoder
+from transforms.tokenizers.probe import PROBE, BackendMismatch
 
 pytest.importorskip("quicktok")
 
@@ -114,7 +116,7 @@ def test_the_backends_agree_on_every_code_point(both):
 
 
 def test_the_probe_costs_milliseconds_and_passes(both):
-    seconds = encoders.probe(*both)
+    seconds = probe.probe(*both)
     assert seconds < 1.0  # a generous bound: it is a few ms; the point is that it passes
 
 
@@ -129,17 +131,16 @@ class _WrongOnCJK:
 
 
 def test_the_probe_stops_a_wrong_backend_with_one_line(monkeypatch):
-    real = encoders._quicktok_tokenizer
-    monkeypatch.setattr(encoders, "_quicktok_tokenizer", lambda *a: _WrongOnCJK(real(*a)))
-    monkeypatch.setattr(encoders, "_LOADED", {})
+    real = quicktok_backend.quicktok_tokenizer
+    monkeypatch.setattr(quicktok_backend, "quicktok_tokenizer", lambda *a: _WrongOnCJK(real(*a)))
     with pytest.raises(BackendMismatch) as e:
-        TokenizerConfig("jet-nemotron", backend="quicktok").load()
+        load_encoder("jet-nemotron", backend="quicktok", cache=None)  # built here, not an earlier test's
     message = str(e.value)
     assert "\n" not in message
     assert "quicktok 0.4.0" in message and "probe's cjk text at token" in message
     # auto is not a way around it.
     with pytest.raises(BackendMismatch):
-        TokenizerConfig("jet-nemotron", backend="auto").load()
+        load_encoder("jet-nemotron", backend="auto", cache=None)
 
 
 def test_the_backend_flag_resolves_per_tokenizer(gpt2_spec):

@@ -14,7 +14,6 @@ from conftest import fnapi_pipeline
 from doc_batches import doc_batches, documents_of, sequences_of
 
 from shards import llmc
-from transforms.core.encoders import load_encoder
 from transforms.core.records import BadInputError, Document
 from transforms.inputs.fields import ReadConfig
 from transforms.inputs.read import ReadDocuments, plan_input, read_unit
@@ -35,6 +34,7 @@ from transforms.scaffold.encode import (
     plan_sequences,
     sum_counts,
 )
+from transforms.tokenizers.load import load_encoder
 
 # The dataset card's example, and its ids written out by hand: <ff_N> = 50257 + N, then each word's
 # GPT-2 ids encoded on its own, without a leading space ("O" is 46; " O" would be 440), then EOT.

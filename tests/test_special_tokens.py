@@ -31,7 +31,9 @@ from pipelines import cli, export
 from shards import layout, manifest
 from shards.reader import open_tree
 from transforms.bucketed.tokenize import TokenizerConfig
-from transforms.core.encoders import ENDOFTEXT, GPT2_EOS, QWEN25_ADDED_TOKENS, AddedTokens, load_encoder
+from transforms.tokenizers.added_tokens import AddedTokens
+from transforms.tokenizers.load import load_encoder
+from transforms.tokenizers.vocabularies import ENDOFTEXT, GPT2_EOS, QWEN25_ADDED_TOKENS
 
 RUNNER = ["--runner=FnApiRunner"]
 EOS = 151643

@@ -9,8 +9,8 @@ from conftest import fnapi_pipeline
 from doc_batches import doc_batches, sequences_of
 
 from transforms.bucketed.tokenize import TokenizeDocuments, TokenizerConfig, encode_batch
-from transforms.core.encoders import load_encoder
 from transforms.core.records import Document
+from transforms.tokenizers.load import load_encoder
 
 TEXTS = {
     "plain": "Hello world",

@@ -23,7 +23,8 @@ from transforms.bpe import files
 from transforms.bpe import pretokenize as pt
 from transforms.bpe.count import CountConfig, CountWords, prune, read_count_shards
 from transforms.core.batches import DocBatch
-from transforms.core.encoders import PROBE, load_encoder
+from transforms.tokenizers.load import load_encoder
+from transforms.tokenizers.probe import PROBE
 
 SOURCES = REPO / "tests" / "data" / "sample_sources"
 MULTILINGUAL = sorted(SOURCES.glob("udhr_*.txt")) + sorted(SOURCES.glob("cpython_cjkencodings_*.txt"))

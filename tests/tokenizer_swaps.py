@@ -6,8 +6,8 @@ import os
 from collections import Counter
 from pathlib import Path
 
-from transforms.core.encoders import load_encoder
 from transforms.core.resume import PROBE_TEXT
+from transforms.tokenizers.load import load_encoder
 
 
 def swap_ranks(path: Path, a: int, b: int) -> None:

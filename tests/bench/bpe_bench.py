@@ -46,7 +46,7 @@ import pyarrow.parquet as pq
 from tokenizers import Regex, Tokenizer, models, pre_tokenizers, trainers
 sys.path.insert(0, sys.argv[1])
 from bpe_bench import kept_texts
-from transforms.core.encoders import QWEN2_PATTERN
+from transforms.tokenizers.vocabularies import QWEN2_PATTERN
 texts = kept_texts(sys.argv[2])
 tok = Tokenizer(models.BPE())
 tok.pre_tokenizer = pre_tokenizers.Sequence([
@@ -146,7 +146,7 @@ def main() -> None:
 
     from tokenizers import Tokenizer
 
-    from transforms.core.encoders import load_encoder
+    from transforms.tokenizers.load import load_encoder
 
     texts = kept_texts(str(base))
     chars = sum(len(t) for t in texts)

@@ -72,8 +72,9 @@ import scale_corpus  # noqa: E402
 from pipelines.summary import read_stats  # noqa: E402
 from transforms.bucketed.filter import LidFilterConfig, drop_reason  # noqa: E402
 from transforms.bucketed.tokenize import TokenizerConfig  # noqa: E402
-from transforms.core.encoders import ENDOFTEXT, QWEN2_PATTERN, gpt2_ranks_path, qwen_ranks_path  # noqa: E402
 from transforms.core.records import Document  # noqa: E402
+from transforms.tokenizers.ranks import gpt2_ranks_path, qwen_ranks_path  # noqa: E402
+from transforms.tokenizers.vocabularies import ENDOFTEXT, QWEN2_PATTERN  # noqa: E402
 
 GPT2_RANKS = Path(gpt2_ranks_path())  # shipped in the package
 MB = 1e6
@@ -331,7 +332,7 @@ def _uncut(encoder, text: str) -> None:
 
 def long_doc_rows(specs: dict[str, tuple[str, str]], sample: list[str], docs: dict[str, str],
                   repeats: int) -> list[dict]:
-    from transforms.core.encoders import load_encoder
+    from transforms.tokenizers.load import load_encoder
 
     size = len(docs["dot leaders"])
     sample_bytes = sum(len(t.encode("utf-8")) for t in sample)
@@ -800,7 +801,7 @@ def long_only(args: argparse.Namespace, started: float) -> int:
         "",
         f"Measured by `tests/bench/run_bench.py --only long` {date}: as in the {args.long_doc_mb:g} MB section"
         " above, for each backend of jet-nemotron as the job runs it (quicktok without cuts: it is linear on"
-        " long runs; tiktoken with the cuts of transforms.core.encoders). Each row is relative to that"
+        " long runs; tiktoken with the cuts of transforms.tokenizers.long_text). Each row is relative to that"
         " backend's own ordinary text; its µs/byte column compares the backends.",
         "",
         *long_table(rows),
@@ -902,7 +903,7 @@ def main(argv: list[str] | None = None) -> int:
     dt.text_bytes = text_bytes
 
     print(f"{args.long_doc_mb:g} MB documents without whitespace ...", flush=True)
-    # Each backend with what it needs: tiktoken with the cuts of transforms.core.encoders, quicktok
+    # Each backend with what it needs: tiktoken with the cuts of transforms.tokenizers.long_text, quicktok
     # (linear on long runs, issue 13) with none.
     specs = {"jet-nemotron, quicktok (no cuts)": ("jet-nemotron", "quicktok"),
              "jet-nemotron, tiktoken (cuts)": ("jet-nemotron", "tiktoken"),

@@ -17,7 +17,7 @@ from shards import layout, manifest
 from shards.card import CARD_NAME
 from shards.manifest import DatasetStats
 from shards.provenance import STATS_JSON_NAME
-from transforms.core.encoders import load_encoder
+from transforms.tokenizers.load import load_encoder
 
 RUNNER = "--runner=FnApiRunner"
 EOS = 151643

@@ -284,7 +284,7 @@ def test_a_tokenizer_file_changed_between_kill_and_resume_starts_afresh(inputs, 
 
     from tokenizer_swaps import swap_ranks, unseen_by_the_probe
 
-    from transforms.core.encoders import gpt2_ranks_path
+    from transforms.tokenizers.ranks import gpt2_ranks_path
 
     ranks = tmp_path / "ranks.tiktoken"
     shutil.copyfile(gpt2_ranks_path(), ranks)

@@ -24,7 +24,7 @@ from collections.abc import Iterable
 
 import regex
 
-from transforms.core.encoders import GPT2_PATTERN, QWEN2_PATTERN
+from transforms.tokenizers.vocabularies import GPT2_PATTERN, QWEN2_PATTERN
 
 CHARS_PATTERN = r" ?\S+|\s"
 PATTERNS = {"qwen2": QWEN2_PATTERN, "gpt2": GPT2_PATTERN, "chars": CHARS_PATTERN}

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 from transforms.bpe import pretokenize
 from transforms.bucketed.settings import InputFields, document_filter
-from transforms.core.encoders import ENDOFTEXT
 from transforms.core.settings import setting, shared
+from transforms.tokenizers.vocabularies import ENDOFTEXT
 
 if TYPE_CHECKING:  # imported where it is built: --help imports no Beam
     from transforms.bpe.count import CountConfig

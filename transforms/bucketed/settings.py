@@ -15,7 +15,8 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from shards import layout, storage
-from transforms.core.encoders import BACKENDS, SPECIAL_TOKEN_MODES
+from transforms.tokenizers.backends import BACKENDS
+from transforms.tokenizers.encoder import SPECIAL_TOKEN_MODES
 from transforms.core.records import (
     DEFAULT_LANGUAGE,
     DEFAULT_LANGUAGE_FIELDS,

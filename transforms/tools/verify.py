@@ -48,10 +48,10 @@ from transforms.bucketed.settings import BucketedSettings
 from transforms.bucketed.tokenize import TokenizeDocuments, TokenizerConfig
 from transforms.core.batches import DocBatch, TokenBatch
 from transforms.core.drops import DUPLICATE_ID
-from transforms.core.encoders import other_backend
 from transforms.core.progress import Progress
 from transforms.core.records import DROPPED
 from transforms.inputs.read import ReadDocuments
+from transforms.tokenizers.backends import other_backend
 
 MAX_REPORTED = 1000
 # The bucketed job's drop reasons that are not bad records; every other reason in its stats is one
