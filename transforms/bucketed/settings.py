@@ -15,8 +15,6 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from shards import layout, storage
-from transforms.tokenizers.backends import BACKENDS
-from transforms.tokenizers.encoder import SPECIAL_TOKEN_MODES
 from transforms.core.records import (
     DEFAULT_LANGUAGE,
     DEFAULT_LANGUAGE_FIELDS,
@@ -25,6 +23,8 @@ from transforms.core.records import (
     LID_SCORE,
 )
 from transforms.core.settings import setting, shared
+from transforms.tokenizers.backends import BACKENDS
+from transforms.tokenizers.encoder import SPECIAL_TOKEN_MODES
 
 if TYPE_CHECKING:  # the steps' own configs are imported where they are built: --help imports no Beam
     from transforms.bucketed.filter import LidFilterConfig
