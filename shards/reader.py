@@ -1337,14 +1337,18 @@ def _open_bucketed(fs, root: str, url: str, stats: manifest.DatasetStats) -> Sha
 
 def _open_indexed(fs, root: str, url: str, stats: manifest.DatasetStats, record) -> ShardTree | None:
     """The tree through its reader index (shards.index): mapped, not parsed, so opening costs the
-    same for ten documents or ten million. None (parse the manifest) when the record does not
-    list an index, the tree is not on a local disk, or the index does not describe this manifest."""
+    same for ten documents or ten million. A remote tree's index is copied to a local file first
+    (once per machine and version of the index: shards.index.local_copy), then mapped alike. None
+    (parse the manifest) when the record does not list an index or the index does not describe
+    this manifest."""
     path = posixpath.join(root, reader_index.INDEX_NAME)
     listed = record is not None and reader_index.INDEX_NAME in record.derived
-    if not (listed and isinstance(fs, LocalFileSystem) and fs.isfile(path) and not os.path.islink(path)):
+    local = isinstance(fs, LocalFileSystem)
+    if not (listed and fs.isfile(path) and not (local and os.path.islink(path))):
         return None
     try:
-        index = reader_index.open_index(path)
+        mapped = path if local else reader_index.local_copy(fs, path, storage.join(url, reader_index.INDEX_NAME))
+        index = reader_index.open_index(mapped)
     except ValueError:
         return None  # another version's, or damaged: verify says so; the manifest still opens the tree
     if index.manifest_bytes != fs.size(posixpath.join(root, layout.MANIFEST_NAME)):
@@ -1355,7 +1359,7 @@ def _open_indexed(fs, root: str, url: str, stats: manifest.DatasetStats, record)
         if sizes.get(rel) != count * dtype.itemsize:
             return None  # the shards are not those the index describes: the manifest decides
     store = TokenStore(fs, root, index.files, index.file_tokens, dtype)
-    return ShardTree(url, "bucketed", store, IndexedDocuments(path, index), stats.eos_id, stats)
+    return ShardTree(url, "bucketed", store, IndexedDocuments(mapped, index), stats.eos_id, stats)
 
 
 class IndexedIds:

@@ -245,3 +245,33 @@ def test_the_runs_of_a_selection_are_its_rows(large_tree, selection):
     assert np.concatenate([np.arange(a, b) for a, b in runs] or [np.zeros(0, int)]).tolist() == rows.tolist()
     if "val_fraction" not in selection:  # a partition is one file: one run at most, whatever its documents
         assert len(runs) <= len(selection.get("partitions", [0]))
+
+
+def test_a_remote_tree_opens_through_a_local_copy_of_its_index(sample_tree, tmp_path, monkeypatch):
+    import fsspec
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv(reader_index.CACHE_ENV, str(cache))
+    fs = fsspec.filesystem("memory")
+    for path in sample_tree.rglob("*"):
+        if path.is_file():
+            fs.pipe(f"/index-remote/{path.relative_to(sample_tree).as_posix()}", path.read_bytes())
+    try:
+        remote, local = reader.open_tree("memory://index-remote"), reader.open_tree(str(sample_tree))
+        assert isinstance(remote.documents, reader.IndexedDocuments) and not remote.store.local
+        copies = list(cache.glob("*.idx"))
+        assert len(copies) == 1 and copies[0].read_bytes() == (sample_tree / reader_index.INDEX_NAME).read_bytes()
+        some = local.documents.id(11)
+        assert remote.documents.index_of(some) == local.documents.index_of(some)
+        np.testing.assert_array_equal(remote.document(some), local.document(some))
+        for k in range(5):
+            np.testing.assert_array_equal(remote.sampler(128, seed=1).window(k).inputs,
+                                          local.sampler(128, seed=1).window(k).inputs)
+        again = reader.open_tree("memory://index-remote")  # the copy is reused, not made again
+        assert list(cache.glob("*")) == copies and len(again) == len(local)
+        # A new index (another removal, another run) is another copy; a damaged one is not used.
+        fs.pipe("/index-remote/" + reader_index.INDEX_NAME, b"not an index" * 30)
+        assert not isinstance(reader.open_tree("memory://index-remote").documents, reader.IndexedDocuments)
+        assert not list(cache.glob("*.partial"))
+    finally:
+        fs.rm("/index-remote", recursive=True)
