@@ -586,7 +586,8 @@ class AtomicFile:
         self._fs, self.path = fs, path
         local = storage.renames_atomically(fs)
         self._tmp = f"{path}.partial-{uuid.uuid4().hex[:12]}" if local else path
-        fs.makedirs(posixpath.dirname(path), exist_ok=True)
+        if storage.has_directories(fs):
+            fs.makedirs(posixpath.dirname(path), exist_ok=True)
         self.file = fs.open(self._tmp, "wb")
         self._digest = hashlib.sha256()
 
