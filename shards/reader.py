@@ -899,6 +899,18 @@ class _Epochs:
     def _settings(self) -> dict:
         raise NotImplementedError
 
+    def _take(self, tree: ShardTree, seed: int, split: str, val_fraction: float, buckets: Iterable[str] | None,
+              partitions: Iterable[int] | None) -> tuple[list[str] | None, list[int] | None]:
+        """What both samplers take first: the tree, the seed (>= 0) and the selection as the
+        fingerprint names it; the buckets and partitions as lists (None: all)."""
+        if seed < 0:
+            raise ValueError(f"seed must be >= 0, got {seed}")
+        self.tree, self.seed = tree, seed
+        buckets = None if buckets is None else list(buckets)
+        partitions = None if partitions is None else list(partitions)
+        self.selection = _selection(split, val_fraction, buckets, partitions)
+        return buckets, partitions
+
     def fingerprint(self) -> dict:
         """What decides the windows, JSON-ready, in the order a mismatch is looked for: the tree,
         the sampler's kind and shape, the seed, the selection, the weights, the masking, and the
@@ -946,17 +958,9 @@ class WindowSampler(_Epochs):
                  align_to_docs: bool = False, replacement: bool = False, mask_across_docs: bool = False):
         if seq_len < 1:
             raise ValueError(f"seq_len must be >= 1, got {seq_len}")
-        if seed < 0:
-            raise ValueError(f"seed must be >= 0, got {seed}")
-        self.tree = tree
+        buckets, partitions = self._take(tree, seed, split, val_fraction, buckets, partitions)
         self.seq_len = seq_len
-        self.seed = seed
-        self.align_to_docs = align_to_docs
-        self.replacement = replacement
-        self.mask_across_docs = mask_across_docs
-        buckets = None if buckets is None else list(buckets)
-        partitions = None if partitions is None else list(partitions)
-        self.selection = _selection(split, val_fraction, buckets, partitions)
+        self.align_to_docs, self.replacement, self.mask_across_docs = align_to_docs, replacement, mask_across_docs
         if weights is None:
             self.streams = [DocumentStream(tree, tree.select_runs(split, val_fraction, buckets, partitions))]
             self.weights = None
@@ -1082,16 +1086,9 @@ class LengthSampler(_Epochs):
                  mask_across_docs: bool = False):
         if tokens_per_batch < 1:
             raise ValueError(f"tokens_per_batch must be >= 1, got {tokens_per_batch}")
-        if seed < 0:
-            raise ValueError(f"seed must be >= 0, got {seed}")
-        self.tree = tree
+        buckets, partitions = self._take(tree, seed, split, val_fraction, buckets, partitions)
         self.tokens_per_batch = tokens_per_batch
-        self.seed = seed
-        self.mask_across_docs = mask_across_docs
-        self.align_to_docs = align_to_docs
-        buckets = None if buckets is None else list(buckets)
-        partitions = None if partitions is None else list(partitions)
-        self.selection = _selection(split, val_fraction, buckets, partitions)
+        self.mask_across_docs, self.align_to_docs = mask_across_docs, align_to_docs
         if weights is not None:
             names = _check_weights(weights)
         elif buckets is not None:
@@ -1101,21 +1098,7 @@ class LengthSampler(_Epochs):
             names = tree.buckets_held(split, val_fraction, partitions)
         if not names:
             raise ValueError(f"no selected {split} documents to draw batches from")
-        given = dict(seq_lens or {})
-        unknown = [b for b in given if b not in layout.BUCKET_NAMES]
-        if unknown:
-            raise ValueError(f"seq_lens name unknown bucket(s) {unknown}; buckets are {list(layout.BUCKET_NAMES)}")
-        self.seq_lens = {}
-        for b in names:
-            if b not in given and b == layout.BEYOND:
-                raise ValueError(f"bucket {b} has no bound to take as its sequence length: give seq_lens={{'{b}': S}}")
-            s = int(given.get(b, b))
-            if s < 1 or tokens_per_batch % s:
-                raise ValueError(
-                    f"bucket {b}'s sequence length {s} does not divide tokens_per_batch {tokens_per_batch}; "
-                    "every batch holds the same number of tokens"
-                )
-            self.seq_lens[b] = s
+        self.seq_lens = _bucket_seq_lens(names, seq_lens, tokens_per_batch)
         self.streams = bucket_streams(tree, names, split, val_fraction, buckets, partitions)
         self.cuts = [WindowCut(st, self.seq_lens[b], align_to_docs) for b, st in zip(names, self.streams, strict=True)]
         self.per_batch = [tokens_per_batch // self.seq_lens[b] for b in names]
@@ -1170,6 +1153,27 @@ class LengthSampler(_Epochs):
         batch = self.batch(self.position)
         self.position += 1
         return batch
+
+
+def _bucket_seq_lens(names: Sequence[str], seq_lens: Mapping[str, int] | None, tokens_per_batch: int) -> dict[str, int]:
+    """Each bucket's sequence length: as given, else its bound; a ValueError for an unknown bucket,
+    for ``beyond`` without one, and for a length that does not divide ``tokens_per_batch``."""
+    given = dict(seq_lens or {})
+    unknown = [b for b in given if b not in layout.BUCKET_NAMES]
+    if unknown:
+        raise ValueError(f"seq_lens name unknown bucket(s) {unknown}; buckets are {list(layout.BUCKET_NAMES)}")
+    out = {}
+    for b in names:
+        if b not in given and b == layout.BEYOND:
+            raise ValueError(f"bucket {b} has no bound to take as its sequence length: give seq_lens={{'{b}': S}}")
+        s = int(given.get(b, b))
+        if s < 1 or tokens_per_batch % s:
+            raise ValueError(
+                f"bucket {b}'s sequence length {s} does not divide tokens_per_batch {tokens_per_batch}; "
+                "every batch holds the same number of tokens"
+            )
+        out[b] = s
+    return out
 
 
 def bucket_streams(tree: ShardTree, names: Sequence[str], split: str, val_fraction: float,
@@ -1265,30 +1269,9 @@ def _shard_number(name: str) -> int:
 
 
 def _open_bucketed(fs, root: str, url: str, stats: manifest.DatasetStats) -> ShardTree:
+    """The tree through its text manifest: parsed into columns, its files checked against it."""
     dtype = layout.DTYPES[stats.dtype]
-    file_of: dict[str, int] = {}
-    id_chunks, chunk = [], []
-    file_col, len_col = array("q"), array("q")  # 8 bytes a row while parsing, not a Python int's ~36
-    with fs.open(posixpath.join(root, layout.MANIFEST_NAME), "r", encoding="utf-8") as f:
-        for rel, doc_id, n in manifest.read_rows(f):
-            fi = file_of.get(rel)
-            if fi is None:
-                layout.parse_shard_rel_path(rel)
-                fi = file_of[rel] = len(file_of)
-            if n < 1:
-                raise ValueError(f"{url}: manifest row of {doc_id!r} has token count {n}")
-            file_col.append(fi)
-            len_col.append(n)
-            chunk.append(doc_id.encode("utf-8"))
-            if len(chunk) == _ID_CHUNK:
-                id_chunks.append(np.array(chunk, dtype=np.bytes_))
-                chunk = []
-    if chunk or not id_chunks:
-        id_chunks.append(np.array(chunk, dtype=np.bytes_) if chunk else np.empty(0, dtype="S1"))
-    ids = np.concatenate(id_chunks) if len(id_chunks) > 1 else id_chunks[0]
-    length = np.frombuffer(len_col, dtype=np.int64).copy()
-    manifest_file = np.frombuffer(file_col, dtype=np.int64).copy()
-    del file_col, len_col
+    ids, length, manifest_file, file_of = _parse_manifest(fs, root, url)
 
     # Files in layout order: bucket, partition, rolling index.
     rel_paths = sorted(file_of, key=lambda r: (layout.BUCKET_NAMES.index((n := layout.parse_shard_rel_path(r)).bucket),
@@ -1298,19 +1281,7 @@ def _open_bucketed(fs, root: str, url: str, stats: manifest.DatasetStats) -> Sha
         rank[file_of[rel]] = new
     file = rank[manifest_file] if len(manifest_file) else manifest_file
     counts = np.bincount(file, weights=length, minlength=len(rel_paths)).astype(np.int64)
-
-    names_in = Tree(url)  # every file read resolves inside the tree (no link out of it)
-    for rel in rel_paths:
-        names_in.path(rel, "manifest row")
-    sizes = _sizes(fs, root, sorted({r.split("/", 1)[0] for r in rel_paths}))
-    for rel, count in zip(rel_paths, counts, strict=True):
-        if rel not in sizes:
-            raise FileNotFoundError(f"{url}: the manifest names {rel}, which does not exist")
-        if sizes[rel] != count * dtype.itemsize:
-            raise ValueError(
-                f"{url}: {rel} holds {sizes[rel]} bytes, the manifest's rows sum to {count} tokens "
-                f"({count * dtype.itemsize} bytes of {stats.dtype}); the tree is damaged or being rewritten"
-            )
+    _check_shards(fs, root, url, rel_paths, counts, dtype, stats.dtype)
     store = TokenStore(fs, root, rel_paths, counts, dtype)
 
     # Rows of a file are in that file's order, so a document's offset is the sum of the counts before
@@ -1333,6 +1304,51 @@ def _open_bucketed(fs, root: str, url: str, stats: manifest.DatasetStats) -> Sha
         split=np.full(len(length), -1, dtype=np.int8),
     )
     return ShardTree(url, "bucketed", store, documents, stats.eos_id, stats)
+
+
+def _parse_manifest(fs, root: str, url: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, int]]:
+    """The manifest's ids ('S' bytes), lengths and file numbers (in order of first mention) by
+    row, and those numbers by rel path; compact while parsing (8 bytes a number, ids in chunks)."""
+    file_of: dict[str, int] = {}
+    id_chunks, chunk = [], []
+    file_col, len_col = array("q"), array("q")  # 8 bytes a row while parsing, not a Python int's ~36
+    with fs.open(posixpath.join(root, layout.MANIFEST_NAME), "r", encoding="utf-8") as f:
+        for rel, doc_id, n in manifest.read_rows(f):
+            fi = file_of.get(rel)
+            if fi is None:
+                layout.parse_shard_rel_path(rel)
+                fi = file_of[rel] = len(file_of)
+            if n < 1:
+                raise ValueError(f"{url}: manifest row of {doc_id!r} has token count {n}")
+            file_col.append(fi)
+            len_col.append(n)
+            chunk.append(doc_id.encode("utf-8"))
+            if len(chunk) == _ID_CHUNK:
+                id_chunks.append(np.array(chunk, dtype=np.bytes_))
+                chunk = []
+    if chunk or not id_chunks:
+        id_chunks.append(np.array(chunk, dtype=np.bytes_) if chunk else np.empty(0, dtype="S1"))
+    ids = np.concatenate(id_chunks) if len(id_chunks) > 1 else id_chunks[0]
+    length = np.frombuffer(len_col, dtype=np.int64).copy()
+    manifest_file = np.frombuffer(file_col, dtype=np.int64).copy()
+    return ids, length, manifest_file, file_of
+
+
+def _check_shards(fs, root: str, url: str, rel_paths: Sequence[str], counts: np.ndarray, dtype: np.dtype,
+                  dtype_name: str) -> None:
+    """Every file the manifest names is inside the tree, exists, and holds its rows' tokens."""
+    names_in = Tree(url)  # every file read resolves inside the tree (no link out of it)
+    for rel in rel_paths:
+        names_in.path(rel, "manifest row")
+    sizes = _sizes(fs, root, sorted({r.split("/", 1)[0] for r in rel_paths}))
+    for rel, count in zip(rel_paths, counts, strict=True):
+        if rel not in sizes:
+            raise FileNotFoundError(f"{url}: the manifest names {rel}, which does not exist")
+        if sizes[rel] != count * dtype.itemsize:
+            raise ValueError(
+                f"{url}: {rel} holds {sizes[rel]} bytes, the manifest's rows sum to {count} tokens "
+                f"({count * dtype.itemsize} bytes of {dtype_name}); the tree is damaged or being rewritten"
+            )
 
 
 def _open_indexed(fs, root: str, url: str, stats: manifest.DatasetStats, record) -> ShardTree | None:
@@ -1442,7 +1458,26 @@ def _open_llmc(fs, root: str, url: str, files: Mapping[str, Sequence[str]]) -> S
     if not rel_paths:
         raise ValueError(f"{url} holds no llm.c shard files (train/shard_NNN.bin, val/shard_NNN.bin)")
     store = TokenStore(fs, root, rel_paths, counts, llmc.TOKEN_DTYPE, header_bytes=llmc.HEADER_BYTES)
+    start, length, split = _llmc_documents(store, split_of_file, url)
+    ids = np.concatenate([
+        np.char.add(f"{llmc.SPLITS[s]}:".encode(), np.arange(np.count_nonzero(split == s)).astype(np.bytes_))
+        for s in np.unique(split).tolist()
+    ]) if len(split) else np.empty(0, dtype="S1")
+    documents = Documents(
+        ids=ids,
+        start=start,
+        length=length,
+        file=(np.searchsorted(store.starts, start, side="right") - 1).astype(np.int32),
+        bucket=_bucket_indices(length),
+        partition=np.full(len(length), -1, dtype=np.int32),
+        split=split,
+    )
+    return ShardTree(url, "llmc", store, documents, llmc.GPT2_EOT)
 
+
+def _llmc_documents(store: TokenStore, split_of_file: Sequence[int], url: str) -> tuple[np.ndarray, ...]:
+    """Start, length and split of every document of llm.c shards, found by scanning each split's
+    stream for EOT (``_SCAN_TOKENS`` at a time); a ValueError when a split does not end with one."""
     starts, lengths, splits = [], [], []
     for split_index in range(len(llmc.SPLITS)):
         in_split = [i for i, s in enumerate(split_of_file) if s == split_index]
@@ -1464,19 +1499,4 @@ def _open_llmc(fs, root: str, url: str, files: Mapping[str, Sequence[str]]) -> S
         lengths.append(ends + 1 - doc_start)
         splits.append(np.full(len(ends), split_index, dtype=np.int8))
     # Splits and their files are laid out in order, so this is storage order already.
-    start = np.concatenate(starts)
-    length = np.concatenate(lengths)
-    split = np.concatenate(splits)
-    ids = np.concatenate([
-        np.char.add(f"{llmc.SPLITS[s[0]]}:".encode(), np.arange(len(s)).astype(np.bytes_)) for s in splits
-    ])
-    documents = Documents(
-        ids=ids,
-        start=start,
-        length=length,
-        file=(np.searchsorted(store.starts, start, side="right") - 1).astype(np.int32),
-        bucket=_bucket_indices(length),
-        partition=np.full(len(length), -1, dtype=np.int32),
-        split=split,
-    )
-    return ShardTree(url, "llmc", store, documents, llmc.GPT2_EOT)
+    return np.concatenate(starts), np.concatenate(lengths), np.concatenate(splits)
