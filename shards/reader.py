@@ -895,9 +895,19 @@ class _Epochs:
     position: int
     tree: ShardTree
     selection: dict
+    streams: list[DocumentStream]
+    mix: EpochMix
 
     def _settings(self) -> dict:
         raise NotImplementedError
+
+    @property
+    def tokens(self) -> int:
+        return sum(s.tokens for s in self.streams)
+
+    def __len__(self) -> int:
+        """Draws in one epoch: windows (WindowSampler) or batches (LengthSampler)."""
+        return len(self.mix)
 
     def _take(self, tree: ShardTree, seed: int, split: str, val_fraction: float, buckets: Iterable[str] | None,
               partitions: Iterable[int] | None) -> tuple[list[str] | None, list[int] | None]:
@@ -991,14 +1001,6 @@ class WindowSampler(_Epochs):
         self.mix = EpochMix([c.count for c in self.cuts], seed, w)
         self._perms: dict[tuple[int, int], Permutation] = {}
         self.position = 0
-
-    @property
-    def tokens(self) -> int:
-        return sum(s.tokens for s in self.streams)
-
-    def __len__(self) -> int:
-        """Windows in one epoch."""
-        return len(self.mix)
 
     def _settings(self) -> dict:
         return {"sampler": "windows", "seq_len": self.seq_len, "seed": self.seed, **self.selection,
@@ -1118,14 +1120,6 @@ class LengthSampler(_Epochs):
     @property
     def buckets(self) -> list[str]:
         return [s.name for s in self.streams]
-
-    @property
-    def tokens(self) -> int:
-        return sum(s.tokens for s in self.streams)
-
-    def __len__(self) -> int:
-        """Batches in one epoch."""
-        return len(self.mix)
 
     def _settings(self) -> dict:
         return {"sampler": "lengths", "tokens_per_batch": self.tokens_per_batch, "seed": self.seed, **self.selection,
