@@ -281,10 +281,10 @@ def test_a_group_that_fails_on_an_object_store_fails_the_run_and_publishes_nothi
 
     original = write.write_planned
 
-    def write_planned(group, config, fs=None):
+    def write_planned(group, config, fs=None, scratch=None):
         if (group.bucket, group.partition) == ("2048", 3):
             raise OSError("the store went away while writing 2048/p03")
-        return original(group, config, fs)
+        return original(group, config, fs, scratch)
 
     monkeypatch.setattr(write, "write_planned", write_planned)
     fs = fsspec.filesystem("memory")
@@ -297,3 +297,28 @@ def test_a_group_that_fails_on_an_object_store_fails_the_run_and_publishes_nothi
     finally:
         if fs.exists("/failing"):
             fs.rm("/failing", recursive=True)
+
+
+def test_groups_written_at_once_hold_at_most_the_scratch_budget_between_them():
+    """Each thread takes its group's bytes before writing; a group larger than the budget waits
+    until it is alone, and then holds all of it."""
+    import threading
+    import time
+
+    from transforms.bucketed.write import ScratchBudget
+
+    budget, peak, lock = ScratchBudget(100), [0], threading.Lock()
+
+    def group(size):
+        with budget.hold(size):
+            with lock:
+                peak[0] = max(peak[0], budget.used)
+            time.sleep(0.02)
+
+    threads = [threading.Thread(target=group, args=(n,)) for n in (40, 30, 500, 20, 60, 10, 70)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert not any(t.is_alive() for t in threads)
+    assert peak[0] <= 100 and budget.used == 0

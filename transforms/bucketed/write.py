@@ -22,10 +22,12 @@ Shard files are written under the run's staging directory; PublishOutput moves t
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import posixpath
-from collections.abc import Iterable
+import threading
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import NamedTuple
 
@@ -196,14 +198,46 @@ def plan_partition(partition: int, keyed: Iterable[tuple[int, RefPointer]], fs) 
     return groups, int(refs.size - kept.sum())
 
 
-def write_planned(group: PlannedGroup, config: ShardConfig, fs=None) -> ShardGroup:
-    """Write a planned group: its references read back, the copies it leaves out dropped."""
+def write_planned(group: PlannedGroup, config: ShardConfig, fs=None,
+                  scratch: ScratchBudget | None = None) -> ShardGroup:
+    """Write a planned group: its references read back, the copies it leaves out dropped. With
+    ``scratch``, its tokens' bytes are held from that budget while it is written (its writer's
+    scratch file holds them on an object store)."""
     if fs is None:
         fs, _ = storage.filesystem(config.output)
     refs = Refs.concat(load_refs(fs, group.pointers))
     keep = np.ones(refs.size, dtype=bool)
     keep[np.asarray(group.dropped, np.int64)] = False
-    return write_bucket(group.bucket, group.partition, refs.take(np.flatnonzero(keep)), config, fs)
+    refs = refs.take(np.flatnonzero(keep))
+    if scratch is None:
+        return write_bucket(group.bucket, group.partition, refs, config, fs)
+    with scratch.hold(int(refs.lengths.sum()) * layout.DTYPES[config.dtype].itemsize):
+        return write_bucket(group.bucket, group.partition, refs, config, fs)
+
+
+class ScratchBudget:
+    """Bytes of local scratch the groups written at once may hold between them. A group takes its
+    bytes (all of the budget at most) before it is written and gives them back after, so the
+    scratch in use is at most the budget, or one group larger than it written alone, as when
+    groups were written one at a time."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.used = 0
+        self._changed = threading.Condition()
+
+    @contextlib.contextmanager
+    def hold(self, size: int) -> Iterator[None]:
+        size = min(max(size, 0), self.limit)
+        with self._changed:
+            self._changed.wait_for(lambda: self.used + size <= self.limit)
+            self.used += size
+        try:
+            yield
+        finally:
+            with self._changed:
+                self.used -= size
+                self._changed.notify_all()
 
 
 def write_bucket(bucket: str, partition: int, refs: Refs, config: ShardConfig, fs=None) -> ShardGroup:
@@ -254,6 +288,8 @@ class PlanShardGroupsFn(beam.DoFn):
 # turn (its references, its range reads, each file's upload): a bundle's groups overlap those waits
 # instead of adding them up. On a local disk groups are written one after another.
 GROUPS_IN_FLIGHT = 8
+# The local scratch those groups hold at most between them (a larger group is written alone).
+SCRATCH_BYTES_IN_FLIGHT = 2 << 30
 
 
 class WriteShardFilesFn(beam.DoFn):
@@ -276,6 +312,7 @@ class WriteShardFilesFn(beam.DoFn):
         self._fs, _ = storage.filesystem(self._config.output, connections=self._config.read_connections)
         self._progress = Progress("write")
         self._pool = None if storage.renames_atomically(self._fs) else ThreadPoolExecutor(GROUPS_IN_FLIGHT)
+        self._scratch = ScratchBudget(SCRATCH_BYTES_IN_FLIGHT)
 
     def start_bundle(self):
         self._pending: list[Future] = []
@@ -284,7 +321,7 @@ class WriteShardFilesFn(beam.DoFn):
         if self._pool is None:
             yield self._written(write_planned(planned, self._config, self._fs))
             return
-        self._pending.append(self._pool.submit(write_planned, planned, self._config, self._fs))
+        self._pending.append(self._pool.submit(write_planned, planned, self._config, self._fs, self._scratch))
         if len(self._pending) > GROUPS_IN_FLIGHT:
             yield from map(self._written, self._results(1))
 
