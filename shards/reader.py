@@ -570,6 +570,10 @@ class DocumentStream:
         self.run_vstart = np.zeros(len(runs) + 1, dtype=np.int64)
         np.cumsum(ends - self.run_gstart, out=self.run_vstart[1:])
         self._vstart: np.ndarray | None = None
+        # Per run, as Python ints for the per-window lookups: rows lo, hi, global - stream position, end.
+        self._runs = list(zip(self.run_lo.tolist(), self.run_hi.tolist(),
+                              (self.run_gstart - self.run_vstart[:-1]).tolist(), self.run_vstart[1:].tolist(),
+                              strict=True))
 
     @classmethod
     def of_rows(cls, tree: ShardTree, rows: np.ndarray, name: str | None = None) -> DocumentStream:
@@ -669,13 +673,7 @@ class DocumentStream:
         """
         stop = start + seq_len
         inputs, targets, position_ids, loss_mask = self._window_arrays(start, seq_len, out)
-        first = self.doc_at(start)
-        # The documents that start inside the inputs, and whether one starts at the last target.
-        rows, places = self.starts_between(start + 1, stop + 1)
-        ends_at_stop = len(places) > 0 and int(places[-1]) == stop
-        if ends_at_stop:
-            rows, places = rows[:-1], places[:-1]
-        inner = places - start
+        doc_index, inner, first_offset, ends_at_stop = self._documents_in(start, stop)
         cu = np.empty(len(inner) + 2, dtype=np.int32)
         cu[0], cu[1:-1], cu[-1] = 0, inner, seq_len
         if len(inner):
@@ -690,12 +688,33 @@ class DocumentStream:
             targets=targets,
             cu_seqlens=cu,
             position_ids=position_ids,
-            doc_index=np.concatenate(([self.row_of(first)], rows)).astype(np.int64),
-            first_offset=start - self.doc_start(first),
+            doc_index=doc_index,
+            first_offset=first_offset,
             bucket=self.name,
             start=start,
             loss_mask=loss_mask,
         )
+
+    def _documents_in(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray, int, bool]:
+        """Of the window whose inputs are [start, stop): the rows of its documents, where those
+        after the first start (from the window's start), where in the first it starts, and
+        whether a document starts at its last target."""
+        r = 0 if len(self._runs) == 1 else int(self.run_vstart.searchsorted(start, "right")) - 1
+        lo, hi, shift, end = self._runs[r]
+        if stop < end:  # inside one run, the common case: two searches of its starts
+            base = shift + start  # the window's first token in the files end to end
+            column = self.tree.documents.start[lo:hi]
+            i = int(column.searchsorted(base, "right")) - 1
+            k = int(column.searchsorted(base + stop - start, "left"))
+            ends = k < len(column) and int(column[k]) == base + stop - start
+            return (np.arange(lo + i, lo + k, dtype=np.int64), column[i + 1:k] - base, base - int(column[i]), ends)
+        first = self.doc_at(start)
+        rows, places = self.starts_between(start + 1, stop + 1)
+        ends = len(places) > 0 and int(places[-1]) == stop
+        if ends:
+            rows, places = rows[:-1], places[:-1]
+        return (np.concatenate(([self.row_of(first)], rows)).astype(np.int64), places - start,
+                start - self.doc_start(first), ends)
 
     def _window_arrays(self, start: int, seq_len: int, out: tuple[np.ndarray, ...] | None) -> tuple[np.ndarray, ...]:
         """inputs, targets, position_ids (0 .. S-1) and loss_mask (1.0) of the window at ``start``:
