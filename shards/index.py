@@ -254,6 +254,50 @@ def open_index(path: str) -> ReaderIndex:
                        cols["hashes"], cols["hash_rows"])
 
 
+# Where local copies of remote trees' indexes go (``PRETOKENIZE_INDEX_CACHE`` overrides it).
+CACHE_ENV = "PRETOKENIZE_INDEX_CACHE"
+
+
+def cache_dir() -> str:
+    """The directory of local copies of remote indexes: $PRETOKENIZE_INDEX_CACHE, else the user's
+    cache directory ($XDG_CACHE_HOME or ~/.cache) + beam-pretokenize/indexes."""
+    given = os.environ.get(CACHE_ENV)
+    if given:
+        return given
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "beam-pretokenize", "indexes")
+
+
+def local_copy(fs, path: str, url: str) -> str:
+    """A local file holding the remote index at ``path`` (on ``fs``; ``url`` names it), to map:
+    copied once per version of the file (its size and ETag or generation name the copy, so a new
+    index is a new copy) and reused by every process on the machine (DataLoader workers, ranks).
+    The copy is written under a temporary name and renamed whole, so two processes copying at once
+    both end with a complete file; one whose size is not the remote's is never renamed in."""
+    from shards import storage
+
+    info = fs.info(path)
+    size = int(info["size"])
+    key = hashlib.blake2b(f"{url}\n{size}\n{storage.file_version(info)}".encode(), digest_size=16).hexdigest()
+    directory = cache_dir()
+    local = os.path.join(directory, f"{key}.idx")
+    if os.path.isfile(local) and not os.path.islink(local) and os.path.getsize(local) == size:
+        return local
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f"{key}.", suffix=".partial", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as out, fs.open(path, "rb", block_size=8 << 20) as src:
+            shutil.copyfileobj(src, out, 8 << 20)
+        if os.path.getsize(tmp) != size:
+            raise OSError(f"{url}: copied {os.path.getsize(tmp)} bytes of the index's {size}")
+        os.replace(tmp, local)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return local
+
+
 def build_from_manifest(fs, root: str, out: BinaryIO) -> int:
     """Write the index of the manifest at ``root`` (on ``fs``) to ``out``; its documents."""
     path = posixpath.join(root, layout.MANIFEST_NAME)

@@ -68,6 +68,8 @@ SPLITS = ("train", "val", "all")
 _ID_CHUNK = 1 << 18
 # Tokens scanned for EOT at a time when finding llm.c document boundaries.
 _SCAN_TOKENS = 1 << 24
+# Rows tested at a time when a sampler's selection is scanned into runs.
+_SELECT_ROWS = 1 << 20
 
 
 # ---------------------------------------------------------------------------------------------
@@ -459,13 +461,33 @@ class ShardTree:
     def select(self, split: str = "all", val_fraction: float = 0.0, buckets: Iterable[str] | None = None,
                partitions: Iterable[int] | None = None) -> np.ndarray:
         """Rows of the documents in ``split`` (train / val / all) and the given buckets and partitions."""
+        keep = self._selector(split, val_fraction, buckets, partitions)
+        return np.arange(len(self), dtype=np.int64) if keep is None else np.flatnonzero(keep(0, len(self)))
+
+    def select_runs(self, split: str = "all", val_fraction: float = 0.0, buckets: Iterable[str] | None = None,
+                    partitions: Iterable[int] | None = None) -> np.ndarray:
+        """The rows ``select`` gives, as runs of consecutive rows: ``(k, 2)`` of ``[lo, hi)``. Every
+        document is one run, found without reading any; a filtered selection is scanned a slice of
+        rows at a time, so it holds its runs, never a row per document."""
+        keep = self._selector(split, val_fraction, buckets, partitions)
+        n = len(self)
+        if keep is None:
+            return np.array([[0, n]], dtype=np.int64) if n else np.zeros((0, 2), np.int64)
+        return join_runs([runs_of_mask(keep(a, min(n, a + _SELECT_ROWS)), a) for a in range(0, n, _SELECT_ROWS)])
+
+    def _selector(self, split: str, val_fraction: float, buckets: Iterable[str] | None,
+                  partitions: Iterable[int] | None):
+        """``keep(a, b)``: the bool mask of rows [a, b) in the selection; None when it is every row.
+        A ValueError for a bad split, fraction or bucket."""
         if split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
         d = self.documents
-        keep = np.ones(len(d), dtype=bool)
-        if split != "all":
+        tests = []
+        if split != "all" and (self.kind == "llmc" or val_fraction != 0.0):
             val = self.is_validation(val_fraction)
-            keep &= val if split == "val" else ~val
+            tests.append((lambda a, b: val[a:b]) if split == "val" else (lambda a, b: ~val[a:b]))
+        elif split == "val":  # a bucketed tree with no fraction held out: no validation document
+            tests.append(lambda a, b: np.zeros(b - a, dtype=bool))
         elif val_fraction and self.kind == "llmc":
             self.is_validation(val_fraction)  # the same clear error
         if buckets is not None:
@@ -473,10 +495,32 @@ class ShardTree:
             unknown = [b for b in names if b not in layout.BUCKET_NAMES]
             if unknown:
                 raise ValueError(f"unknown bucket(s) {unknown}; buckets are {list(layout.BUCKET_NAMES)}")
-            keep &= np.isin(d.bucket, [layout.BUCKET_NAMES.index(b) for b in names])
+            wanted = [layout.BUCKET_NAMES.index(b) for b in names]
+            tests.append(lambda a, b: np.isin(d.bucket[a:b], wanted))
         if partitions is not None:
-            keep &= np.isin(d.partition, np.asarray(list(partitions), dtype=np.int64))
-        return np.flatnonzero(keep)
+            parts = np.asarray(list(partitions), dtype=np.int64)
+            tests.append(lambda a, b: np.isin(d.partition[a:b], parts))
+        if not tests:
+            return None
+
+        def keep(a: int, b: int) -> np.ndarray:
+            mask = np.ones(b - a, dtype=bool)
+            for test in tests:
+                mask &= test(a, b)
+            return mask
+
+        return keep
+
+    def buckets_held(self, split: str = "all", val_fraction: float = 0.0,
+                     partitions: Iterable[int] | None = None) -> list[str]:
+        """The buckets that hold a selected document, in layout order (scanned a slice at a time)."""
+        keep = self._selector(split, val_fraction, None, partitions)
+        held: set[int] = set()
+        for a in range(0, len(self), _SELECT_ROWS):
+            b = min(len(self), a + _SELECT_ROWS)
+            column = self.documents.bucket[a:b]
+            held.update(np.unique(column if keep is None else column[keep(a, b)]).tolist())
+        return [layout.BUCKET_NAMES[i] for i in sorted(held)]
 
     def sampler(self, seq_len: int, seed: int = 0, *, split: str = "train", val_fraction: float = 0.0,
                 buckets: Iterable[str] | None = None, partitions: Iterable[int] | None = None,
@@ -503,36 +547,110 @@ class ShardTree:
 
 
 class DocumentStream:
-    """Selected documents laid end to end: N tokens, with runs of documents adjacent on disk read
-    in one piece."""
+    """Selected documents laid end to end: N tokens.
 
-    def __init__(self, tree: ShardTree, rows: np.ndarray, name: str | None = None):
+    The selection is held as runs of consecutive rows ``(lo, hi)``; a tree's rows are in storage
+    order, each document right after the one before, so a run is one stretch of the token files,
+    read in one piece. A whole tree, a bucket or a set of partitions is a few runs, so a stream costs
+    memory by its runs, not by its documents: where a document starts is looked up in the tree's
+    ``start`` column (a binary search in a mapped index touches a few pages).
+    """
+
+    def __init__(self, tree: ShardTree, runs: np.ndarray, name: str | None = None):
         self.tree = tree
-        self.rows = np.asarray(rows, dtype=np.int64)
         self.name = name
+        runs = np.asarray(runs, dtype=np.int64).reshape(-1, 2)
+        self.run_lo, self.run_hi = runs[:, 0].copy(), runs[:, 1].copy()
+        self.run_first = np.zeros(len(runs) + 1, dtype=np.int64)  # the stream's document number of each run's first
+        np.cumsum(self.run_hi - self.run_lo, out=self.run_first[1:])
         d = tree.documents
-        lengths = d.length[self.rows]
-        self.vstart = np.zeros(len(self.rows) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=self.vstart[1:])
-        gstart = d.start[self.rows]
-        # A run starts wherever a document does not follow the previous one on disk.
-        breaks = np.ones(len(self.rows), dtype=bool)
-        if len(self.rows) > 1:
-            breaks[1:] = gstart[1:] != gstart[:-1] + lengths[:-1]
-        first = np.flatnonzero(breaks)
-        self.run_vstart = np.append(self.vstart[first], self.vstart[-1])
-        self.run_gstart = gstart[first]
+        self.run_gstart = np.asarray(d.start[self.run_lo], dtype=np.int64)
+        last = self.run_hi - 1
+        ends = np.asarray(d.start[last], dtype=np.int64) + np.asarray(d.length[last], dtype=np.int64)
+        self.run_vstart = np.zeros(len(runs) + 1, dtype=np.int64)
+        np.cumsum(ends - self.run_gstart, out=self.run_vstart[1:])
+        self._vstart: np.ndarray | None = None
+        # Per run, as Python ints for the per-window lookups: rows lo, hi, global - stream position, end.
+        self._runs = list(zip(self.run_lo.tolist(), self.run_hi.tolist(),
+                              (self.run_gstart - self.run_vstart[:-1]).tolist(), self.run_vstart[1:].tolist(),
+                              strict=True))
+
+    @classmethod
+    def of_rows(cls, tree: ShardTree, rows: np.ndarray, name: str | None = None) -> DocumentStream:
+        """The stream of ``rows`` (ascending), as runs."""
+        return cls(tree, runs_of_rows(rows), name)
 
     @property
     def tokens(self) -> int:
-        return int(self.vstart[-1])
+        return int(self.run_vstart[-1])
+
+    @property
+    def documents(self) -> int:
+        return int(self.run_first[-1])
+
+    @property
+    def rows(self) -> np.ndarray:
+        """The stream's rows of the tree, in order (one int64 a document: for small selections)."""
+        return np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in zip(self.run_lo.tolist(),
+                                                                               self.run_hi.tolist(), strict=True)]
+                              or [np.zeros(0, np.int64)])
+
+    @property
+    def vstart(self) -> np.ndarray:
+        """Where each document starts in the stream, and N last: made on first use (8 bytes a
+        document), for cuts aligned to documents; windows laid end to end never need it."""
+        if self._vstart is None:
+            start = self.tree.documents.start
+            parts = [np.asarray(start[a:b], dtype=np.int64) - g + v for a, b, g, v in
+                     zip(self.run_lo.tolist(), self.run_hi.tolist(), self.run_gstart.tolist(),
+                         self.run_vstart[:-1].tolist(), strict=True)]
+            self._vstart = np.concatenate([*parts, [self.tokens]]).astype(np.int64)
+        return self._vstart
+
+    def doc_start(self, j: int) -> int:
+        """Where the stream's document j starts (N for j = its number of documents)."""
+        if j >= self.documents:
+            return self.tokens
+        r = int(self.run_first.searchsorted(j, "right")) - 1
+        row = int(self.run_lo[r]) + j - int(self.run_first[r])
+        return int(self.run_vstart[r]) + int(self.tree.documents.start[row]) - int(self.run_gstart[r])
+
+    def doc_at(self, pos: int) -> int:
+        """The stream's document that holds position ``pos`` (0 <= pos < N)."""
+        r = int(self.run_vstart.searchsorted(pos, "right")) - 1
+        lo, hi = int(self.run_lo[r]), int(self.run_hi[r])
+        g = int(self.run_gstart[r]) + pos - int(self.run_vstart[r])
+        return int(self.run_first[r]) + int(np.searchsorted(self.tree.documents.start[lo:hi], g, "right")) - 1
+
+    def starts_between(self, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
+        """The documents that start at a stream position in [a, b): their rows of the tree and
+        those positions, in order."""
+        rows, places = [], []
+        start = self.tree.documents.start
+        r = max(0, int(self.run_vstart.searchsorted(a, "right")) - 1)
+        while r < len(self.run_lo) and self.run_vstart[r] < b:
+            lo, hi, g, v = int(self.run_lo[r]), int(self.run_hi[r]), int(self.run_gstart[r]), int(self.run_vstart[r])
+            column = start[lo:hi]
+            i = int(np.searchsorted(column, g + a - v, "left"))
+            k = int(np.searchsorted(column, g + b - v, "left"))
+            rows.append(np.arange(lo + i, lo + k, dtype=np.int64))
+            places.append(np.asarray(column[i:k], dtype=np.int64) - g + v)
+            r += 1
+        if not rows:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return np.concatenate(rows), np.concatenate(places)
+
+    def row_of(self, j: int) -> int:
+        """The tree's row of the stream's document j."""
+        r = int(self.run_first.searchsorted(j, "right")) - 1
+        return int(self.run_lo[r]) + j - int(self.run_first[r])
 
     def read(self, start: int, stop: int) -> np.ndarray:
         """Tokens [start, stop) of this stream."""
         if not 0 <= start <= stop <= self.tokens:
             raise IndexError(f"range [{start}, {stop}) is outside a stream of {self.tokens} tokens")
         r = int(self.run_vstart.searchsorted(start, "right")) - 1
-        if stop <= self.run_vstart[r + 1]:  # one run of documents adjacent on disk, the common case
+        if r < len(self.run_lo) and stop <= self.run_vstart[r + 1]:  # one run, the common case
             g = int(self.run_gstart[r]) + start - int(self.run_vstart[r])
             return self.tree.store.read(g, g + stop - start)
         pieces = []
@@ -554,49 +672,100 @@ class DocumentStream:
         (holding 0 .. S-1) and loss_mask (holding 1.0).
         """
         stop = start + seq_len
-        raw = self.read(start, stop + 1)
-        if out is None:
-            tokens = raw.astype(np.int64)
-            inputs, targets = tokens[:-1], tokens[1:]
-            position_ids = np.arange(seq_len, dtype=np.int64)
-            loss_mask = np.ones(seq_len, dtype=np.float32)
-        else:
-            inputs, targets, position_ids, loss_mask = out
-            inputs[:] = raw[:-1]
-            targets[:] = raw[1:]
-        vstart = self.vstart
-        lo = int(vstart.searchsorted(start, "right")) - 1
-        hi = int(vstart.searchsorted(stop, "left"))  # documents starting before the inputs end
-        if hi - lo == 1:
-            cu = np.array((0, seq_len), dtype=np.int32)
-        else:
-            inner = vstart[lo + 1:hi] - start  # document starts inside the inputs
-            cu = np.empty(hi - lo + 1, dtype=np.int32)
-            cu[0] = 0
-            cu[1:-1] = inner
-            cu[-1] = seq_len
-            if hi - lo <= 16:
-                bounds = cu.tolist()
-                for a, b in zip(bounds[1:-1], bounds[2:], strict=True):
-                    position_ids[a:b] -= a
-            else:
-                position_ids -= np.repeat(cu[:-1], np.diff(cu))
+        inputs, targets, position_ids, loss_mask = self._window_arrays(start, seq_len, out)
+        doc_index, inner, first_offset, ends_at_stop = self._documents_in(start, stop)
+        cu = np.empty(len(inner) + 2, dtype=np.int32)
+        cu[0], cu[1:-1], cu[-1] = 0, inner, seq_len
+        if len(inner):
+            _restart_positions(position_ids, cu)
             loss_mask[inner - 1] = 0.0  # the inputs there are EOS: their targets start documents
             if mask_across_docs:
                 loss_mask[int(inner[0]) - 1:] = 0.0  # and every target after the window's first document
-        if vstart[hi] == stop:  # the last target starts a document
+        if ends_at_stop:  # the last target starts a document
             loss_mask[-1] = 0.0
         return Window(
             inputs=inputs,
             targets=targets,
             cu_seqlens=cu,
             position_ids=position_ids,
-            doc_index=self.rows[lo:hi],
-            first_offset=start - int(vstart[lo]),
+            doc_index=doc_index,
+            first_offset=first_offset,
             bucket=self.name,
             start=start,
             loss_mask=loss_mask,
         )
+
+    def _documents_in(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray, int, bool]:
+        """Of the window whose inputs are [start, stop): the rows of its documents, where those
+        after the first start (from the window's start), where in the first it starts, and
+        whether a document starts at its last target."""
+        r = 0 if len(self._runs) == 1 else int(self.run_vstart.searchsorted(start, "right")) - 1
+        lo, hi, shift, end = self._runs[r]
+        if stop < end:  # inside one run, the common case: two searches of its starts
+            base = shift + start  # the window's first token in the files end to end
+            column = self.tree.documents.start[lo:hi]
+            i = int(column.searchsorted(base, "right")) - 1
+            k = int(column.searchsorted(base + stop - start, "left"))
+            ends = k < len(column) and int(column[k]) == base + stop - start
+            return (np.arange(lo + i, lo + k, dtype=np.int64), column[i + 1:k] - base, base - int(column[i]), ends)
+        first = self.doc_at(start)
+        rows, places = self.starts_between(start + 1, stop + 1)
+        ends = len(places) > 0 and int(places[-1]) == stop
+        if ends:
+            rows, places = rows[:-1], places[:-1]
+        return (np.concatenate(([self.row_of(first)], rows)).astype(np.int64), places - start,
+                start - self.doc_start(first), ends)
+
+    def _window_arrays(self, start: int, seq_len: int, out: tuple[np.ndarray, ...] | None) -> tuple[np.ndarray, ...]:
+        """inputs, targets, position_ids (0 .. S-1) and loss_mask (1.0) of the window at ``start``:
+        new arrays, or the rows of a batch's (``out``) filled in place."""
+        raw = self.read(start, start + seq_len + 1)
+        if out is None:
+            tokens = raw.astype(np.int64)
+            return tokens[:-1], tokens[1:], np.arange(seq_len, dtype=np.int64), np.ones(seq_len, dtype=np.float32)
+        inputs, targets, position_ids, loss_mask = out
+        inputs[:] = raw[:-1]
+        targets[:] = raw[1:]
+        return inputs, targets, position_ids, loss_mask
+
+
+def _restart_positions(position_ids: np.ndarray, cu: np.ndarray) -> None:
+    """Count ``position_ids`` (0 .. S-1) from 0 again at each document start inside ``cu``."""
+    if len(cu) <= 17:
+        bounds = cu.tolist()
+        for a, b in zip(bounds[1:-1], bounds[2:], strict=True):
+            position_ids[a:b] -= a
+    else:
+        position_ids -= np.repeat(cu[:-1], np.diff(cu))
+
+
+def runs_of_rows(rows: np.ndarray) -> np.ndarray:
+    """Ascending rows as runs of consecutive rows, ``(k, 2)`` of ``[lo, hi)``."""
+    rows = np.asarray(rows, dtype=np.int64)
+    if not len(rows):
+        return np.zeros((0, 2), np.int64)
+    breaks = np.flatnonzero(rows[1:] != rows[:-1] + 1) + 1
+    lo = rows[np.concatenate(([0], breaks))]
+    hi = rows[np.concatenate((breaks - 1, [len(rows) - 1]))] + 1
+    return np.stack([lo, hi], axis=1)
+
+
+def runs_of_mask(keep: np.ndarray, base: int = 0) -> np.ndarray:
+    """The runs of True in ``keep`` as ``(k, 2)`` of ``[lo, hi)``, counted from ``base``."""
+    edges = np.diff(np.concatenate(([0], keep.view(np.int8) if keep.dtype == bool else keep, [0])).astype(np.int8))
+    return np.stack([np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)], axis=1).astype(np.int64) + base
+
+
+def join_runs(parts: Sequence[np.ndarray]) -> np.ndarray:
+    """Runs in order, those that meet (one's hi the next's lo) made one."""
+    runs = np.concatenate([*parts, np.zeros((0, 2), np.int64)])
+    if len(runs) < 2:
+        return runs
+    new = np.ones(len(runs), dtype=bool)
+    new[1:] = runs[1:, 0] != runs[:-1, 1]
+    firsts = np.flatnonzero(new)
+    lasts = np.append(firsts[1:], len(runs)) - 1
+    return np.stack([runs[firsts, 0], runs[lasts, 1]], axis=1)
 
 
 def batch_at(places: Sequence[tuple[DocumentStream, int]], seq_len: int, mask_across_docs: bool = False) -> Batch:
@@ -745,9 +914,31 @@ class _Epochs:
     position: int
     tree: ShardTree
     selection: dict
+    streams: list[DocumentStream]
+    mix: EpochMix
 
     def _settings(self) -> dict:
         raise NotImplementedError
+
+    @property
+    def tokens(self) -> int:
+        return sum(s.tokens for s in self.streams)
+
+    def __len__(self) -> int:
+        """Draws in one epoch: windows (WindowSampler) or batches (LengthSampler)."""
+        return len(self.mix)
+
+    def _take(self, tree: ShardTree, seed: int, split: str, val_fraction: float, buckets: Iterable[str] | None,
+              partitions: Iterable[int] | None) -> tuple[list[str] | None, list[int] | None]:
+        """What both samplers take first: the tree, the seed (>= 0) and the selection as the
+        fingerprint names it; the buckets and partitions as lists (None: all)."""
+        if seed < 0:
+            raise ValueError(f"seed must be >= 0, got {seed}")
+        self.tree, self.seed = tree, seed
+        buckets = None if buckets is None else list(buckets)
+        partitions = None if partitions is None else list(partitions)
+        self.selection = _selection(split, val_fraction, buckets, partitions)
+        return buckets, partitions
 
     def fingerprint(self) -> dict:
         """What decides the windows, JSON-ready, in the order a mismatch is looked for: the tree,
@@ -796,27 +987,15 @@ class WindowSampler(_Epochs):
                  align_to_docs: bool = False, replacement: bool = False, mask_across_docs: bool = False):
         if seq_len < 1:
             raise ValueError(f"seq_len must be >= 1, got {seq_len}")
-        if seed < 0:
-            raise ValueError(f"seed must be >= 0, got {seed}")
-        self.tree = tree
+        buckets, partitions = self._take(tree, seed, split, val_fraction, buckets, partitions)
         self.seq_len = seq_len
-        self.seed = seed
-        self.align_to_docs = align_to_docs
-        self.replacement = replacement
-        self.mask_across_docs = mask_across_docs
-        buckets = None if buckets is None else list(buckets)
-        partitions = None if partitions is None else list(partitions)
-        self.selection = _selection(split, val_fraction, buckets, partitions)
-        rows = tree.select(split, val_fraction, buckets, partitions)
+        self.align_to_docs, self.replacement, self.mask_across_docs = align_to_docs, replacement, mask_across_docs
         if weights is None:
-            self.streams = [DocumentStream(tree, rows)]
+            self.streams = [DocumentStream(tree, tree.select_runs(split, val_fraction, buckets, partitions))]
             self.weights = None
         else:
             named = _check_weights(weights)
-            bucket_of_row = tree.documents.bucket[rows]
-            self.streams = [
-                DocumentStream(tree, rows[bucket_of_row == layout.BUCKET_NAMES.index(b)], b) for b in named
-            ]
+            self.streams = bucket_streams(tree, named, split, val_fraction, buckets, partitions)
             self.weights = {b: float(weights[b]) for b in named}
         w = None if weights is None else np.array(list(self.weights.values()), dtype=np.float64)
         self.cumulative = np.array([1.0]) if w is None else np.cumsum(w) / w.sum()
@@ -829,7 +1008,7 @@ class WindowSampler(_Epochs):
                     f"{seq_len} + 1 tokens need a stream of at least {seq_len + 2}"
                 )
             # Documents a window may start at: those with seq_len + 1 tokens of stream from their start on.
-            self._eligible.append(int(np.searchsorted(stream.vstart[:-1], stream.tokens - seq_len - 1, side="right")))
+            self._eligible.append(stream.doc_at(stream.tokens - seq_len - 1) + 1)
         self.cuts = [WindowCut(s, seq_len, align_to_docs) for s in self.streams]
         if not replacement:
             for stream, cut in zip(self.streams, self.cuts, strict=True):
@@ -841,14 +1020,6 @@ class WindowSampler(_Epochs):
         self.mix = EpochMix([c.count for c in self.cuts], seed, w)
         self._perms: dict[tuple[int, int], Permutation] = {}
         self.position = 0
-
-    @property
-    def tokens(self) -> int:
-        return sum(s.tokens for s in self.streams)
-
-    def __len__(self) -> int:
-        """Windows in one epoch."""
-        return len(self.mix)
 
     def _settings(self) -> dict:
         return {"sampler": "windows", "seq_len": self.seq_len, "seed": self.seed, **self.selection,
@@ -865,7 +1036,7 @@ class WindowSampler(_Epochs):
             b = int(self.cumulative.searchsorted(u_bucket, "right")) if len(self.streams) > 1 else 0
             stream = self.streams[b]
             if self.align_to_docs:
-                return stream, int(stream.vstart[int(u_start * self._eligible[b])])
+                return stream, stream.doc_start(int(u_start * self._eligible[b]))
             return stream, int(u_start * (stream.tokens - self.seq_len - 1))
         b, q, r = self.mix.locate(index)
         return self.streams[b], self.cuts[b].start(self._permutation(b, q)(r))
@@ -936,42 +1107,20 @@ class LengthSampler(_Epochs):
                  mask_across_docs: bool = False):
         if tokens_per_batch < 1:
             raise ValueError(f"tokens_per_batch must be >= 1, got {tokens_per_batch}")
-        if seed < 0:
-            raise ValueError(f"seed must be >= 0, got {seed}")
-        self.tree = tree
+        buckets, partitions = self._take(tree, seed, split, val_fraction, buckets, partitions)
         self.tokens_per_batch = tokens_per_batch
-        self.seed = seed
-        self.mask_across_docs = mask_across_docs
-        self.align_to_docs = align_to_docs
-        buckets = None if buckets is None else list(buckets)
-        partitions = None if partitions is None else list(partitions)
-        self.selection = _selection(split, val_fraction, buckets, partitions)
-        rows = tree.select(split, val_fraction, buckets, partitions)
-        bucket_of_row = tree.documents.bucket[rows]
+        self.mask_across_docs, self.align_to_docs = mask_across_docs, align_to_docs
         if weights is not None:
             names = _check_weights(weights)
         elif buckets is not None:
+            tree._selector(split, val_fraction, buckets, partitions)  # the same errors for bad arguments
             names = [b for b in layout.BUCKET_NAMES if b in set(buckets)]
         else:
-            names = [layout.BUCKET_NAMES[i] for i in np.unique(bucket_of_row)]
+            names = tree.buckets_held(split, val_fraction, partitions)
         if not names:
             raise ValueError(f"no selected {split} documents to draw batches from")
-        given = dict(seq_lens or {})
-        unknown = [b for b in given if b not in layout.BUCKET_NAMES]
-        if unknown:
-            raise ValueError(f"seq_lens name unknown bucket(s) {unknown}; buckets are {list(layout.BUCKET_NAMES)}")
-        self.seq_lens = {}
-        for b in names:
-            if b not in given and b == layout.BEYOND:
-                raise ValueError(f"bucket {b} has no bound to take as its sequence length: give seq_lens={{'{b}': S}}")
-            s = int(given.get(b, b))
-            if s < 1 or tokens_per_batch % s:
-                raise ValueError(
-                    f"bucket {b}'s sequence length {s} does not divide tokens_per_batch {tokens_per_batch}; "
-                    "every batch holds the same number of tokens"
-                )
-            self.seq_lens[b] = s
-        self.streams = [DocumentStream(tree, rows[bucket_of_row == layout.BUCKET_NAMES.index(b)], b) for b in names]
+        self.seq_lens = _bucket_seq_lens(names, seq_lens, tokens_per_batch)
+        self.streams = bucket_streams(tree, names, split, val_fraction, buckets, partitions)
         self.cuts = [WindowCut(st, self.seq_lens[b], align_to_docs) for b, st in zip(names, self.streams, strict=True)]
         self.per_batch = [tokens_per_batch // self.seq_lens[b] for b in names]
         counts = [c.count // g for c, g in zip(self.cuts, self.per_batch, strict=True)]
@@ -990,14 +1139,6 @@ class LengthSampler(_Epochs):
     @property
     def buckets(self) -> list[str]:
         return [s.name for s in self.streams]
-
-    @property
-    def tokens(self) -> int:
-        return sum(s.tokens for s in self.streams)
-
-    def __len__(self) -> int:
-        """Batches in one epoch."""
-        return len(self.mix)
 
     def _settings(self) -> dict:
         return {"sampler": "lengths", "tokens_per_batch": self.tokens_per_batch, "seed": self.seed, **self.selection,
@@ -1025,6 +1166,36 @@ class LengthSampler(_Epochs):
         batch = self.batch(self.position)
         self.position += 1
         return batch
+
+
+def _bucket_seq_lens(names: Sequence[str], seq_lens: Mapping[str, int] | None, tokens_per_batch: int) -> dict[str, int]:
+    """Each bucket's sequence length: as given, else its bound; a ValueError for an unknown bucket,
+    for ``beyond`` without one, and for a length that does not divide ``tokens_per_batch``."""
+    given = dict(seq_lens or {})
+    unknown = [b for b in given if b not in layout.BUCKET_NAMES]
+    if unknown:
+        raise ValueError(f"seq_lens name unknown bucket(s) {unknown}; buckets are {list(layout.BUCKET_NAMES)}")
+    out = {}
+    for b in names:
+        if b not in given and b == layout.BEYOND:
+            raise ValueError(f"bucket {b} has no bound to take as its sequence length: give seq_lens={{'{b}': S}}")
+        s = int(given.get(b, b))
+        if s < 1 or tokens_per_batch % s:
+            raise ValueError(
+                f"bucket {b}'s sequence length {s} does not divide tokens_per_batch {tokens_per_batch}; "
+                "every batch holds the same number of tokens"
+            )
+        out[b] = s
+    return out
+
+
+def bucket_streams(tree: ShardTree, names: Sequence[str], split: str, val_fraction: float,
+                   buckets: list[str] | None, partitions: list[int] | None) -> list[DocumentStream]:
+    """A stream per bucket of ``names``, of the documents the selection holds there (none for a
+    bucket that ``buckets`` leaves out)."""
+    tree._selector(split, val_fraction, buckets, partitions)  # the same errors for bad arguments
+    return [DocumentStream(tree, tree.select_runs(split, val_fraction, [b] if buckets is None or b in buckets else [],
+                                                  partitions), b) for b in names]
 
 
 def _selection(split: str, val_fraction: float, buckets: list[str] | None, partitions: list[int] | None) -> dict:
@@ -1111,30 +1282,9 @@ def _shard_number(name: str) -> int:
 
 
 def _open_bucketed(fs, root: str, url: str, stats: manifest.DatasetStats) -> ShardTree:
+    """The tree through its text manifest: parsed into columns, its files checked against it."""
     dtype = layout.DTYPES[stats.dtype]
-    file_of: dict[str, int] = {}
-    id_chunks, chunk = [], []
-    file_col, len_col = array("q"), array("q")  # 8 bytes a row while parsing, not a Python int's ~36
-    with fs.open(posixpath.join(root, layout.MANIFEST_NAME), "r", encoding="utf-8") as f:
-        for rel, doc_id, n in manifest.read_rows(f):
-            fi = file_of.get(rel)
-            if fi is None:
-                layout.parse_shard_rel_path(rel)
-                fi = file_of[rel] = len(file_of)
-            if n < 1:
-                raise ValueError(f"{url}: manifest row of {doc_id!r} has token count {n}")
-            file_col.append(fi)
-            len_col.append(n)
-            chunk.append(doc_id.encode("utf-8"))
-            if len(chunk) == _ID_CHUNK:
-                id_chunks.append(np.array(chunk, dtype=np.bytes_))
-                chunk = []
-    if chunk or not id_chunks:
-        id_chunks.append(np.array(chunk, dtype=np.bytes_) if chunk else np.empty(0, dtype="S1"))
-    ids = np.concatenate(id_chunks) if len(id_chunks) > 1 else id_chunks[0]
-    length = np.frombuffer(len_col, dtype=np.int64).copy()
-    manifest_file = np.frombuffer(file_col, dtype=np.int64).copy()
-    del file_col, len_col
+    ids, length, manifest_file, file_of = _parse_manifest(fs, root, url)
 
     # Files in layout order: bucket, partition, rolling index.
     rel_paths = sorted(file_of, key=lambda r: (layout.BUCKET_NAMES.index((n := layout.parse_shard_rel_path(r)).bucket),
@@ -1144,19 +1294,7 @@ def _open_bucketed(fs, root: str, url: str, stats: manifest.DatasetStats) -> Sha
         rank[file_of[rel]] = new
     file = rank[manifest_file] if len(manifest_file) else manifest_file
     counts = np.bincount(file, weights=length, minlength=len(rel_paths)).astype(np.int64)
-
-    names_in = Tree(url)  # every file read resolves inside the tree (no link out of it)
-    for rel in rel_paths:
-        names_in.path(rel, "manifest row")
-    sizes = _sizes(fs, root, sorted({r.split("/", 1)[0] for r in rel_paths}))
-    for rel, count in zip(rel_paths, counts, strict=True):
-        if rel not in sizes:
-            raise FileNotFoundError(f"{url}: the manifest names {rel}, which does not exist")
-        if sizes[rel] != count * dtype.itemsize:
-            raise ValueError(
-                f"{url}: {rel} holds {sizes[rel]} bytes, the manifest's rows sum to {count} tokens "
-                f"({count * dtype.itemsize} bytes of {stats.dtype}); the tree is damaged or being rewritten"
-            )
+    _check_shards(fs, root, url, rel_paths, counts, dtype, stats.dtype)
     store = TokenStore(fs, root, rel_paths, counts, dtype)
 
     # Rows of a file are in that file's order, so a document's offset is the sum of the counts before
@@ -1181,16 +1319,65 @@ def _open_bucketed(fs, root: str, url: str, stats: manifest.DatasetStats) -> Sha
     return ShardTree(url, "bucketed", store, documents, stats.eos_id, stats)
 
 
+def _parse_manifest(fs, root: str, url: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, int]]:
+    """The manifest's ids ('S' bytes), lengths and file numbers (in order of first mention) by
+    row, and those numbers by rel path; compact while parsing (8 bytes a number, ids in chunks)."""
+    file_of: dict[str, int] = {}
+    id_chunks, chunk = [], []
+    file_col, len_col = array("q"), array("q")  # 8 bytes a row while parsing, not a Python int's ~36
+    with fs.open(posixpath.join(root, layout.MANIFEST_NAME), "r", encoding="utf-8") as f:
+        for rel, doc_id, n in manifest.read_rows(f):
+            fi = file_of.get(rel)
+            if fi is None:
+                layout.parse_shard_rel_path(rel)
+                fi = file_of[rel] = len(file_of)
+            if n < 1:
+                raise ValueError(f"{url}: manifest row of {doc_id!r} has token count {n}")
+            file_col.append(fi)
+            len_col.append(n)
+            chunk.append(doc_id.encode("utf-8"))
+            if len(chunk) == _ID_CHUNK:
+                id_chunks.append(np.array(chunk, dtype=np.bytes_))
+                chunk = []
+    if chunk or not id_chunks:
+        id_chunks.append(np.array(chunk, dtype=np.bytes_) if chunk else np.empty(0, dtype="S1"))
+    ids = np.concatenate(id_chunks) if len(id_chunks) > 1 else id_chunks[0]
+    length = np.frombuffer(len_col, dtype=np.int64).copy()
+    manifest_file = np.frombuffer(file_col, dtype=np.int64).copy()
+    return ids, length, manifest_file, file_of
+
+
+def _check_shards(fs, root: str, url: str, rel_paths: Sequence[str], counts: np.ndarray, dtype: np.dtype,
+                  dtype_name: str) -> None:
+    """Every file the manifest names is inside the tree, exists, and holds its rows' tokens."""
+    names_in = Tree(url)  # every file read resolves inside the tree (no link out of it)
+    for rel in rel_paths:
+        names_in.path(rel, "manifest row")
+    sizes = _sizes(fs, root, sorted({r.split("/", 1)[0] for r in rel_paths}))
+    for rel, count in zip(rel_paths, counts, strict=True):
+        if rel not in sizes:
+            raise FileNotFoundError(f"{url}: the manifest names {rel}, which does not exist")
+        if sizes[rel] != count * dtype.itemsize:
+            raise ValueError(
+                f"{url}: {rel} holds {sizes[rel]} bytes, the manifest's rows sum to {count} tokens "
+                f"({count * dtype.itemsize} bytes of {dtype_name}); the tree is damaged or being rewritten"
+            )
+
+
 def _open_indexed(fs, root: str, url: str, stats: manifest.DatasetStats, record) -> ShardTree | None:
     """The tree through its reader index (shards.index): mapped, not parsed, so opening costs the
-    same for ten documents or ten million. None (parse the manifest) when the record does not
-    list an index, the tree is not on a local disk, or the index does not describe this manifest."""
+    same for ten documents or ten million. A remote tree's index is copied to a local file first
+    (once per machine and version of the index: shards.index.local_copy), then mapped alike. None
+    (parse the manifest) when the record does not list an index or the index does not describe
+    this manifest."""
     path = posixpath.join(root, reader_index.INDEX_NAME)
     listed = record is not None and reader_index.INDEX_NAME in record.derived
-    if not (listed and isinstance(fs, LocalFileSystem) and fs.isfile(path) and not os.path.islink(path)):
+    local = isinstance(fs, LocalFileSystem)
+    if not (listed and fs.isfile(path) and not (local and os.path.islink(path))):
         return None
     try:
-        index = reader_index.open_index(path)
+        mapped = path if local else reader_index.local_copy(fs, path, storage.join(url, reader_index.INDEX_NAME))
+        index = reader_index.open_index(mapped)
     except ValueError:
         return None  # another version's, or damaged: verify says so; the manifest still opens the tree
     if index.manifest_bytes != fs.size(posixpath.join(root, layout.MANIFEST_NAME)):
@@ -1201,7 +1388,7 @@ def _open_indexed(fs, root: str, url: str, stats: manifest.DatasetStats, record)
         if sizes.get(rel) != count * dtype.itemsize:
             return None  # the shards are not those the index describes: the manifest decides
     store = TokenStore(fs, root, index.files, index.file_tokens, dtype)
-    return ShardTree(url, "bucketed", store, IndexedDocuments(path, index), stats.eos_id, stats)
+    return ShardTree(url, "bucketed", store, IndexedDocuments(mapped, index), stats.eos_id, stats)
 
 
 class IndexedIds:
@@ -1229,7 +1416,9 @@ class IndexedDocuments(Documents):
         index = index if index is not None else reader_index.open_index(path)
         self._index = index
         n = index.documents
-        super().__init__(IndexedIds(index), index.start, index.length, index.file, index.bucket, index.partition,
+        # Plain arrays over the map (slicing np.memmap itself costs ten times as much).
+        columns = (np.asarray(c) for c in (index.start, index.length, index.file, index.bucket, index.partition))
+        super().__init__(IndexedIds(index), *columns,
                          np.broadcast_to(np.int8(-1), (n,)))
 
     def __getstate__(self):
@@ -1282,7 +1471,26 @@ def _open_llmc(fs, root: str, url: str, files: Mapping[str, Sequence[str]]) -> S
     if not rel_paths:
         raise ValueError(f"{url} holds no llm.c shard files (train/shard_NNN.bin, val/shard_NNN.bin)")
     store = TokenStore(fs, root, rel_paths, counts, llmc.TOKEN_DTYPE, header_bytes=llmc.HEADER_BYTES)
+    start, length, split = _llmc_documents(store, split_of_file, url)
+    ids = np.concatenate([
+        np.char.add(f"{llmc.SPLITS[s]}:".encode(), np.arange(np.count_nonzero(split == s)).astype(np.bytes_))
+        for s in np.unique(split).tolist()
+    ]) if len(split) else np.empty(0, dtype="S1")
+    documents = Documents(
+        ids=ids,
+        start=start,
+        length=length,
+        file=(np.searchsorted(store.starts, start, side="right") - 1).astype(np.int32),
+        bucket=_bucket_indices(length),
+        partition=np.full(len(length), -1, dtype=np.int32),
+        split=split,
+    )
+    return ShardTree(url, "llmc", store, documents, llmc.GPT2_EOT)
 
+
+def _llmc_documents(store: TokenStore, split_of_file: Sequence[int], url: str) -> tuple[np.ndarray, ...]:
+    """Start, length and split of every document of llm.c shards, found by scanning each split's
+    stream for EOT (``_SCAN_TOKENS`` at a time); a ValueError when a split does not end with one."""
     starts, lengths, splits = [], [], []
     for split_index in range(len(llmc.SPLITS)):
         in_split = [i for i, s in enumerate(split_of_file) if s == split_index]
@@ -1304,19 +1512,4 @@ def _open_llmc(fs, root: str, url: str, files: Mapping[str, Sequence[str]]) -> S
         lengths.append(ends + 1 - doc_start)
         splits.append(np.full(len(ends), split_index, dtype=np.int8))
     # Splits and their files are laid out in order, so this is storage order already.
-    start = np.concatenate(starts)
-    length = np.concatenate(lengths)
-    split = np.concatenate(splits)
-    ids = np.concatenate([
-        np.char.add(f"{llmc.SPLITS[s[0]]}:".encode(), np.arange(len(s)).astype(np.bytes_)) for s in splits
-    ])
-    documents = Documents(
-        ids=ids,
-        start=start,
-        length=length,
-        file=(np.searchsorted(store.starts, start, side="right") - 1).astype(np.int32),
-        bucket=_bucket_indices(length),
-        partition=np.full(len(length), -1, dtype=np.int32),
-        split=split,
-    )
-    return ShardTree(url, "llmc", store, documents, llmc.GPT2_EOT)
+    return np.concatenate(starts), np.concatenate(lengths), np.concatenate(splits)

@@ -173,6 +173,17 @@ def renames_atomically(fs: fsspec.AbstractFileSystem) -> bool:
     return isinstance(fs, LocalFileSystem)
 
 
+# Object stores, where a "directory" is a prefix of names: nothing to create before a write, and
+# asking to (fsspec's makedirs) costs a request to check that the bucket exists.
+_FLAT_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs"})
+
+
+def has_directories(fs: fsspec.AbstractFileSystem) -> bool:
+    """Whether ``fs`` has directories to create before a file is written in them (not an object store)."""
+    protocols = {fs.protocol} if isinstance(fs.protocol, str) else set(fs.protocol)
+    return not protocols & _FLAT_PROTOCOLS
+
+
 def write_atomic(url: str, data: bytes, scratch: str | None = None) -> None:
     """Write ``data`` to ``url`` so a reader sees the old content or the new, never a part.
 

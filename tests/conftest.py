@@ -60,6 +60,21 @@ def _restore_logging():
     root.setLevel(level)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _index_cache(tmp_path_factory):
+    """Local copies of remote trees' reader indexes (shards.index.local_copy) go to the session's
+    temporary directory, not the user's ~/.cache."""
+    import os
+
+    before = os.environ.get("PRETOKENIZE_INDEX_CACHE")
+    os.environ["PRETOKENIZE_INDEX_CACHE"] = str(tmp_path_factory.mktemp("index-cache"))
+    yield
+    if before is None:
+        os.environ.pop("PRETOKENIZE_INDEX_CACHE", None)
+    else:
+        os.environ["PRETOKENIZE_INDEX_CACHE"] = before
+
+
 def tree_hashes(root, skip: tuple[str, ...] = ()) -> dict[str, str]:
     """sha256 of every file under ``root`` by relative path, but the relative paths in ``skip``."""
     import hashlib

@@ -548,7 +548,12 @@ README_SECTION = """\
 
 `shards.reader` opens a finished tree (local files are memory-mapped; any fsspec URL works) and
 cuts it into windows of S+1 tokens, epoch by epoch, with the document boundaries attention kernels
-take. It needs numpy only; torch is an extra. How to train from the tree with Hugging Face (a loop
+take. Opening and the first window cost the same for ten documents or ten million: the tree's reader
+index (`processed_spec.idx`) is mapped, and a sampler keeps runs of documents, not a table per
+document. A remote tree's index is copied once per machine and version into
+`$PRETOKENIZE_INDEX_CACHE` (default `~/.cache/beam-pretokenize/indexes`, ~85 bytes a document) and
+mapped from there, so DataLoader workers and ranks on one machine share one copy. It needs numpy
+only; torch is an extra. How to train from the tree with Hugging Face (a loop
 or a `Trainer`), Megatron-LM, OLMo-core and llm.c, and where their conventions differ:
 [docs/training.md](training.md).
 

@@ -15,7 +15,7 @@ from conftest import SAMPLE_PARQUET
 
 from pipelines import cli
 from shards import index as reader_index
-from shards import layout, reader, tree
+from shards import layout, manifest, reader, tree
 
 FLAGS = ["--partitions", "4", "--max-shard-bytes", "120000", "--runner=FnApiRunner"]
 
@@ -170,3 +170,108 @@ def test_the_lookup_table_is_sorted_in_slices_whatever_their_count(tmp_path, mon
     assert np.all(np.diff(index.hashes.astype(np.float64)) >= 0)
     assert sorted(index.hash_rows.tolist()) == list(range(100))
     assert all(index.find(f"doc-{i}".encode()) == i for i in range(100))
+
+
+def _indexed_tree(root, documents: int, partitions: int = 8):
+    """A bucketed tree of ``documents`` short documents (2 to 9 tokens) in bucket 1024, with its
+    reader index listed in the record, as publish leaves it."""
+    rng = np.random.default_rng(documents)
+    lengths = rng.integers(2, 10, documents)
+    root.mkdir()
+    (root / "1024").mkdir()
+    files = []
+    with open(root / layout.MANIFEST_NAME, "w", encoding="utf-8") as m:
+        m.write(manifest.MANIFEST_HEADER + "\n")
+        for p in range(partitions):
+            docs = np.arange(p, documents, partitions)
+            rel = f"1024/p{p:02d}_00000.npy"
+            files.append(rel)
+            data = rng.integers(0, 1000, int(lengths[docs].sum()), dtype=np.uint32)
+            data[np.cumsum(lengths[docs]) - 1] = 151643
+            data.tofile(root / rel)
+            m.writelines(manifest.format_row(rel, f"doc{i}", int(lengths[i])) for i in docs.tolist())
+    with open(root / reader_index.INDEX_NAME, "wb") as out, open(root / layout.MANIFEST_NAME, encoding="utf-8") as m:
+        reader_index.write_index(manifest.read_rows(m), os.path.getsize(root / layout.MANIFEST_NAME), out)
+    (root / tree.RECORD_NAME).write_text(json.dumps({"tool": tree.TOOL, "kind": "bucketed", "files": files,
+                                                      "derived": [reader_index.INDEX_NAME]}))
+    buckets = {name: manifest.BucketStats() for name in layout.BUCKET_NAMES}
+    buckets["1024"] = manifest.BucketStats(files=partitions, documents=documents, tokens=int(lengths.sum()))
+    stats = manifest.DatasetStats(
+        raw_documents=documents, language="eng_Latn", lid_threshold=0.9, min_token_count=1, tokenizer="test",
+        eos_id=151643, vocab_size=151936, dtype="uint32", partitions=partitions, seed=0, buckets=buckets, drops={})
+    (root / layout.STATS_NAME).write_text(stats.to_text(), encoding="utf-8")
+    return root
+
+
+@pytest.fixture(scope="module")
+def large_tree(tmp_path_factory):
+    return _indexed_tree(tmp_path_factory.mktemp("large") / "tree", 200_000)
+
+
+def test_a_sampler_over_an_indexed_tree_holds_nothing_per_document(large_tree):
+    """Opening, a sampler and its windows allocate by the tree's runs and files, not its 200,000
+    documents (the epoch tables of an earlier version took ~50 bytes a document: ~10 MB here)."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        t = reader.open_tree(str(large_tree))
+        assert isinstance(t.documents, reader.IndexedDocuments)
+        sampler = t.sampler(64, seed=3)
+        windows = [sampler.window(k) for k in (0, 1, len(sampler) - 1)]
+        batch = sampler.batch(5, 8)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20, f"{peak:,} bytes allocated for a tree of {len(t):,} documents"
+    assert [len(s.run_lo) for s in sampler.streams] == [1]
+    assert batch.inputs.shape == (8, 64)
+    slow = _parsed(large_tree)
+    for w in windows:  # the same windows as the manifest's tree, with its per-document tables
+        again = slow.sampler(64, seed=3).streams[0].window_at(w.start, 64)
+        for field in ("inputs", "cu_seqlens", "position_ids", "doc_index", "loss_mask"):
+            np.testing.assert_array_equal(getattr(w, field), getattr(again, field), err_msg=field)
+        assert w.first_offset == again.first_offset
+
+
+@pytest.mark.parametrize("selection", [
+    {}, {"partitions": [3]}, {"partitions": [0, 1, 5]}, {"split": "val", "val_fraction": 0.3},
+    {"split": "train", "val_fraction": 0.3, "partitions": [2, 7]}, {"buckets": ["2048"]}, {"split": "val"},
+])
+def test_the_runs_of_a_selection_are_its_rows(large_tree, selection):
+    t = reader.open_tree(str(large_tree))
+    rows = t.select(**selection)
+    runs = t.select_runs(**selection)
+    assert np.concatenate([np.arange(a, b) for a, b in runs] or [np.zeros(0, int)]).tolist() == rows.tolist()
+    if "val_fraction" not in selection:  # a partition is one file: one run at most, whatever its documents
+        assert len(runs) <= len(selection.get("partitions", [0]))
+
+
+def test_a_remote_tree_opens_through_a_local_copy_of_its_index(sample_tree, tmp_path, monkeypatch):
+    import fsspec
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv(reader_index.CACHE_ENV, str(cache))
+    fs = fsspec.filesystem("memory")
+    for path in sample_tree.rglob("*"):
+        if path.is_file():
+            fs.pipe(f"/index-remote/{path.relative_to(sample_tree).as_posix()}", path.read_bytes())
+    try:
+        remote, local = reader.open_tree("memory://index-remote"), reader.open_tree(str(sample_tree))
+        assert isinstance(remote.documents, reader.IndexedDocuments) and not remote.store.local
+        copies = list(cache.glob("*.idx"))
+        assert len(copies) == 1 and copies[0].read_bytes() == (sample_tree / reader_index.INDEX_NAME).read_bytes()
+        some = local.documents.id(11)
+        assert remote.documents.index_of(some) == local.documents.index_of(some)
+        np.testing.assert_array_equal(remote.document(some), local.document(some))
+        for k in range(5):
+            np.testing.assert_array_equal(remote.sampler(128, seed=1).window(k).inputs,
+                                          local.sampler(128, seed=1).window(k).inputs)
+        again = reader.open_tree("memory://index-remote")  # the copy is reused, not made again
+        assert list(cache.glob("*")) == copies and len(again) == len(local)
+        # A new index (another removal, another run) is another copy; a damaged one is not used.
+        fs.pipe("/index-remote/" + reader_index.INDEX_NAME, b"not an index" * 30)
+        assert not isinstance(reader.open_tree("memory://index-remote").documents, reader.IndexedDocuments)
+        assert not list(cache.glob("*.partial"))
+    finally:
+        fs.rm("/index-remote", recursive=True)

@@ -241,3 +241,84 @@ def test_the_write_stage_has_one_work_item_per_bucket_and_partition_that_holds_d
     assert sorted(items) == sorted(groups)
     assert len(items) > len({p for _, p in groups}) > 1  # more work items than partitions
     assert tree_hashes(out, skip=DESCRIPTION) == SAMPLE_HASHES
+
+
+def _memory_hashes(fs, root: str, skip=()) -> dict[str, str]:
+    import hashlib
+
+    return {rel: hashlib.sha256(fs.cat(path)).hexdigest() for path in fs.find(root)
+            if (rel := path[len(root) + 1:]) not in skip}
+
+
+def test_on_an_object_store_groups_are_written_side_by_side_with_the_bytes_unchanged():
+    """memory:// has no atomic rename, so WriteShardFiles takes its object-store path: a bundle's
+    groups written GROUPS_IN_FLIGHT at a time by threads. The sample's 84 groups (more than are in
+    flight, so results come out while others are written) give the bytes recorded for a local run."""
+    import fsspec
+    from conftest import SAMPLE_PARQUET
+    from test_no_byte_changes import DESCRIPTION, SAMPLE_HASHES
+
+    from pipelines import cli
+    from transforms.bucketed import write
+
+    fs = fsspec.filesystem("memory")
+    try:
+        assert cli.main(["bucketed", "--input", str(SAMPLE_PARQUET), "--output", "memory://groups/out",
+                         "--runner=FnApiRunner"]) == 0
+        hashes = _memory_hashes(fs, "/groups/out", skip=DESCRIPTION)
+        assert hashes == SAMPLE_HASHES
+        assert len({rel.split("_")[0] for rel in hashes if rel.endswith(".npy")}) > write.GROUPS_IN_FLIGHT
+    finally:
+        fs.rm("/groups", recursive=True)
+
+
+def test_a_group_that_fails_on_an_object_store_fails_the_run_and_publishes_nothing(monkeypatch):
+    import fsspec
+    from conftest import SAMPLE_PARQUET
+
+    from pipelines import cli
+    from transforms.bucketed import write
+
+    original = write.write_planned
+
+    def write_planned(group, config, fs=None, scratch=None):
+        if (group.bucket, group.partition) == ("2048", 3):
+            raise OSError("the store went away while writing 2048/p03")
+        return original(group, config, fs, scratch)
+
+    monkeypatch.setattr(write, "write_planned", write_planned)
+    fs = fsspec.filesystem("memory")
+    try:
+        with pytest.raises(OSError, match="the store went away while writing 2048/p03"):
+            cli.main(["bucketed", "--input", str(SAMPLE_PARQUET), "--output", "memory://failing/out",
+                      "--runner=FnApiRunner"])
+        assert not fs.exists(f"/failing/out/{layout.STATS_NAME}")
+        assert not fs.exists(f"/failing/out/{layout.MANIFEST_NAME}")
+    finally:
+        if fs.exists("/failing"):
+            fs.rm("/failing", recursive=True)
+
+
+def test_groups_written_at_once_hold_at_most_the_scratch_budget_between_them():
+    """Each thread takes its group's bytes before writing; a group larger than the budget waits
+    until it is alone, and then holds all of it."""
+    import threading
+    import time
+
+    from transforms.bucketed.write import ScratchBudget
+
+    budget, peak, lock = ScratchBudget(100), [0], threading.Lock()
+
+    def group(size):
+        with budget.hold(size):
+            with lock:
+                peak[0] = max(peak[0], budget.used)
+            time.sleep(0.02)
+
+    threads = [threading.Thread(target=group, args=(n,)) for n in (40, 30, 500, 20, 60, 10, 70)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert not any(t.is_alive() for t in threads)
+    assert peak[0] <= 100 and budget.used == 0

@@ -22,10 +22,13 @@ Shard files are written under the run's staging directory; PublishOutput moves t
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import posixpath
-from collections.abc import Iterable
+import threading
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import NamedTuple
 
 import apache_beam as beam
@@ -37,7 +40,15 @@ from transforms.core.drops import DUPLICATE_ID, Drops
 from transforms.core.progress import Progress
 from transforms.core.publish import RunPaths
 from transforms.core.records import DROPPED
-from transforms.core.spill import DEFAULT_CONNECTIONS, AtomicFile, RefPointer, SpillReader, load_refs, roll
+from transforms.core.spill import (
+    DEFAULT_CONNECTIONS,
+    AtomicFile,
+    RefPointer,
+    SpillReader,
+    emit_at_finish,
+    load_refs,
+    roll,
+)
 from transforms.core.spill import SpillTokensFn as CoreSpillTokensFn
 
 log = logging.getLogger(__name__)
@@ -187,14 +198,46 @@ def plan_partition(partition: int, keyed: Iterable[tuple[int, RefPointer]], fs) 
     return groups, int(refs.size - kept.sum())
 
 
-def write_planned(group: PlannedGroup, config: ShardConfig, fs=None) -> ShardGroup:
-    """Write a planned group: its references read back, the copies it leaves out dropped."""
+def write_planned(group: PlannedGroup, config: ShardConfig, fs=None,
+                  scratch: ScratchBudget | None = None) -> ShardGroup:
+    """Write a planned group: its references read back, the copies it leaves out dropped. With
+    ``scratch``, its tokens' bytes are held from that budget while it is written (its writer's
+    scratch file holds them on an object store)."""
     if fs is None:
         fs, _ = storage.filesystem(config.output)
     refs = Refs.concat(load_refs(fs, group.pointers))
     keep = np.ones(refs.size, dtype=bool)
     keep[np.asarray(group.dropped, np.int64)] = False
-    return write_bucket(group.bucket, group.partition, refs.take(np.flatnonzero(keep)), config, fs)
+    refs = refs.take(np.flatnonzero(keep))
+    if scratch is None:
+        return write_bucket(group.bucket, group.partition, refs, config, fs)
+    with scratch.hold(int(refs.lengths.sum()) * layout.DTYPES[config.dtype].itemsize):
+        return write_bucket(group.bucket, group.partition, refs, config, fs)
+
+
+class ScratchBudget:
+    """Bytes of local scratch the groups written at once may hold between them. A group takes its
+    bytes (all of the budget at most) before it is written and gives them back after, so the
+    scratch in use is at most the budget, or one group larger than it written alone, as when
+    groups were written one at a time."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.used = 0
+        self._changed = threading.Condition()
+
+    @contextlib.contextmanager
+    def hold(self, size: int) -> Iterator[None]:
+        size = min(max(size, 0), self.limit)
+        with self._changed:
+            self._changed.wait_for(lambda: self.used + size <= self.limit)
+            self.used += size
+        try:
+            yield
+        finally:
+            with self._changed:
+                self.used -= size
+                self._changed.notify_all()
 
 
 def write_bucket(bucket: str, partition: int, refs: Refs, config: ShardConfig, fs=None) -> ShardGroup:
@@ -241,8 +284,22 @@ class PlanShardGroupsFn(beam.DoFn):
             yield self._drops(DUPLICATE_ID, duplicates)  # a TaggedOutput of DROPPED
 
 
+# Groups a worker writes at once on an object store, where each group waits on a few requests in
+# turn (its references, its range reads, each file's upload): a bundle's groups overlap those waits
+# instead of adding them up. On a local disk groups are written one after another.
+GROUPS_IN_FLIGHT = 8
+# The local scratch those groups hold at most between them (a larger group is written alone).
+SCRATCH_BYTES_IN_FLIGHT = 2 << 30
+
+
 class WriteShardFilesFn(beam.DoFn):
-    """A PlannedGroup in; its ShardGroup (files staged, manifest rows) out."""
+    """A PlannedGroup in; its ShardGroup (files staged, manifest rows) out.
+
+    On an object store a bundle's groups are written GROUPS_IN_FLIGHT at a time, each by a thread
+    of its own; their ShardGroups come out as they finish, the last ones at the bundle's end, so a
+    bundle that fails (or is retried) fails whole: nothing of it is committed, and the groups'
+    staged files are written again under the same names.
+    """
 
     def __init__(self, config: ShardConfig):
         self._config = config
@@ -254,9 +311,43 @@ class WriteShardFilesFn(beam.DoFn):
     def setup(self):
         self._fs, _ = storage.filesystem(self._config.output, connections=self._config.read_connections)
         self._progress = Progress("write")
+        self._pool = None if storage.renames_atomically(self._fs) else ThreadPoolExecutor(GROUPS_IN_FLIGHT)
+        self._scratch = ScratchBudget(SCRATCH_BYTES_IN_FLIGHT)
+
+    def start_bundle(self):
+        self._pending: list[Future] = []
 
     def process(self, planned: PlannedGroup):
-        group = write_planned(planned, self._config, self._fs)
+        if self._pool is None:
+            yield self._written(write_planned(planned, self._config, self._fs))
+            return
+        self._pending.append(self._pool.submit(write_planned, planned, self._config, self._fs, self._scratch))
+        if len(self._pending) > GROUPS_IN_FLIGHT:
+            yield from map(self._written, self._results(1))
+
+    def finish_bundle(self):
+        for group in self._results(len(self._pending)):
+            yield emit_at_finish(self._written(group))
+
+    def _results(self, count: int) -> list[ShardGroup]:
+        """The first ``count`` pending groups, once written. When one failed, the others are
+        cancelled or waited for (no thread of a failed bundle writes on), and its error raised."""
+        done, self._pending = self._pending[:count], self._pending[count:]
+        try:
+            return [f.result() for f in done]
+        except BaseException:
+            rest, self._pending = done + self._pending, []
+            for f in rest:
+                f.cancel()
+            wait(rest)
+            raise
+
+    def teardown(self):
+        if getattr(self, "_pool", None) is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def _written(self, group: ShardGroup) -> ShardGroup:
+        """Count a written group (in the bundle's thread, where Beam's counters are)."""
         docs = sum(f.documents for f in group.files)
         tokens = sum(f.tokens for f in group.files)
         self._docs.inc(docs)
@@ -264,7 +355,7 @@ class WriteShardFilesFn(beam.DoFn):
         self._files.inc(len(group.files))
         self._groups.inc()
         self._progress.add(files=len(group.files), documents=docs, tokens=tokens)
-        yield group
+        return group
 
 
 def spill_fn(config: ShardConfig) -> CoreSpillTokensFn:

@@ -198,10 +198,12 @@ def replace_files(config: RunPaths, kind: str, new_files: set[str]) -> None:
             log.info("removing %s, derived from the earlier output", rel)
     out.remove_files(stale_files | stale_derived)
     tree.record_files(config.output, record, drop=stale_files, drop_derived=stale_derived)
+    listed = _listed(fs, out.writable(staged, "staged directory")) if not out.local else None
     moves = []
     for rel in sorted(new_files):
         src = posixpath.join(staged, rel)
-        if fs.exists(out.writable(src, "staged file")):
+        path = out.writable(src, "staged file")
+        if (path in listed) if listed is not None else fs.exists(path):
             moves.append((src, rel))
         elif not fs.exists(out.writable(rel, "published file")):
             raise FileNotFoundError(f"staged file {out.url_of(src)} is missing and was never published")
@@ -214,6 +216,13 @@ def replace_files(config: RunPaths, kind: str, new_files: set[str]) -> None:
         concurrency = {"batch_size": PUBLISH_CONNECTIONS} if isinstance(copier, AsyncFileSystem) else {}
         copier.copy([out.writable(s) for s, _ in moves], [out.writable(d) for _, d in moves], **concurrency)
         copier.rm([out.writable(s) for s, _ in moves])
+
+
+def _listed(fs, directory: str) -> set[str]:
+    """Every file under ``directory`` of an object store, listed afresh: a few LIST requests for
+    what would be a HEAD request per staged file, waited for one after another."""
+    fs.invalidate_cache(directory)
+    return set(fs.find(directory))
 
 
 def commit(config: RunPaths, stats_text: str) -> None:

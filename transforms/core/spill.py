@@ -339,6 +339,13 @@ def _parse_refs(data: bytes, documents: int):
         at += size
     if at != len(data):
         raise _BadRefs(f"{len(data) - at} bytes after its columns")
+    _check_columns(numbers, strings, n)
+    return source, numbers, strings
+
+
+def _check_columns(numbers: dict[str, np.ndarray], strings: dict[str, list], n: int) -> None:
+    """The columns a record must have (ids, the int64 REFS_NUMBERS; others only as extras), and
+    its numbers in range."""
     if set(numbers) & set(strings) or "ids" not in strings or "ids" in numbers:
         raise _BadRefs("no ids")
     for name in REFS_NUMBERS:
@@ -354,7 +361,6 @@ def _parse_refs(data: bytes, documents: int):
             raise _BadRefs("an offset out of range")
         if int(numbers["rows"].min()) < 0 or int(numbers["sort_keys"].min()) < 0:
             raise _BadRefs("a negative row or sort key")
-    return source, numbers, strings
 
 
 def _entries(value, width: int) -> list:
@@ -586,7 +592,8 @@ class AtomicFile:
         self._fs, self.path = fs, path
         local = storage.renames_atomically(fs)
         self._tmp = f"{path}.partial-{uuid.uuid4().hex[:12]}" if local else path
-        fs.makedirs(posixpath.dirname(path), exist_ok=True)
+        if storage.has_directories(fs):
+            fs.makedirs(posixpath.dirname(path), exist_ok=True)
         self.file = fs.open(self._tmp, "wb")
         self._digest = hashlib.sha256()
 
