@@ -202,3 +202,30 @@ def test_remove_rewrites_the_manifest_holding_one_affected_files_rows_at_a_time(
     for k in reads:
         assert events[k - 1] == ("row", events[k][1]), "a file's rows were read before the manifest reached it"
     assert stored_ids(out) == {r["id"] for r in ROWS} - set(flagged_ids(original))
+
+
+def test_removal_list_ids_is_the_number_of_ids_removals_txt_lists_after_every_command(original, source, tmp_path):
+    """dataset_stats.txt's removal_list_ids counts the ids the tree's log records as removed, after
+    remove (which left the count of the tree's first run), a re-run with a list, and a re-run that
+    finishes a pending removal."""
+    from shards.removal import read_log
+
+    def counts(out):
+        stats = DatasetStats.from_text((out / layout.STATS_NAME).read_text())
+        return stats.removal_list_ids, stats.removal_ids_not_found, len(read_log(str(out / REMOVALS_NAME)).ids)
+
+    flagged = flagged_ids(original)
+    out = tmp_path / "out"
+    shutil.copytree(original, out)
+    (tmp_path / "first.txt").write_text("\n".join(flagged[:2]) + "\n", encoding="utf-8")
+    assert cli.main(["remove", "--output", str(out), "--removal-list", str(tmp_path / "first.txt"), *RUNNER]) == 0
+    assert counts(out) == (2, 0, 2)
+    rerun = ["bucketed", "--input", str(source), "--output", str(out), "--partitions", "4", *RUNNER]
+    listed = write_list(tmp_path / "second.txt", [flagged[2]])  # and never-stored-id
+    assert cli.main([*rerun, "--removal-list", listed]) == 0
+    assert counts(out) == (4, 1, 4)
+    (tmp_path / "third.txt").write_text(flagged[3] + "\n", encoding="utf-8")
+    assert remove.prepare(remove.RemoveOptions(str(out), str(tmp_path / "third.txt"))) is not None  # then killed
+    assert cli.main(rerun) == 0  # finishes the pending removal
+    assert counts(out) == (5, 1, 5)
+    assert stored_ids(out) == {r["id"] for r in ROWS} - set(flagged)

@@ -455,7 +455,7 @@ def finish_removal(output: str, plan: RemovalPlan, sums: dict[str, str | None] |
     update_checksums(output, sums or {})
     drop_emptied(output, plan)
     append_audit_lines(output, plan)
-    stats = stats_after(plan)
+    stats = stats_after(plan, len(read_tree_log(output).ids))
     rewrite_description(output, stats)
     tree.write_file(output, layout.STATS_NAME, stats.to_text().encode("utf-8"))
     delete_journal(output)
@@ -534,9 +534,14 @@ def drop_emptied(output: str, plan: RemovalPlan) -> None:
         out.remove_empty_dir(directory)
 
 
-def stats_after(plan: RemovalPlan) -> DatasetStats:
-    """The stats before the removal less what it took out (from the files' counts alone)."""
+def stats_after(plan: RemovalPlan, logged_ids: int) -> DatasetStats:
+    """The stats before the removal less what it took out (from the files' counts alone), and
+    ``removal_list_ids`` the distinct ids removals.txt lists now (``logged_ids``): every command
+    leaves it equal to the ids the tree's log records as removed (docs/removal.md). The ids this
+    removal added were all found, so the count not found stays (0 for a tree built without a list)."""
     stats = DatasetStats.from_text(plan.stats_before)
+    stats.removal_list_ids = logged_ids
+    stats.removal_ids_not_found = stats.removal_ids_not_found or 0
     for f in plan.files:
         bucket = stats.buckets[layout.parse_shard_rel_path(f.rel_path).bucket]
         bucket.documents -= f.removed
