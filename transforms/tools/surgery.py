@@ -14,7 +14,8 @@ a crash at any point can be finished by running the same command again:
     rewrite   each affected file's new copy is written in the journal's directory and renamed
               over the old one (or the file is deleted when nothing is left); a file whose size
               already equals its "after" count was done by an earlier attempt and is skipped
-    finish    the manifest without the removed rows replaces the old one; the ownership record
+    finish    the manifest without the removed rows replaces the old one (streamed: one affected
+              file's rows read from the plan at a time, as the manifest reaches it); the ownership record
               drops the files left empty; removals.txt gets one line per removed document
               (once per run id); dataset_stats.json and the README.md card are rewritten from
               the new counts; dataset_stats.txt is written, the commit point; the journal
