@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import fsspec
 
@@ -216,17 +216,25 @@ def read_removal_list(url: str) -> list[str]:
     return read_removal_source(url)[0]
 
 
-def log_text(existing: str | None, id_field: str, lines: Iterable[str]) -> str:
-    """removals.txt with ``lines`` appended: a new log gets its header and id field line; a log
-    written before the id field was recorded gets the line now (every other line kept as it was)."""
+def log_chunks(existing: str | None, id_field: str, lines: Iterable[str]) -> Iterator[str]:
+    """removals.txt with ``lines`` appended, piece by piece (the new lines as they come): a new log
+    gets its header and id field line; a log written before the id field was recorded gets the
+    line now (every other line kept as it was)."""
     if existing is None:
-        return REMOVALS_HEADER + "\n" + id_field_line(id_field) + "".join(lines)
-    head, sep, rest = existing.partition("\n")
-    if not rest.startswith(ID_FIELD_PREFIX):
-        rest = id_field_line(id_field) + rest
-    if rest and not rest.endswith("\n"):
-        rest += "\n"
-    return head + "\n" + rest + "".join(lines)
+        yield REMOVALS_HEADER + "\n" + id_field_line(id_field)
+    else:
+        head, _, rest = existing.partition("\n")
+        if not rest.startswith(ID_FIELD_PREFIX):
+            rest = id_field_line(id_field) + rest
+        if rest and not rest.endswith("\n"):
+            rest += "\n"
+        yield head + "\n" + rest
+    yield from lines
+
+
+def log_text(existing: str | None, id_field: str, lines: Iterable[str]) -> str:
+    """removals.txt with ``lines`` appended, whole (log_chunks)."""
+    return "".join(log_chunks(existing, id_field, lines))
 
 
 def check_id_field(log_id_field: str | None, where: str, id_field: str, flag: str = "--id-field") -> None:

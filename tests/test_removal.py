@@ -9,7 +9,7 @@ import shutil
 import pytest
 from conftest import finepdfs_row, tree_hashes
 
-from pipelines import bucketed, remove, verify
+from pipelines import bucketed, cli, remove, verify
 from shards import layout, manifest, tree
 from shards.card import CARD_NAME
 from shards.manifest import DatasetStats
@@ -166,3 +166,66 @@ def test_a_rerun_after_surgery_keeps_the_removed_documents_out(original, source,
     skip = {layout.STATS_NAME, tree.RECORD_NAME, STATS_JSON_NAME, CARD_NAME}
     assert {k: v for k, v in rerun.items() if k not in skip} == {
         k: v for k, v in after_surgery.items() if k not in skip}
+
+
+def test_remove_rewrites_the_manifest_holding_one_affected_files_rows_at_a_time(original, tmp_path, monkeypatch):
+    """finish_removal streams: an affected file's rows are read from the plan's directory when the
+    manifest reaches that file, never all of them first (which held every removed pair at once)."""
+    from transforms.tools import surgery
+
+    out = tmp_path / "out"
+    shutil.copytree(original, out)
+    events: list[tuple[str, str]] = []
+    real_file_plan, real_rows, real_finish = surgery.RemovalPlan.file_plan, manifest.read_rows, surgery.finish_removal
+
+    def file_plan(self, k):
+        events.append(("plan", self.files[k].rel_path))
+        return real_file_plan(self, k)
+
+    def read_rows(lines):
+        for row in real_rows(lines):
+            events.append(("row", row[0]))
+            yield row
+
+    def finish(*args, **kwargs):
+        events.clear()  # only the finish step is watched
+        return real_finish(*args, **kwargs)
+
+    monkeypatch.setattr(surgery.RemovalPlan, "file_plan", file_plan)
+    monkeypatch.setattr(manifest, "read_rows", read_rows)
+    monkeypatch.setattr(surgery, "finish_removal", finish)
+    removal_list = write_list(tmp_path / "flagged.txt", flagged_ids(original))
+    assert cli.main(["remove", "--output", str(out), "--removal-list", removal_list, *RUNNER]) == 0
+    last_row = max(k for k, (kind, _) in enumerate(events) if kind == "row")
+    reads = [k for k, (kind, _) in enumerate(events[:last_row]) if kind == "plan"]
+    assert len(reads) == 3, events  # three affected files, each read once while the manifest is rewritten
+    for k in reads:
+        assert events[k - 1] == ("row", events[k][1]), "a file's rows were read before the manifest reached it"
+    assert stored_ids(out) == {r["id"] for r in ROWS} - set(flagged_ids(original))
+
+
+def test_removal_list_ids_is_the_number_of_ids_removals_txt_lists_after_every_command(original, source, tmp_path):
+    """dataset_stats.txt's removal_list_ids counts the ids the tree's log records as removed, after
+    remove (which left the count of the tree's first run), a re-run with a list, and a re-run that
+    finishes a pending removal."""
+    from shards.removal import read_log
+
+    def counts(out):
+        stats = DatasetStats.from_text((out / layout.STATS_NAME).read_text())
+        return stats.removal_list_ids, stats.removal_ids_not_found, len(read_log(str(out / REMOVALS_NAME)).ids)
+
+    flagged = flagged_ids(original)
+    out = tmp_path / "out"
+    shutil.copytree(original, out)
+    (tmp_path / "first.txt").write_text("\n".join(flagged[:2]) + "\n", encoding="utf-8")
+    assert cli.main(["remove", "--output", str(out), "--removal-list", str(tmp_path / "first.txt"), *RUNNER]) == 0
+    assert counts(out) == (2, 0, 2)
+    rerun = ["bucketed", "--input", str(source), "--output", str(out), "--partitions", "4", *RUNNER]
+    listed = write_list(tmp_path / "second.txt", [flagged[2]])  # and never-stored-id
+    assert cli.main([*rerun, "--removal-list", listed]) == 0
+    assert counts(out) == (4, 1, 4)
+    (tmp_path / "third.txt").write_text(flagged[3] + "\n", encoding="utf-8")
+    assert remove.prepare(remove.RemoveOptions(str(out), str(tmp_path / "third.txt"))) is not None  # then killed
+    assert cli.main(rerun) == 0  # finishes the pending removal
+    assert counts(out) == (5, 1, 5)
+    assert stored_ids(out) == {r["id"] for r in ROWS} - set(flagged)

@@ -5,6 +5,7 @@ a list that is called removals.txt."""
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 
@@ -19,7 +20,7 @@ from doc_batches import doc_batches, documents_of
 from pipelines import cli, summary
 from shards import layout, manifest
 from shards.removal import REMOVALS_HEADER, REMOVALS_NAME, format_removal_line, read_removal_list
-from transforms.bucketed.removal import DropRemoved
+from transforms.bucketed.removal import DropRemoved, matched_key
 from transforms.core.records import DROPPED, Document
 
 RUNNER = "--runner=FnApiRunner"
@@ -114,7 +115,7 @@ def test_drop_removed_takes_listed_ids_out_of_each_batch_and_says_which(tmp_path
         assert_that(result.kept | beam.FlatMap(lambda b: [(d.id, d.row) for d in documents_of(b)]),
                     equal_to([(r["id"], i) for i, r in enumerate(ROWS) if r["id"] not in FLAGGED]), label="Kept")
         assert_that(result[DROPPED] | beam.CombinePerKey(sum), equal_to([("removed", 3)]), label="Dropped")
-        assert_that(result.matched, equal_to(sorted(FLAGGED)), label="Matched")
+        assert_that(result.matched, equal_to([matched_key(i) for i in FLAGGED]), label="Matched")
 
 
 # --- Both jobs, through the CLI ---------------------------------------------------------------------------------
@@ -178,3 +179,27 @@ def test_bucketed_leaves_out_ids_that_start_with_hash_from_a_list_named_removals
     assert stored_ids(out) == {r["id"] for r in ROWS} - FLAGGED
     stats = summary.read_stats(str(out))
     assert (stats.removal_list_ids, stats.removal_ids_not_found, stats.drops.get("removed")) == (4, 1, 3)
+
+
+def test_a_failed_rerun_with_a_list_keeps_no_listed_id_in_its_saved_work(source, tmp_path, monkeypatch, capsys):
+    """A bucketed run that stops after its units are done keeps their saved work for a resume; the
+    ids its list (and the tree's log) named must not be in it: a unit's completion marker held the
+    ids it matched (found by tests/reliability/test_removal_property.py, seed 2325)."""
+    from transforms.bucketed.format import BucketedFormat
+
+    out = tmp_path / "out"
+    assert cli.main(["bucketed", "--input", str(source), "--output", str(out), "--partitions", "2", RUNNER]) == 0
+    listed = write(tmp_path / "flagged.txt", "\n".join(sorted(FLAGGED)) + "\n")
+
+    def fail(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device (injected while publishing)")
+
+    monkeypatch.setattr(BucketedFormat, "compute_stats", fail)
+    assert cli.main(["bucketed", "--input", str(source), "--output", str(out), "--removal-list", listed,
+                     "--partitions", "2", RUNNER]) != 0
+    temp = out / layout.TEMP_DIR_NAME
+    markers = [p for p in temp.rglob("*.done")]
+    assert markers, "the failed run kept no saved work: nothing was checked"
+    holding = [f"{p.relative_to(out)}: {i}" for p in temp.rglob("*") if p.is_file() and not p.is_symlink()
+               for i in FLAGGED if i.encode() in p.read_bytes()]
+    assert holding == []

@@ -95,83 +95,77 @@ def learn_merges(words: Sequence[Sequence[int]], counts: Sequence[int], base_siz
 def _apply(a: int, b: int, x: int, words: list[list[int]], counts: list[int], pair_counts: dict[int, int],
            where: dict[int, list[int]], heap: list) -> int:
     """Replace the pair (a, b) by ``x`` in every word listed for it; update the counts and lists,
-    push the new pairs. Returns how many symbols the corpus lost (counts included).
-
-    (One function, its helpers written inline: it is the learner's inner loop.)"""
+    push the new pairs. Returns how many symbols the corpus lost (counts included)."""
     removed = 0
     ab = a << SHIFT | b
-    get = pair_counts.get
     created: set[int] = set()  # pairs with x: new, pushed once their counts are complete
     for i in where.pop(ab, ()):
         w = words[i]
-        last = len(w) - 1
-        # The first occurrence: (a, b) at j (occurrences are taken left to right, each search going on
-        # at j + 2).
-        j, start = -1, 0
-        while True:
-            try:
-                j = w.index(a, start, last)
-            except ValueError:
-                j = -1
-                break
-            if w[j + 1] == b:
-                break
-            start = j + 1
-        if j < 0:
+        out = _merge_word(w, a, b, x, counts[i], i, pair_counts, where, created)
+        if out is None:
             continue  # a stale entry: the word no longer holds the pair
-        c = counts[i]
-        out: list[int] = []
-        start = 0
-        occurrences = 0
-        while j >= 0:
-            out += w[start:j]
-            # The pair on the left: (w[j-1], a) becomes (out[-1], x); out[-1] is x when the previous
-            # occurrence ended right here, and then (w[j-1], a) is (b, a).
-            if j:
-                k = w[j - 1] << SHIFT | a
-                pair_counts[k] = get(k, 0) - c
-                k = out[-1] << SHIFT | x
-                pair_counts[k] = get(k, 0) + c
-                if k not in created:
-                    created.add(k)
-                    where[k] = [i]
-                elif where[k][-1] != i:
-                    where[k].append(i)
-            out.append(x)
-            occurrences += 1
-            # The next occurrence.
-            nxt, at = -1, j + 2
-            while at < last:
-                try:
-                    nxt = w.index(a, at, last)
-                except ValueError:
-                    nxt = -1
-                    break
-                if w[nxt + 1] == b:
-                    break
-                at = nxt + 1
-                nxt = -1
-            # The pair on the right: (b, w[j+2]) becomes (x, w[j+2]), unless w[j+2] starts the next
-            # occurrence (that occurrence's left side accounts for it).
-            if j + 2 <= last and nxt != j + 2:
-                r = w[j + 2]
-                k = b << SHIFT | r
-                pair_counts[k] = get(k, 0) - c
-                k = x << SHIFT | r
-                pair_counts[k] = get(k, 0) + c
-                if k not in created:
-                    created.add(k)
-                    where[k] = [i]
-                elif where[k][-1] != i:
-                    where[k].append(i)
-            start = j + 2
-            j = nxt
-        out += w[start:]
         words[i] = out
-        # The pair itself, once per occurrence; with a == b, "a a a" held it twice and loses both.
-        pair_counts[ab] = get(ab, 0) - (len(w) - len(out)) * c
-        removed += occurrences * c
+        # The pair itself, once per occurrence (each made two symbols one); with a == b, "a a a"
+        # held it twice and loses both.
+        lost = (len(w) - len(out)) * counts[i]
+        pair_counts[ab] = pair_counts.get(ab, 0) - lost
+        removed += lost
     pair_counts.pop(ab, None)
     for k in created:
         heapq.heappush(heap, (-pair_counts[k], k))
     return removed
+
+
+def _merge_word(w: list[int], a: int, b: int, x: int, c: int, i: int, pair_counts: dict[int, int],
+                where: dict[int, list[int]], created: set[int]) -> list[int] | None:
+    """Word ``w`` (the i-th, its count ``c``) with each (a, b) replaced by ``x``, left to right (each
+    search going on at j + 2), the counts of the pairs on either side of each occurrence moved to
+    the pairs with ``x``; None when the word no longer holds the pair."""
+    last = len(w) - 1
+    j = _find(w, a, b, 0, last)
+    if j < 0:
+        return None
+    out: list[int] = []
+    start = 0
+    while j >= 0:
+        out += w[start:j]
+        # The pair on the left: (w[j-1], a) becomes (out[-1], x); out[-1] is x when the previous
+        # occurrence ended right here, and then (w[j-1], a) is (b, a).
+        if j:
+            _move(pair_counts, where, created, w[j - 1] << SHIFT | a, out[-1] << SHIFT | x, c, i)
+        out.append(x)
+        nxt = _find(w, a, b, j + 2, last)
+        # The pair on the right: (b, w[j+2]) becomes (x, w[j+2]), unless w[j+2] starts the next
+        # occurrence (that occurrence's left side accounts for it).
+        if j + 2 <= last and nxt != j + 2:
+            r = w[j + 2]
+            _move(pair_counts, where, created, b << SHIFT | r, x << SHIFT | r, c, i)
+        start, j = j + 2, nxt
+    out += w[start:]
+    return out
+
+
+def _find(w: list[int], a: int, b: int, start: int, last: int) -> int:
+    """The first j >= ``start`` with (w[j], w[j+1]) == (a, b), or -1; ``last`` is len(w) - 1."""
+    while start < last:
+        try:
+            j = w.index(a, start, last)
+        except ValueError:
+            return -1
+        if w[j + 1] == b:
+            return j
+        start = j + 1
+    return -1
+
+
+def _move(pair_counts: dict[int, int], where: dict[int, list[int]], created: set[int], old: int, new: int,
+          c: int, i: int) -> None:
+    """One occurrence (weighing ``c``) of the pair ``old`` in word i becomes the pair ``new``: its
+    count moves, and word i is listed for ``new`` (a pair this merge first makes gets a new list)."""
+    pair_counts[old] = pair_counts.get(old, 0) - c
+    pair_counts[new] = pair_counts.get(new, 0) + c
+    if new not in created:
+        created.add(new)
+        where[new] = [i]
+    elif where[new][-1] != i:
+        where[new].append(i)

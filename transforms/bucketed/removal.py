@@ -5,11 +5,13 @@ removals.txt is read as their audit log (the output's own among them, so a re-ru
 that had documents removed from it keeps them out). Each source is read by
 ``shards.removal.read_removal_list``: a file is a list, a directory a tree, never guessed from content.
 
-Each is counted with the reason ``removed``; the ids that matched go to a second output so the
-job can count the listed ids that never appeared in the input.
+Each is counted with the reason ``removed``; a digest of each id that matched goes to a second
+output so the job can count the listed ids that never appeared in the input.
 """
 
 from __future__ import annotations
+
+import hashlib
 
 import apache_beam as beam
 import pyarrow as pa
@@ -22,6 +24,14 @@ from transforms.core.records import DROPPED
 
 MATCHED = "matched"
 REMOVED = "removed"
+
+
+def matched_key(doc_id: str) -> str:
+    """What the ``matched`` output carries for a listed id seen: its sha256 (hex), not the id. The
+    job counts the distinct ones, and the per-unit outputs are saved work (a unit's completion
+    marker under .pretokenize-tmp/), which would otherwise hold the ids of the very documents
+    removed, in the tree, after a killed run."""
+    return hashlib.sha256(doc_id.encode("utf-8")).hexdigest()
 
 
 class DropRemovedFn(beam.DoFn):
@@ -41,13 +51,14 @@ class DropRemovedFn(beam.DoFn):
             return
         yield self._drops(REMOVED, n)
         for doc_id in batch.table.column("id").filter(pa.array(listed)).to_pylist():
-            yield beam.pvalue.TaggedOutput(MATCHED, doc_id)
+            yield beam.pvalue.TaggedOutput(MATCHED, matched_key(doc_id))
         if n < batch.size:
             yield batch.filter(pa.array(~listed))
 
 
 class DropRemoved(beam.PTransform):
-    """DocBatches in; outputs: main (kept), ``dropped`` (("removed", n)), ``matched`` (listed ids seen).
+    """DocBatches in; outputs: main (kept), ``dropped`` (("removed", n)), ``matched`` (matched_key of
+    each listed id seen).
 
     Example::
 

@@ -14,7 +14,8 @@ a crash at any point can be finished by running the same command again:
     rewrite   each affected file's new copy is written in the journal's directory and renamed
               over the old one (or the file is deleted when nothing is left); a file whose size
               already equals its "after" count was done by an earlier attempt and is skipped
-    finish    the manifest without the removed rows replaces the old one; the ownership record
+    finish    the manifest without the removed rows replaces the old one (streamed: one affected
+              file's rows read from the plan at a time, as the manifest reaches it); the ownership record
               drops the files left empty; removals.txt gets one line per removed document
               (once per run id); dataset_stats.json and the README.md card are rewritten from
               the new counts; dataset_stats.txt is written, the commit point; the journal
@@ -48,6 +49,7 @@ from shards.removal import (
     REMOVALS_NAME,
     RemovalLog,
     format_removal_line,
+    log_chunks,
     log_text,
     parse_removal_log,
     read_log,
@@ -445,47 +447,102 @@ def rewrite_file(output: str, plan: FilePlan, itemsize: int) -> tuple[str, str |
 def finish_removal(output: str, plan: RemovalPlan, sums: dict[str, str | None] | None = None) -> DatasetStats:
     """Manifest, checksums, audit log, stats, in that order; then the journal goes. Safe to repeat.
 
-    ``sums`` holds the new sha256 of each rewritten file (None for a deleted one).
+    ``sums`` holds the new sha256 of each rewritten file (None for a deleted one). Streamed: the
+    manifest and the audit lines are written as they are read, and only one affected file's rows
+    (read from the plan's directory) are held at a time, whatever the tree's size or the plan's.
     """
-    fs, root = storage.filesystem(output)
-    removed = {(rel, doc_id) for rel, doc_id, _ in plan.iter_removed_rows()}
+    rewrite_manifest(output, plan)
+    rewrite_index(output)
+    update_checksums(output, sums or {})
+    drop_emptied(output, plan)
+    append_audit_lines(output, plan)
+    stats = stats_after(plan, len(read_tree_log(output).ids))
+    rewrite_description(output, stats)
+    tree.write_file(output, layout.STATS_NAME, stats.to_text().encode("utf-8"))
+    delete_journal(output)
+    return stats
 
-    manifest_path = posixpath.join(root, layout.MANIFEST_NAME)
-    tmp, raw = open_partial(output, layout.MANIFEST_NAME)
+
+def write_streamed(output: str, name: str, chunks: Iterable[str], what: str) -> None:
+    """Write the tree's file ``name`` from ``chunks`` as they come, atomically: the new copy is a
+    fresh file in the journal's directory (open_partial), renamed over ``name`` once whole (over a
+    link, the link is replaced, never followed); a failure leaves ``name`` as it was."""
+    fs, _ = storage.filesystem(output)
+    out = tree.Tree(output)
+    path = out.writable(name, what)
+    if out.local and os.path.isdir(path):  # a move onto a directory (or a link to one) would go into it
+        raise tree.UnsafePathError(f"{storage.join(output, name)} is a directory; the tool writes a file of that name")
+    tmp, raw = open_partial(output, name)
     try:
-        with fs.open(manifest_path, "r", encoding="utf-8") as src, \
-                io.TextIOWrapper(raw, encoding="utf-8", newline="") as dst:
-            dst.write(manifest.MANIFEST_HEADER + "\n")
-            for rel, doc_id, n in manifest.read_rows(src):
-                if (rel, doc_id) not in removed:
-                    dst.write(manifest.format_row(rel, doc_id, n))
-        fs.mv(tmp, manifest_path)
+        with io.TextIOWrapper(raw, encoding="utf-8", newline="") as dst:
+            for chunk in chunks:
+                dst.write(chunk)
+        fs.mv(tmp, path)
     except BaseException:
         if fs.exists(tmp):
             fs.rm(tmp)
         raise
-    rewrite_index(output)
 
+
+def kept_manifest_lines(rows: Iterable[tuple[str, str, int]], plan: RemovalPlan) -> Iterator[str]:
+    """The manifest's lines without the plan's removed documents. A file's rows are contiguous
+    (make_plan checked), so the removed ids of one affected file at a time are read from the plan's
+    directory when its first row comes. Repeating it over its own output yields the same lines."""
+    affected = {f.rel_path: k for k, f in enumerate(plan.files)}
+    current, removed = None, frozenset()
+    yield manifest.MANIFEST_HEADER + "\n"
+    for rel, doc_id, n in rows:
+        if rel != current:
+            current = rel
+            k = affected.get(rel)
+            removed = frozenset() if k is None else frozenset(i for i, _, r in plan.file_plan(k).rows if r)
+        if doc_id not in removed:
+            yield manifest.format_row(rel, doc_id, n)
+
+
+def rewrite_manifest(output: str, plan: RemovalPlan) -> None:
+    """processed_spec.txt without the removed rows, streamed from the old one."""
+    fs, root = storage.filesystem(output)
+    with fs.open(posixpath.join(root, layout.MANIFEST_NAME), "r", encoding="utf-8") as src:
+        write_streamed(output, layout.MANIFEST_NAME, kept_manifest_lines(manifest.read_rows(src), plan), "manifest")
+
+
+def update_checksums(output: str, sums: dict[str, str | None]) -> None:
+    """checksums.sha256 with each rewritten file's new sum, a deleted file's line gone (when the
+    tree has the file: a tree written before checksums existed gets none)."""
+    fs, root = storage.filesystem(output)
     checksums_path = posixpath.join(root, layout.CHECKSUMS_NAME)
-    if sums and fs.exists(checksums_path):
-        table = manifest.parse_checksums(fs.cat_file(checksums_path).decode("utf-8"))
-        for rel, digest in sums.items():
-            if digest is None:
-                table.pop(rel, None)
-            else:
-                table[rel] = digest
-        tree.write_file(output, layout.CHECKSUMS_NAME, manifest.format_checksums(table).encode())
+    if not sums or not fs.exists(checksums_path):
+        return
+    table = manifest.parse_checksums(fs.cat_file(checksums_path).decode("utf-8"))
+    for rel, digest in sums.items():
+        if digest is None:
+            table.pop(rel, None)
+        else:
+            table[rel] = digest
+    tree.write_file(output, layout.CHECKSUMS_NAME, manifest.format_checksums(table).encode())
 
+
+def drop_emptied(output: str, plan: RemovalPlan) -> None:
+    """The files the removal left empty leave the ownership record, and a bucket whose every
+    document went leaves no directory behind (only an empty one is removed)."""
     emptied = [f.rel_path for f in plan.files if f.tokens_after == 0]
     record = tree.read_record(output)
     if record is not None and emptied:
         tree.record_files(output, record, drop=emptied)
     out = tree.Tree(output)
     for directory in sorted({posixpath.dirname(rel) for rel in emptied} - {""}):
-        out.remove_empty_dir(directory)  # a bucket whose every document went leaves no directory behind
-    append_audit_lines(output, plan)
+        out.remove_empty_dir(directory)
 
+
+def stats_after(plan: RemovalPlan, logged_ids: int) -> DatasetStats:
+    """The stats before the removal less what it took out (from the files' counts alone), and
+    ``removal_list_ids`` the distinct ids removals.txt lists now (``logged_ids``): every command
+    leaves it equal to the ids the tree's log records as removed (docs/removal.md). The ids this
+    removal added were all found, so the count not found stays (0 for a tree built without a list)."""
     stats = DatasetStats.from_text(plan.stats_before)
+    stats.removal_list_ids = logged_ids
+    stats.removal_ids_not_found = stats.removal_ids_not_found or 0
     for f in plan.files:
         bucket = stats.buckets[layout.parse_shard_rel_path(f.rel_path).bucket]
         bucket.documents -= f.removed
@@ -494,9 +551,6 @@ def finish_removal(output: str, plan: RemovalPlan, sums: dict[str, str | None] |
             bucket.files -= 1
     stats.drops["removed"] = stats.drops.get("removed", 0) + plan.removed_documents
     stats.drops = dict(sorted(stats.drops.items()))
-    rewrite_description(output, stats)
-    tree.write_file(output, layout.STATS_NAME, stats.to_text().encode("utf-8"))
-    delete_journal(output)
     return stats
 
 
@@ -556,13 +610,14 @@ def _existing_log(output: str) -> str | None:
 
 
 def append_audit_lines(output: str, plan: RemovalPlan) -> None:
-    """One removals.txt line per document the plan takes out, once per removal run."""
+    """One removals.txt line per document the plan takes out, once per removal run; the new lines
+    are written as each affected file's rows are read, never gathered."""
     existing = _existing_log(output)
     runs = set() if existing is None else parse_removal_log(existing.splitlines()).runs
     if plan.run not in runs:
-        lines = [format_removal_line(plan.utc_time, plan.run, d, rel, n) for rel, d, n in plan.iter_removed_rows()]
+        lines = (format_removal_line(plan.utc_time, plan.run, d, rel, n) for rel, d, n in plan.iter_removed_rows())
         id_field = tree_id_field(plan.stats_before) or DEFAULT_ID_FIELD
-        tree.write_file(output, REMOVALS_NAME, log_text(existing, id_field, lines).encode("utf-8"))
+        write_streamed(output, REMOVALS_NAME, log_chunks(existing, id_field, lines), "removal log")
 
 
 # The rel_path of an audit line for an id a --removal-list run kept out: it was never stored.
