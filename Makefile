@@ -11,7 +11,7 @@ help:
 	@echo "make demo-scaffold  the scaffold job on the Portuguese sample into $(SCAFFOLD_OUT)"
 	@echo "make test   set up .venv and run the test suite"
 	@echo "make lint   ruff over the code"
-	@echo "make bench  the performance benchmark (tests/bench/README.md): writes BENCHMARKS.md, ~40 minutes"
+	@echo "make bench  the performance benchmark (tests/bench/README.md): rewrites its sections of BENCHMARKS.md, ~40 minutes"
 	@echo "make venv-cloud  add the gcp and aws extras to .venv (Dataflow dry run, gs:// and s3://)"
 	@echo "make engines     fetch Prism and the Flink and Spark job servers for tests/engines (cached)"
 
