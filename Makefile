@@ -4,12 +4,13 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 OUT    ?= out/sample
 
-.PHONY: help venv demo demo-scaffold test lint bench clean venv-cloud venv-torch venv-trainers engines prism flink-job-server spark-job-server
+.PHONY: help venv demo demo-scaffold test test-fast lint bench clean venv-cloud venv-torch venv-trainers engines prism flink-job-server spark-job-server
 
 help:
 	@echo "make demo   set up .venv and run the bucketed job on the bundled sample into $(OUT)"
 	@echo "make demo-scaffold  the scaffold job on the Portuguese sample into $(SCAFFOLD_OUT)"
 	@echo "make test   set up .venv and run the test suite"
+	@echo "make test-fast  the unit tests and a few end-to-end ones (-m 'unit or smoke'), a few minutes"
 	@echo "make lint   ruff over the code"
 	@echo "make bench  the performance benchmark (tests/bench/README.md): rewrites its sections of BENCHMARKS.md, ~40 minutes"
 	@echo "make venv-cloud  add the gcp and aws extras to .venv (Dataflow dry run, gs:// and s3://)"
@@ -115,6 +116,10 @@ demo-scaffold: $(VENV)/.installed-demo
 
 test: venv
 	$(PY) -m pytest -q
+
+# The unit tests and the end-to-end tests marked smoke (the markers: pyproject.toml, tests/conftest.py).
+test-fast: venv
+	$(PY) -m pytest -q -m "unit or smoke"
 
 lint: venv
 	$(VENV)/bin/ruff check .

@@ -1,7 +1,9 @@
-"""Shared test fixtures: paths to the bundled sample and to the GPT-2 ranks shipped in the package."""
+"""Shared test fixtures: paths to the bundled sample and to the GPT-2 ranks shipped in the package,
+rows in the FinePDFs schema and a module's ROWS as a JSON lines source."""
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -47,6 +49,39 @@ def finepdfs_row(doc_id: str, text: str, **overrides) -> dict:
     return row
 
 
+def write_jsonl(path: Path, rows) -> Path:
+    """``rows`` at ``path`` as JSON lines, one object a line, UTF-8."""
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def source(request, tmp_path_factory) -> Path:
+    """The requesting module's ``ROWS`` as ``docs.jsonl``, written once per module: the input of the
+    trees its fixtures build."""
+    return write_jsonl(tmp_path_factory.mktemp("src") / "docs.jsonl", request.module.ROWS)
+
+
+@pytest.fixture(scope="module")
+def bucketed_tree(source, tmp_path_factory) -> Path:
+    """A finished bucketed tree of ``source`` in 2 partitions, built once per module through the CLI
+    on the FnApiRunner: a test that changes it works on a copy."""
+    from pipelines import cli
+
+    out = tmp_path_factory.mktemp("tree") / "out"
+    args = ["bucketed", "--input", str(source), "--output", str(out), "--partitions", "2", "--runner=FnApiRunner"]
+    assert cli.main(args) == 0
+    return out
+
+
+@pytest.fixture
+def tree_copy(bucketed_tree, tmp_path) -> Path:
+    """A copy of ``bucketed_tree`` (links kept as links) for a test to change."""
+    import shutil
+
+    return Path(shutil.copytree(bucketed_tree, tmp_path / "out", symlinks=True))
+
+
 @pytest.fixture(autouse=True)
 def _restore_logging():
     """cli.main reconfigures the root logger onto the stream pytest captured for that test; put
@@ -89,6 +124,64 @@ def import_trainer_module(name: str, reason: str):
         if os.environ.get("PRETOKENIZE_REQUIRE_TRAINERS"):
             pytest.fail(f"{name} is not installed ({e}); {reason} (required by PRETOKENIZE_REQUIRE_TRAINERS)")
         pytest.skip(reason)
+
+
+# The kind of a test (the markers of pyproject.toml) is where it lives: tests/e2e, tests/reliability
+# and tests/engines hold theirs, every other test is a unit test. A test may say its kind itself
+# (@pytest.mark.e2e); a test with two kinds is a mistake.
+KINDS = ("unit", "e2e", "reliability", "engines")
+KIND_DIRECTORIES = {"e2e": "e2e", "reliability": "reliability", "engines": "engines"}
+# Until they move to tests/e2e: the modules of tests/ that run whole jobs.
+E2E_MODULES = {
+    "test_bucketed_pipeline.py", "test_card_metadata.py", "test_cli_edges.py", "test_corpus_shapes.py",
+    "test_decode.py", "test_hf_input.py", "test_lock.py", "test_megatron.py", "test_no_byte_changes.py",
+    "test_ownership.py", "test_provenance.py", "test_reader_index.py", "test_readme.py", "test_removal.py",
+    "test_removal_records.py", "test_removal_safety.py", "test_scaffold_pipeline.py", "test_special_tokens.py",
+    "test_stats_cli.py", "test_terminal.py", "test_progress_display.py", "test_tokenizer_files.py",
+    "test_train_bpe.py", "test_train_bpe_removals.py",
+    "test_training_doc.py", "test_tree_paths.py", "test_unreachable_removal.py", "test_unreachable_storage.py",
+    "test_verify.py", "test_verify_safety.py",
+}
+
+
+# The end-to-end tests `make test-fast` runs too (-m "unit or smoke"): the byte net of both jobs and
+# each job's sample checked against an independent derivation. Named here, not marked in place,
+# since tests/test_no_byte_changes.py does not change.
+SMOKE = {
+    "test_no_byte_changes.py::test_the_bucketed_sample_is_byte_for_byte_what_it_was",
+    "test_no_byte_changes.py::test_the_scaffold_sample_is_byte_for_byte_what_it_was",
+    "test_bucketed_pipeline.py::test_every_kept_document_matches_an_independent_tokenization",
+    "test_scaffold_pipeline.py::test_sample_shards_match_an_independent_derivation",
+}
+
+
+def kind_of(path: Path) -> str:
+    """The kind of the tests in ``path`` by where it lives under tests/."""
+    tests = REPO / "tests"
+    parts = path.resolve().relative_to(tests).parts if path.resolve().is_relative_to(tests) else (path.name,)
+    if len(parts) > 1 and parts[0] in KIND_DIRECTORIES:
+        return KIND_DIRECTORIES[parts[0]]
+    return "e2e" if parts[-1] in E2E_MODULES else "unit"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Give each test its kind and the smoke tests their marker, before -m selects (this hook runs
+    ahead of pytest's own deselection)."""
+    found, modules = set(), set()
+    for item in items:
+        kinds = [kind for kind in KINDS if item.get_closest_marker(kind)]
+        if len(kinds) > 1:
+            raise pytest.UsageError(f"{item.nodeid}: one kind of test, not {' and '.join(kinds)}")
+        if not kinds:
+            item.add_marker(kind_of(item.path))
+        name = f"{item.path.name}::{getattr(item, 'originalname', item.name)}"
+        modules.add(item.path.name)
+        if name in SMOKE:
+            item.add_marker("smoke")
+            found.add(name)
+    lost = sorted(name for name in SMOKE - found if name.split("::")[0] in modules)
+    if lost:
+        raise pytest.UsageError(f"tests/conftest.py SMOKE names tests that do not exist: {', '.join(lost)}")
 
 
 def pytest_unconfigure(config):

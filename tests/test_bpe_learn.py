@@ -131,6 +131,7 @@ def test_chars_alphabet_is_the_corpus_characters_in_code_point_order():
 
 
 @pytest.mark.parametrize("alphabet,pattern", [("chars", "chars"), ("bytes", "qwen2")])
+@pytest.mark.e2e  # a whole job
 def test_the_job_writes_the_chapter_loop_merges(tmp_path, alphabet, pattern):
     """Through the CLI (read, count on Beam, learn, write): rank base + k of tokenizer.tiktoken is the
     reference loop's merge k, for 500 merges."""
