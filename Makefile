@@ -46,8 +46,8 @@ $(VENV)/.installed-torch: $(VENV)/.installed
 
 venv-torch: $(VENV)/.installed-torch
 
-# The trainers extra (pyproject.toml): megatron-core and OLMo-core for tests/test_megatron.py and
-# tests/test_trainers.py, which read the shards with each trainer's own dataset class. --no-deps, so
+# The trainers extra (pyproject.toml): megatron-core and OLMo-core for tests/e2e/test_megatron.py and
+# tests/shards/test_trainers.py, which read the shards with each trainer's own dataset class. --no-deps, so
 # that OLMo-core's torch<2.14 and cached-path's pins never move the torch the torch extra installed.
 TRAINERS := megatron-core==0.16.1 ai2-olmo-core==3.0.0 cached-path==1.8.10 dataclass-extensions==0.5.0 \
             bettermap==1.3.1 dill==0.4.1 accelerate==1.15.0 psutil

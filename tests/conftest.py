@@ -127,26 +127,16 @@ def import_trainer_module(name: str, reason: str):
 
 
 # The kind of a test (the markers of pyproject.toml) is where it lives: tests/e2e, tests/reliability
-# and tests/engines hold theirs, every other test is a unit test. A test may say its kind itself
-# (@pytest.mark.e2e); a test with two kinds is a mistake.
+# and tests/engines hold theirs; every other test is a unit test, in the folder that mirrors the code it
+# tests (tests/transforms/..., tests/shards/). A job test in a unit module says @pytest.mark.e2e itself;
+# a test with two kinds is a mistake.
 KINDS = ("unit", "e2e", "reliability", "engines")
 KIND_DIRECTORIES = {"e2e": "e2e", "reliability": "reliability", "engines": "engines"}
-# Until they move to tests/e2e: the modules of tests/ that run whole jobs.
-E2E_MODULES = {
-    "test_bucketed_pipeline.py", "test_card_metadata.py", "test_cli_edges.py", "test_corpus_shapes.py",
-    "test_decode.py", "test_hf_input.py", "test_lock.py", "test_megatron.py", "test_no_byte_changes.py",
-    "test_ownership.py", "test_provenance.py", "test_reader_index.py", "test_readme.py", "test_removal.py",
-    "test_removal_records.py", "test_removal_safety.py", "test_scaffold_pipeline.py", "test_special_tokens.py",
-    "test_stats_cli.py", "test_terminal.py", "test_progress_display.py", "test_tokenizer_files.py",
-    "test_train_bpe.py", "test_train_bpe_removals.py",
-    "test_training_doc.py", "test_tree_paths.py", "test_unreachable_removal.py", "test_unreachable_storage.py",
-    "test_verify.py", "test_verify_safety.py",
-}
 
 
 # The end-to-end tests `make test-fast` runs too (-m "unit or smoke"): the byte net of both jobs and
 # each job's sample checked against an independent derivation. Named here, not marked in place,
-# since tests/test_no_byte_changes.py does not change.
+# since tests/e2e/test_no_byte_changes.py does not change.
 SMOKE = {
     "test_no_byte_changes.py::test_the_bucketed_sample_is_byte_for_byte_what_it_was",
     "test_no_byte_changes.py::test_the_scaffold_sample_is_byte_for_byte_what_it_was",
@@ -161,7 +151,7 @@ def kind_of(path: Path) -> str:
     parts = path.resolve().relative_to(tests).parts if path.resolve().is_relative_to(tests) else (path.name,)
     if len(parts) > 1 and parts[0] in KIND_DIRECTORIES:
         return KIND_DIRECTORIES[parts[0]]
-    return "e2e" if parts[-1] in E2E_MODULES else "unit"
+    return "unit"
 
 
 def pytest_collection_modifyitems(config, items):

@@ -226,7 +226,8 @@ def tree_digest(output: Path, skip: tuple[str, ...] = ()) -> str:
 
 
 def hf_tokenizer_dir(cache: Path) -> Path:
-    """The Qwen2.5 ranks as a Hugging Face fast tokenizer (as tests/test_encoders.py builds it), cached."""
+    """The Qwen2.5 ranks as a Hugging Face fast tokenizer, cached (as
+    tests/transforms/tokenizers/test_encoders.py builds it)."""
     import tokenizers
     import transformers
 

@@ -15,7 +15,7 @@ import pytest
 from transforms.bpe import pretokenize as pt
 from transforms.bpe.learn import learn_merges
 
-TEXT = (Path(__file__).parent / "data" / "persuasion_vol1.txt").read_text(encoding="utf-8")
+TEXT = (Path(__file__).resolve().parents[2] / "data" / "persuasion_vol1.txt").read_text(encoding="utf-8")
 
 
 def reference_merges(word_counts: list[tuple[list[int], int]], base_size: int, n_merges: int):

@@ -36,7 +36,7 @@ from transforms.core.encoders import (
     qwen_ranks_path,
 )
 
-TESTS_DIR = Path(__file__).parent
+TESTS_DIR = Path(__file__).resolve().parents[2]  # tests/
 # The GPT-2 ranks shipped in the package (transforms/core/data/gpt2.tiktoken).
 GPT2_RANKS = Path(gpt2_ranks_path())
 SAMPLE_SOURCES = TESTS_DIR / "data" / "sample_sources"

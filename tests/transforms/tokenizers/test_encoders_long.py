@@ -37,7 +37,7 @@ from transforms.core.encoders import (
     qwen_ranks_path,
 )
 
-SOURCES = Path(__file__).parent / "data" / "sample_sources"
+SOURCES = Path(__file__).resolve().parents[2] / "data" / "sample_sources"
 
 
 def _source(name: str) -> str:
