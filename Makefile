@@ -117,9 +117,10 @@ demo-scaffold: $(VENV)/.installed-demo
 test: venv
 	$(PY) -m pytest -q
 
-# The unit tests and the end-to-end tests marked smoke (the markers: pyproject.toml, tests/conftest.py).
+# The unit tests and the end-to-end tests marked smoke (the markers: pyproject.toml, tests/conftest.py),
+# on two worker processes (pytest-xdist), a module to a worker so that its fixtures are built once.
 test-fast: venv
-	$(PY) -m pytest -q -m "unit or smoke"
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "unit or smoke"
 
 lint: venv
 	$(VENV)/bin/ruff check .
