@@ -4,14 +4,15 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 OUT    ?= out/sample
 
-.PHONY: help venv demo demo-scaffold test lint bench clean venv-cloud venv-torch venv-trainers engines prism flink-job-server spark-job-server
+.PHONY: help venv demo demo-scaffold test test-fast lint bench clean venv-cloud venv-torch venv-trainers engines prism flink-job-server spark-job-server
 
 help:
 	@echo "make demo   set up .venv and run the bucketed job on the bundled sample into $(OUT)"
 	@echo "make demo-scaffold  the scaffold job on the Portuguese sample into $(SCAFFOLD_OUT)"
 	@echo "make test   set up .venv and run the test suite"
+	@echo "make test-fast  the unit tests and a few end-to-end ones (-m 'unit or smoke'), a few minutes"
 	@echo "make lint   ruff over the code"
-	@echo "make bench  the performance benchmark (tests/bench/README.md): writes BENCHMARKS.md, ~40 minutes"
+	@echo "make bench  the performance benchmark (tests/bench/README.md): rewrites its sections of BENCHMARKS.md, ~40 minutes"
 	@echo "make venv-cloud  add the gcp and aws extras to .venv (Dataflow dry run, gs:// and s3://)"
 	@echo "make engines     fetch Prism and the Flink and Spark job servers for tests/engines (cached)"
 
@@ -45,8 +46,8 @@ $(VENV)/.installed-torch: $(VENV)/.installed
 
 venv-torch: $(VENV)/.installed-torch
 
-# The trainers extra (pyproject.toml): megatron-core and OLMo-core for tests/test_megatron.py and
-# tests/test_trainers.py, which read the shards with each trainer's own dataset class. --no-deps, so
+# The trainers extra (pyproject.toml): megatron-core and OLMo-core for tests/e2e/test_megatron.py and
+# tests/shards/test_trainers.py, which read the shards with each trainer's own dataset class. --no-deps, so
 # that OLMo-core's torch<2.14 and cached-path's pins never move the torch the torch extra installed.
 TRAINERS := megatron-core==0.16.1 ai2-olmo-core==3.0.0 cached-path==1.8.10 dataclass-extensions==0.5.0 \
             bettermap==1.3.1 dill==0.4.1 accelerate==1.15.0 psutil
@@ -115,6 +116,11 @@ demo-scaffold: $(VENV)/.installed-demo
 
 test: venv
 	$(PY) -m pytest -q
+
+# The unit tests and the end-to-end tests marked smoke (the markers: pyproject.toml, tests/conftest.py),
+# on two worker processes (pytest-xdist), a module to a worker so that its fixtures are built once.
+test-fast: venv
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "unit or smoke"
 
 lint: venv
 	$(VENV)/bin/ruff check .

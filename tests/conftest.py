@@ -1,7 +1,9 @@
-"""Shared test fixtures: paths to the bundled sample and to the GPT-2 ranks shipped in the package."""
+"""Shared test fixtures: paths to the bundled sample and to the GPT-2 ranks shipped in the package,
+rows in the FinePDFs schema and a module's ROWS as a JSON lines source."""
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -45,6 +47,39 @@ def finepdfs_row(doc_id: str, text: str, **overrides) -> dict:
     }
     row.update(overrides)
     return row
+
+
+def write_jsonl(path: Path, rows) -> Path:
+    """``rows`` at ``path`` as JSON lines, one object a line, UTF-8."""
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def source(request, tmp_path_factory) -> Path:
+    """The requesting module's ``ROWS`` as ``docs.jsonl``, written once per module: the input of the
+    trees its fixtures build."""
+    return write_jsonl(tmp_path_factory.mktemp("src") / "docs.jsonl", request.module.ROWS)
+
+
+@pytest.fixture(scope="module")
+def bucketed_tree(source, tmp_path_factory) -> Path:
+    """A finished bucketed tree of ``source`` in 2 partitions, built once per module through the CLI
+    on the FnApiRunner: a test that changes it works on a copy."""
+    from pipelines import cli
+
+    out = tmp_path_factory.mktemp("tree") / "out"
+    args = ["bucketed", "--input", str(source), "--output", str(out), "--partitions", "2", "--runner=FnApiRunner"]
+    assert cli.main(args) == 0
+    return out
+
+
+@pytest.fixture
+def tree_copy(bucketed_tree, tmp_path) -> Path:
+    """A copy of ``bucketed_tree`` (links kept as links) for a test to change."""
+    import shutil
+
+    return Path(shutil.copytree(bucketed_tree, tmp_path / "out", symlinks=True))
 
 
 @pytest.fixture(autouse=True)
@@ -104,3 +139,51 @@ def import_trainer_module(name: str, reason: str):
         if os.environ.get("PRETOKENIZE_REQUIRE_TRAINERS"):
             pytest.fail(f"{name} is not installed ({e}); {reason} (required by PRETOKENIZE_REQUIRE_TRAINERS)")
         pytest.skip(reason)
+
+
+# The kind of a test (the markers of pyproject.toml) is where it lives: tests/e2e, tests/reliability
+# and tests/engines hold theirs; every other test is a unit test, in the folder that mirrors the code it
+# tests (tests/transforms/..., tests/shards/). A job test in a unit module says @pytest.mark.e2e itself;
+# a test with two kinds is a mistake.
+KINDS = ("unit", "e2e", "reliability", "engines")
+KIND_DIRECTORIES = {"e2e": "e2e", "reliability": "reliability", "engines": "engines"}
+
+
+# The end-to-end tests `make test-fast` runs too (-m "unit or smoke"): the byte net of both jobs and
+# each job's sample checked against an independent derivation. Named here, not marked in place,
+# since tests/e2e/test_no_byte_changes.py does not change.
+SMOKE = {
+    "test_no_byte_changes.py::test_the_bucketed_sample_is_byte_for_byte_what_it_was",
+    "test_no_byte_changes.py::test_the_scaffold_sample_is_byte_for_byte_what_it_was",
+    "test_bucketed_pipeline.py::test_every_kept_document_matches_an_independent_tokenization",
+    "test_scaffold_pipeline.py::test_sample_shards_match_an_independent_derivation",
+}
+
+
+def kind_of(path: Path) -> str:
+    """The kind of the tests in ``path`` by where it lives under tests/."""
+    tests = REPO / "tests"
+    parts = path.resolve().relative_to(tests).parts if path.resolve().is_relative_to(tests) else (path.name,)
+    if len(parts) > 1 and parts[0] in KIND_DIRECTORIES:
+        return KIND_DIRECTORIES[parts[0]]
+    return "unit"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Give each test its kind and the smoke tests their marker, before -m selects (this hook runs
+    ahead of pytest's own deselection)."""
+    found, modules = set(), set()
+    for item in items:
+        kinds = [kind for kind in KINDS if item.get_closest_marker(kind)]
+        if len(kinds) > 1:
+            raise pytest.UsageError(f"{item.nodeid}: one kind of test, not {' and '.join(kinds)}")
+        if not kinds:
+            item.add_marker(kind_of(item.path))
+        name = f"{item.path.name}::{getattr(item, 'originalname', item.name)}"
+        modules.add(item.path.name)
+        if name in SMOKE:
+            item.add_marker("smoke")
+            found.add(name)
+    lost = sorted(name for name in SMOKE - found if name.split("::")[0] in modules)
+    if lost:
+        raise pytest.UsageError(f"tests/conftest.py SMOKE names tests that do not exist: {', '.join(lost)}")

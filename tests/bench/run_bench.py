@@ -30,8 +30,10 @@ tiktoken`` and ``quicktok``, one worker, on the base and the 3x corpus, against 
 least 0.70x quicktok ``encode_batch`` per CPU second on the 3x corpus). A run of the job on the bundled
 sample gives its fixed cost (interpreter, Beam, the pipeline, loading the tokenizer and its probe).
 
-It writes BENCHMARKS.md at the top of the checkout and prints the same tables; ``--only scale`` and
-``--only backends`` rewrite only their section of it.
+It writes its sections of BENCHMARKS.md at the top of the checkout (the head, Targets, the long
+documents, Tokenizer backends, Scale rehearsal; every other section, those added by hand among them,
+stays as it is: report.py) and prints the same tables; ``--only scale``, ``--only backends`` and
+``--only long`` rewrite only their section of it.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 import corpus as corpus_mod  # noqa: E402
 import monitor  # noqa: E402
+import report  # noqa: E402
 import scale_corpus  # noqa: E402
 
 from pipelines.summary import read_stats  # noqa: E402
@@ -224,7 +227,8 @@ def tree_digest(output: Path, skip: tuple[str, ...] = ()) -> str:
 
 
 def hf_tokenizer_dir(cache: Path) -> Path:
-    """The Qwen2.5 ranks as a Hugging Face fast tokenizer (as tests/test_encoders.py builds it), cached."""
+    """The Qwen2.5 ranks as a Hugging Face fast tokenizer, cached (as
+    tests/transforms/tokenizers/test_encoders.py builds it)."""
     import tokenizers
     import transformers
 
@@ -600,18 +604,6 @@ def run_scale(cache: Path, documents: int, runner_keys: list[str], timeout: floa
     return scale_section(info, runs, date, how, timeout, machine)
 
 
-def splice_section(text: str, section: list[str], heading: str = SCALE_HEADING) -> str:
-    """``text`` with its section under ``heading`` replaced by ``section`` (appended when it has none)."""
-    lines = text.rstrip("\n").splitlines() if text.strip() else []
-    start = next((i for i, line in enumerate(lines) if line.startswith(heading)), None)
-    if start is None:
-        lines += ([""] if lines else []) + section
-    else:
-        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-        lines[start:end] = section
-    return "\n".join(lines).rstrip("\n") + "\n"
-
-
 # --- tokenizer backends (issue 13) ---------------------------------------------------------------------
 
 
@@ -764,6 +756,13 @@ def met(ok: bool) -> str:
     return "**met**" if ok else "**not met**"
 
 
+def write_sections(out: Path, sections: list[list[str]], head: list[str] | None = None) -> None:
+    """Rewrite only these sections of ``out`` (and its head, when given): every section this run did
+    not measure, among them the ones added by hand, stays as it is (tests/bench/report.py)."""
+    old = out.read_text() if out.is_file() else ""
+    out.write_text(report.splice(old, sections, head))
+
+
 def scale_only(args: argparse.Namespace, runner_keys: list[str], started: float) -> int:
     """``--only scale``: the scale rehearsal alone, its section of ``args.out`` rewritten in place."""
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -776,8 +775,7 @@ def scale_only(args: argparse.Namespace, runner_keys: list[str], started: float)
         flags.append(f"--scale-timeout {args.scale_timeout:g}")
     command = f"`tests/bench/run_bench.py {' '.join(flags)}`"
     section = run_scale(args.cache, args.scale_docs, runner_keys, args.scale_timeout, date, command, machine_text())
-    old = args.out.read_text() if args.out.is_file() else ""
-    args.out.write_text(splice_section(old if old.strip() else "# Benchmarks\n", section))
+    write_sections(args.out, [section])
     print("\n" + "\n".join(section))
     print(f"wrote the scale section of {args.out}; it took {(time.perf_counter() - started) / 60:.1f} minutes")
     return 0
@@ -806,8 +804,7 @@ def long_only(args: argparse.Namespace, started: float) -> int:
         "",
         *long_table(rows),
     ]
-    old = args.out.read_text() if args.out.is_file() else ""
-    args.out.write_text(splice_section(old if old.strip() else "# Benchmarks\n", section, LONG_HEADING))
+    write_sections(args.out, [section])
     print("\n" + "\n".join(section))
     print(f"wrote the long-documents section of {args.out}; it took {(time.perf_counter() - started) / 60:.1f} minutes")
     return 0
@@ -820,8 +817,7 @@ def backends_only(args: argparse.Namespace, started: float) -> int:
     text_bytes = sum(len(t.encode("utf-8")) for t in texts)
     section = run_backends(args.cache, corpus_dir, texts, text_bytes, args.repeats)
     section[2] = section[2].replace("Measured ", "Measured by `tests/bench/run_bench.py --only backends` ", 1)
-    old = args.out.read_text() if args.out.is_file() else ""
-    args.out.write_text(splice_section(old if old.strip() else "# Benchmarks\n", section, BACKENDS_HEADING))
+    write_sections(args.out, [section])
     print("\n" + "\n".join(section))
     print(f"wrote the backends section of {args.out}; it took {(time.perf_counter() - started) / 60:.1f} minutes")
     return 0
@@ -1012,7 +1008,8 @@ def main(argv: list[str] | None = None) -> int:
         *scale_lines,
     ]
     text = "\n".join(lines)
-    args.out.write_text(text)
+    head, sections = report.split(text)
+    write_sections(args.out, sections, head)
     print("\n" + text)
     print(f"wrote {args.out}; make bench took {runtime / 60:.1f} minutes")
     return 0

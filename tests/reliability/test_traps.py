@@ -31,13 +31,6 @@ USER_BYTES = b"the user's own file, which no tool may overwrite\n"
 
 
 @pytest.fixture(scope="module")
-def source(tmp_path_factory):
-    path = tmp_path_factory.mktemp("src") / "docs.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in ROWS), encoding="utf-8")
-    return path
-
-
-@pytest.fixture(scope="module")
 def bases(source, tmp_path_factory):
     """A finished tree of each kind, built once: bucketed, scaffold, and a trained tokenizer."""
     from pipelines import cli

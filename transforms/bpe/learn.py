@@ -25,7 +25,7 @@ How it is computed, so that a step costs what it changes rather than the size of
    added. A word listed for a pair it no longer holds (the lists are not pruned) is visited and
    left as it is.
 
-Nothing here imports Beam. ``tests/test_bpe_learn.py`` checks it merge for merge against the
+Nothing here imports Beam. ``tests/transforms/bpe/test_bpe_learn.py`` checks it merge for merge against the
 chapter's loop written plainly (recount everything each step).
 """
 

@@ -147,6 +147,7 @@ REQUEST = "\ufeff#tag-1\n#tag-2\n\ndoc-3\nnever-stored\n"
 FLAGGED = {"#tag-1", "#tag-2", "doc-3"}
 
 
+@pytest.mark.e2e  # a whole job
 def test_remove_takes_out_ids_that_start_with_hash_from_a_list_named_removals_txt(original, tmp_path, capsys):
     out = tmp_path / "out"
     shutil.copytree(original, out)
@@ -169,6 +170,7 @@ def test_remove_takes_out_ids_that_start_with_hash_from_a_list_named_removals_tx
     assert (out / layout.MANIFEST_NAME).read_bytes() == before
 
 
+@pytest.mark.e2e  # a whole job
 def test_bucketed_leaves_out_ids_that_start_with_hash_from_a_list_named_removals_txt(source, tmp_path, capsys):
     out = tmp_path / "out"
     listed = write(tmp_path / "requests" / REMOVALS_NAME, REQUEST)

@@ -26,28 +26,6 @@ RUNNER = "--runner=FnApiRunner"
 ROWS = [finepdfs_row(f"doc-{i:02d}", f"Line {i} of a short document. " * (3 + i % 9)) for i in range(40)]
 
 
-@pytest.fixture(scope="module")
-def source(tmp_path_factory):
-    path = tmp_path_factory.mktemp("src") / "docs.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in ROWS), encoding="utf-8")
-    return path
-
-
-@pytest.fixture(scope="module")
-def built(source, tmp_path_factory):
-    """One finished bucketed tree, copied (links kept as links) by each test that changes it."""
-    from pipelines import cli
-
-    out = tmp_path_factory.mktemp("built") / "out"
-    assert cli.main(["bucketed", "--input", str(source), "--output", str(out), "--partitions", "2", RUNNER]) == 0
-    return out
-
-
-@pytest.fixture
-def tree_copy(built, tmp_path):
-    out = tmp_path / "out"
-    shutil.copytree(built, out, symlinks=True)
-    return out
 
 
 @pytest.fixture

@@ -217,6 +217,7 @@ def test_a_partition_keeps_the_first_copy_of_an_id_by_file_and_row(tmp_path):
     assert [f for g in again for f in g.files] == [f for g in groups for f in g.files]
 
 
+@pytest.mark.e2e  # a whole job
 def test_the_write_stage_has_one_work_item_per_bucket_and_partition_that_holds_documents(tmp_path, monkeypatch):
     """The sample through the CLI (32 partitions): WriteShardFiles gets one element per (bucket,
     partition) group the manifest has rows for, each once, not one per partition; the bytes are

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -51,25 +50,9 @@ sys.exit(cli.main(sys.argv[4:]))
 PIPELINE_RUN = "apache_beam.pipeline:Pipeline.run"  # bucketed, remove, train-bpe: the tree is claimed, the job not run
 
 
-@pytest.fixture(scope="module")
-def source(tmp_path_factory):
-    path = tmp_path_factory.mktemp("src") / "docs.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in ROWS), encoding="utf-8")
-    return path
-
-
-@pytest.fixture(scope="module")
-def original(source, tmp_path_factory):
-    out = tmp_path_factory.mktemp("orig") / "out"
-    assert cli.main(["bucketed", "--input", str(source), "--output", str(out), "--partitions", "2", *RUNNER]) == 0
-    return out
-
-
 @pytest.fixture
-def out(original, tmp_path):
-    copy = tmp_path / "out"
-    shutil.copytree(original, copy, symlinks=True)
-    return copy
+def out(tree_copy):
+    return tree_copy
 
 
 class Paused:

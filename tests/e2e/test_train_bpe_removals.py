@@ -14,7 +14,6 @@ import subprocess
 import sys
 import time
 
-import pytest
 from conftest import REPO, finepdfs_row
 
 from pipelines import cli
@@ -25,13 +24,6 @@ ROWS = [finepdfs_row(f"doc-{i:02d}", f"An ordinary document number {i} about the
         for i in range(30)]
 ROWS.append(finepdfs_row("opt-out", f"{SECRET} wrote this. " * 80))
 ROWS = [{**r, "doc_key": f"key-{i}"} for i, r in enumerate(ROWS)]  # a second id field
-
-
-@pytest.fixture(scope="module")
-def source(tmp_path_factory):
-    path = tmp_path_factory.mktemp("src") / "docs.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in ROWS), encoding="utf-8")
-    return path
 
 
 def train(source, out, *flags) -> int:

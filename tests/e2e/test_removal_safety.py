@@ -8,7 +8,6 @@ disk, and Ctrl-C.
 from __future__ import annotations
 
 import errno
-import json
 import os
 import shutil
 import signal
@@ -26,13 +25,6 @@ from transforms.tools.surgery import journal_url, load_journal
 
 RUNNER = ["--runner=FnApiRunner"]
 ROWS = [finepdfs_row(f"doc-{i:02d}", f"Line {i} of a short document. " * (3 + i % 9)) for i in range(60)]
-
-
-@pytest.fixture(scope="module")
-def source(tmp_path_factory):
-    path = tmp_path_factory.mktemp("src") / "docs.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in ROWS), encoding="utf-8")
-    return path
 
 
 def bucketed(source, out, *flags) -> int:

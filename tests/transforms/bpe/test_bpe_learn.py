@@ -15,7 +15,7 @@ import pytest
 from transforms.bpe import pretokenize as pt
 from transforms.bpe.learn import learn_merges
 
-TEXT = (Path(__file__).parent / "data" / "persuasion_vol1.txt").read_text(encoding="utf-8")
+TEXT = (Path(__file__).resolve().parents[2] / "data" / "persuasion_vol1.txt").read_text(encoding="utf-8")
 
 
 def reference_merges(word_counts: list[tuple[list[int], int]], base_size: int, n_merges: int):
@@ -131,6 +131,7 @@ def test_chars_alphabet_is_the_corpus_characters_in_code_point_order():
 
 
 @pytest.mark.parametrize("alphabet,pattern", [("chars", "chars"), ("bytes", "qwen2")])
+@pytest.mark.e2e  # a whole job
 def test_the_job_writes_the_chapter_loop_merges(tmp_path, alphabet, pattern):
     """Through the CLI (read, count on Beam, learn, write): rank base + k of tokenizer.tiktoken is the
     reference loop's merge k, for 500 merges."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 
@@ -22,13 +21,6 @@ RUNNER = ["--runner=FnApiRunner"]
 # 40 short documents, and one long enough to sit alone in the 2048 bucket.
 ROWS = [finepdfs_row(f"doc-{i:02d}", f"Line {i} of a short document. " * (3 + i % 9)) for i in range(40)]
 ROWS.append(finepdfs_row("long-one", "A long document about removal requests. " * 200))
-
-
-@pytest.fixture(scope="module")
-def source(tmp_path_factory):
-    path = tmp_path_factory.mktemp("src") / "docs.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in ROWS), encoding="utf-8")
-    return path
 
 
 @pytest.fixture(scope="module")

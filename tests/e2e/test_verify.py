@@ -21,20 +21,13 @@ ROWS.append(finepdfs_row("v-long", "A longer document for the second bucket. " *
 
 
 @pytest.fixture(scope="module")
-def tree(tmp_path_factory):
-    src = tmp_path_factory.mktemp("vsrc") / "docs.jsonl"
-    src.write_text("".join(json.dumps(r) + "\n" for r in ROWS), encoding="utf-8")
-    out = tmp_path_factory.mktemp("vtree") / "out"
-    bucketed.run(["--input", str(src), "--output", str(out), "--partitions", "2", *RUNNER])
-    return src, out
+def tree(source, bucketed_tree):
+    return source, bucketed_tree
 
 
 @pytest.fixture
-def damaged(tree, tmp_path):
-    src, out = tree
-    copy = tmp_path / "copy"
-    shutil.copytree(out, copy)
-    return src, copy
+def damaged(source, tree_copy):
+    return source, tree_copy
 
 
 def rows(out) -> list[tuple[str, str, int]]:

@@ -185,6 +185,7 @@ def test_stats_record_the_backend_and_old_stats_still_parse():
     assert DatasetStats.from_text(old).tokenizer_backend is None
 
 
+@pytest.mark.e2e  # a whole job
 def test_trees_are_byte_identical_across_backends_and_verify_uses_the_other(tmp_path, capsys):
     trees = {}
     for backend in ("quicktok", "tiktoken"):

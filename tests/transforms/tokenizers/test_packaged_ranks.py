@@ -96,6 +96,7 @@ def test_gpt2_and_tiktoken_over_the_packaged_file_agree():
     assert (by_name.eos_id, by_name.vocab_size) == (by_path.eos_id, by_path.vocab_size)
 
 
+@pytest.mark.e2e  # a whole job
 def test_the_bucketed_job_with_gpt2_runs_offline_and_records_gpt2(no_network, tmp_path):
     rows = [finepdfs_row(f"doc-{i}", text) for i, text in enumerate(GPT2_IDS)]
     (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")

@@ -6,14 +6,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import stat
 
 import pytest
 from conftest import finepdfs_row
 from fsspec.implementations.local import LocalFileSystem
 
-from pipelines import bucketed, verify
+from pipelines import verify
 from shards import layout, manifest
 from shards.removal import REMOVALS_HEADER, REMOVALS_NAME, format_removal_line
 from transforms.core.records import UsageError
@@ -23,19 +22,13 @@ ROWS = [finepdfs_row(f"s-{i:02d}", f"A document to keep safe, number {i}. " * (3
 
 
 @pytest.fixture(scope="module")
-def tree(tmp_path_factory):
-    src = tmp_path_factory.mktemp("ssrc") / "docs.jsonl"
-    src.write_text("".join(json.dumps(r) + "\n" for r in ROWS), encoding="utf-8")
-    out = tmp_path_factory.mktemp("stree") / "out"
-    bucketed.run(["--input", str(src), "--output", str(out), "--partitions", "2", *RUNNER])
-    return src, out
+def tree(source, bucketed_tree):
+    return source, bucketed_tree
 
 
 @pytest.fixture
-def copy(tree, tmp_path):
-    src, out = tree
-    shutil.copytree(out, tmp_path / "copy")
-    return src, tmp_path / "copy"
+def copy(source, tree_copy):
+    return source, tree_copy
 
 
 def run_verify(out, capsys, *flags) -> tuple[int, str]:

@@ -32,7 +32,7 @@ from transforms.tokenizers.long_text import GPT2_CUTS, QWEN2_CUTS, LongTextSplit
 from transforms.tokenizers.ranks import qwen_ranks_path
 from transforms.tokenizers.vocabularies import ENDOFTEXT, QWEN2_PATTERN
 
-SOURCES = Path(__file__).parent / "data" / "sample_sources"
+SOURCES = Path(__file__).resolve().parents[2] / "data" / "sample_sources"
 
 
 def _source(name: str) -> str:

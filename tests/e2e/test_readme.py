@@ -3,7 +3,7 @@ job" section run as written, in order, in a directory laid out like the checkout
 docs/reading-and-training.md's "Reading the output" on the tree they made; and every relative link of
 README.md and docs/*.md leading to a file (and heading) that exists.
 
-``.venv/bin/pretokenize`` lines go through the CLI in this interpreter (as tests/test_reader_epochs.py
+``.venv/bin/pretokenize`` lines go through the CLI in this interpreter (as tests/shards/test_reader_epochs.py
 does), any other line through bash."""
 
 from __future__ import annotations

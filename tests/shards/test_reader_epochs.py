@@ -714,6 +714,7 @@ def readme_dir(tmp_path, sample_tree, monkeypatch):
     return tmp_path
 
 
+@pytest.mark.e2e  # a whole job
 def test_readme_snippets_run(readme_dir):
     namespace: dict = {}
     blocks = snippets(README_SECTION)
@@ -731,6 +732,7 @@ def test_readme_snippets_run(readme_dir):
     assert (readme_dir / "out" / "sample" / "megatron" / "data_args.txt").exists()
 
 
+@pytest.mark.e2e  # a whole job
 def test_readme_torch_snippet_runs(readme_dir):
     pytest.importorskip("torch", reason=TORCH_REASON)
     pytest.importorskip("torchdata.stateful_dataloader", reason=TORCHDATA_REASON)

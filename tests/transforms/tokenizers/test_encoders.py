@@ -30,7 +30,7 @@ from transforms.tokenizers.load import load_encoder
 from transforms.tokenizers.ranks import gpt2_ranks_path, qwen_ranks_path
 from transforms.tokenizers.vocabularies import ENDOFTEXT, JET_NEMOTRON_VOCAB_SIZE, QWEN2_PATTERN, QWEN2_SPECIAL_START
 
-TESTS_DIR = Path(__file__).parent
+TESTS_DIR = Path(__file__).resolve().parents[2]  # tests/
 # The GPT-2 ranks shipped in the package (transforms/tokenizers/data/gpt2.tiktoken).
 GPT2_RANKS = Path(gpt2_ranks_path())
 SAMPLE_SOURCES = TESTS_DIR / "data" / "sample_sources"

@@ -33,13 +33,6 @@ ROWS = [{**finepdfs_row(f"doc-{i:02d}", f"Line {i} of a short document. " * (3 +
 
 
 @pytest.fixture(scope="module")
-def source(tmp_path_factory):
-    path = tmp_path_factory.mktemp("src") / "docs.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in ROWS), encoding="utf-8")
-    return path
-
-
-@pytest.fixture(scope="module")
 def removed_tree(source, tmp_path_factory):
     """A tree with three documents taken out by `remove`."""
     base = tmp_path_factory.mktemp("removed")

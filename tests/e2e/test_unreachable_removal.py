@@ -1,7 +1,7 @@
 """Every URL a removal-aware command takes, on a store out of reach, is one line and exit 2 (issue 23,
 defect 8): removal lists, the output of remove and verify, tokenizer specs on a store, decode's input.
 They were 131-164-line tracebacks. Each runs the console script in a fresh process against an S3
-endpoint on a closed port of this machine, as tests/test_unreachable_storage.py does."""
+endpoint on a closed port of this machine, as tests/e2e/test_unreachable_storage.py does."""
 
 from __future__ import annotations
 

@@ -22,18 +22,9 @@ CONTENT_FF = [{"id": f"s{i}", "content-ff": f"<ff_2> Um <ff_1> texto <ff_0> {i}"
 
 
 @pytest.fixture(scope="module")
-def source(tmp_path_factory):
-    path = tmp_path_factory.mktemp("src") / "docs.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in ROWS), encoding="utf-8")
-    return path
-
-
-@pytest.fixture(scope="module")
-def finished(source, tmp_path_factory):
+def finished(bucketed_tree):
     """A finished bucketed tree of the source with 2 partitions (OUT in the issue)."""
-    out = tmp_path_factory.mktemp("finished") / "out"
-    assert cli.main(["bucketed", "--input", str(source), "--output", str(out), "--partitions", "2", *RUNNER]) == 0
-    return out
+    return bucketed_tree
 
 
 def bucketed(source, out, *flags) -> int:
