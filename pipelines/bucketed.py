@@ -111,13 +111,14 @@ def _launch(pipeline: beam.Pipeline, options: BucketedSettings, run_id: str | No
     from transforms.inputs.read import ReadDocuments, ReadUnitFn
 
     output = storage.normalize(options.output)
-    tokenizer = options.tokenizer_config()
-    encoder = tokenizer.load()
-    tokenizer = tokenizer.pinned(encoder)  # each worker checks it loads these very files
     shards = options.shard_config(run_id or launch.new_run_id())
     read_config = options.read_config()
     progress_dir = progress.progress_dir(pipeline.options, run_id)
+    # The input first: a missing or unreadable one (local or remote) is said before the tokenizer loads.
     read = ReadDocuments(read_config, progress_dir=progress_dir)
+    tokenizer = options.tokenizer_config()
+    encoder = tokenizer.load()
+    tokenizer = tokenizer.pinned(encoder)  # each worker checks it loads these very files
     removals = RemovalSources.read(output, options)
     description = resume.WorkDescription.of("bucketed", options, read.units, {
         "tokenizer_probe": resume.tokenizer_probe(encoder),

@@ -91,3 +91,16 @@ def test_a_second_run_says_it_rewrites_the_card(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "rewriting README.md for this run's output" in err and "rewriting dataset_stats.json" in err
     assert "removing README.md" not in err
+
+
+@pytest.mark.parametrize("job", ["bucketed", "scaffold"])
+def test_a_missing_remote_input_is_said_before_the_tokenizer_loads(job, tmp_path):
+    """A URL is not looked at while the flags are parsed (a template's launcher parses them offline),
+    but the job plans its input before it loads the tokenizer: a mistyped bucket path costs no load."""
+    missing = "memory://no-such-bucket/docs/*.parquet"
+    result, _, err = probe(job, "--input", missing, "--output", str(tmp_path / "out"), "--runner=FnApiRunner")
+    assert result["code"] == 2, err
+    assert "matches no input files" in err.strip().splitlines()[-1], err
+    loaded = {"quicktok", "tiktoken"} & set(result["imported"])
+    assert not loaded, f"{job} loaded {sorted(loaded)} before saying the input is missing"
+    assert not (tmp_path / "out").exists()
