@@ -18,7 +18,8 @@ import posixpath
 from collections.abc import Iterable
 
 from shards import storage
-from shards.provenance import Provenance, tool_version
+from shards.provenance import Provenance
+from shards.version import tool_version
 from transforms.core.read import InputUnit
 
 # Files a Hugging Face tokenizer is built from (AutoTokenizer reads those that exist).
