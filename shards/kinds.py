@@ -59,6 +59,9 @@ class TreeKind:
     derives: bool = True  # whether tools derive files from it (export, stats, the description files)
     stats_type: type | None = None  # its dataset_stats.txt, parsed (``from_text``); None: it has none
     own_splits: bool = False  # its job chose the validation split (train/ and val/); else a reader picks one
+    # Whether ``pretokenize remove`` takes documents out of its files in place: its manifest names
+    # each document's file (a scaffold tree has none, and its documents run across shards).
+    removes_in_place: bool = False
     stats_tell: Callable[[str], bool] | None = None  # whether a dataset_stats.txt is this kind's
     marker_files: tuple[str, ...] = ()  # a tree without a record holding one of these files is this kind
     marker_dirs: tuple[str, ...] = ()  # ... or one of these directories
@@ -72,7 +75,8 @@ class TreeKind:
 
 BUCKETED = TreeKind(
     name="bucketed", is_data_file=_is_bucketed_file, data_dirs=layout.BUCKET_NAMES,
-    stats_type=manifest.DatasetStats, marker_files=(layout.MANIFEST_NAME,), fingerprint_word="bucketed",
+    stats_type=manifest.DatasetStats, removes_in_place=True, marker_files=(layout.MANIFEST_NAME,),
+    fingerprint_word="bucketed",
 )
 SCAFFOLD = TreeKind(
     name="scaffold", is_data_file=_is_scaffold_file, data_dirs=llmc.SPLITS, stats_type=llmc.ScaffoldStats,

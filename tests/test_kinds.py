@@ -60,6 +60,7 @@ def test_the_layers_tables_name_the_registrys_kinds_and_only_those():
     assert set(card.TEMPLATES) == readable
     assert set(verify_job.IN_PROCESS) <= readable
     assert not kinds.TOKENIZER.derives and kinds.SCAFFOLD.own_splits and not kinds.BUCKETED.own_splits
+    assert [k.name for k in kinds.REGISTRY.values() if k.removes_in_place] == ["bucketed"]
 
 
 def _llmc_file(path: Path, tokens: list[int]) -> str:
@@ -151,3 +152,25 @@ def test_shards_has_no_import_cycle():
     for module in sorted(graph):
         walk(module, [module])
     assert cycles == []
+
+
+def test_remove_refuses_a_scaffold_tree_in_one_line(tmp_path, capsys):
+    out = tmp_path / "scaffold"
+    tree.claim(str(out), "scaffold")
+    ff, eot = llmc.FF_BASE, llmc.GPT2_EOT
+    _llmc_file(out / "train" / "shard_000.bin", [ff, 10, eot])
+    stats = llmc.ScaffoldStats(raw_documents=1, tokenizer="gpt2", annotate=False, long_docs="skip", max_word_chars=0,
+                               val_fraction=0.0, seed=0, shard_tokens=3, countdown_mismatches=0,
+                               splits={"train": llmc.SplitStats(1, 1, 1, 3, 1)}, drops={})
+    (out / "dataset_stats.txt").write_text(stats.to_text())
+    ids = tmp_path / "ids.txt"
+    ids.write_text("a\n")
+    before = sorted(p.relative_to(out).as_posix() for p in out.rglob("*"))
+    assert cli.main(["remove", "--output", str(out), "--removal-list", str(ids)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"pretokenize remove: {out} is a scaffold tree, not a bucketed tree; nothing was published\n"
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == before
+    from transforms.tools import surgery  # the removal's own check asks the kind too
+
+    with pytest.raises(ValueError, match="is a scaffold tree; documents are removed from bucketed trees only"):
+        surgery.make_plan(str(out), ["a"], "run-x", "2026-01-01T00:00:00Z", plan_url=str(tmp_path / "plan"))
