@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None, wait: bool = True) -> int:
         print(_usage())
         return 0 if argv else 2
     if argv[0] == "--version" or (argv[0] in JOBS and "--version" in argv[1:]):
-        from shards.provenance import tool_version
+        from shards.version import tool_version
 
         print(f"pretokenize (beam-pretokenize) {tool_version()}")
         return 0

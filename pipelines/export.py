@@ -39,7 +39,7 @@ from typing import NamedTuple
 import numpy as np
 
 from pipelines.help_format import DefaultsHelpFormatter
-from shards import llmc, lock, megatron, storage
+from shards import kinds, llmc, lock, megatron, storage
 from shards import tree as ownership
 from shards.reader import ShardTree, open_tree
 
@@ -130,7 +130,7 @@ def shard_indexes(tree: ShardTree) -> list[ShardIndex]:
                 index=megatron.index_bytes(lengths, code, first_pointer=store.header_bytes),
                 tokens=hi - lo,
                 sequences=len(lengths),
-                split="val" if tree.kind == "llmc" and rel.startswith("val/") else "",
+                split="val" if kinds.get(tree.kind).own_splits and rel.startswith("val/") else "",
             )
         )
     return out
@@ -148,7 +148,7 @@ def data_args(indexes: list[ShardIndex], split: str, mount: str | None = None) -
 
 def _args_files(tree: ShardTree, indexes: list[ShardIndex], mount: str | None = None) -> dict[str, str]:
     files = {posixpath.join(EXPORT_DIR, DATA_ARGS_NAME): data_args(indexes, "", mount)}
-    if tree.kind == "llmc":
+    if kinds.get(tree.kind).own_splits:
         files[posixpath.join(EXPORT_DIR, VALID_DATA_ARGS_NAME)] = data_args(indexes, "val", mount)
     return files
 

@@ -140,21 +140,24 @@ def plan_and_sample(config: ReadConfig, sample_docs: int = SAMPLE_DOCS, sample_u
     return InputPlan(files, units, rows, exact, sample, sampled, len(chosen))
 
 
+# What a dry run says a run would do with each of shards.tree.find's answers.
+_OUTPUT_STATES = {
+    "missing": "does not exist: a run creates it",
+    "file": "is a file: a run would be refused",
+    "empty": "is empty: a run fills it",
+    "foreign": "is not empty and was not written by pretokenize: a run would be refused",
+}
+
+
 def output_state(output: str, kind: str) -> str:
-    """What a run would find at ``output`` (nothing is created or changed to find out)."""
-    fs, root = storage.filesystem(output)
-    if not fs.exists(root):
-        return "does not exist: a run creates it"
-    if not fs.isdir(root):
-        return "is a file: a run would be refused"
-    record = ownership.read_record(output)
-    if record is None:
-        entries = [e for e in fs.ls(root, detail=False)]
-        return "is empty: a run fills it" if not entries else (
-            "is not empty and was not written by pretokenize: a run would be refused")
-    if record.kind != kind:
-        return f"holds the {record.kind} job's output: a run would be refused"
-    return f"holds this job's earlier output ({len(record.files)} files): a run replaces it"
+    """What a run would find at ``output`` (nothing is created or changed to find out): the tree
+    layer's claim rule (shards.tree.find), said."""
+    found = ownership.find(output, kind)
+    if found.state == "other kind":
+        return f"holds the {found.record.kind} job's output: a run would be refused"
+    if found.state == "ours":
+        return f"holds this job's earlier output ({len(found.record.files)} files): a run replaces it"
+    return _OUTPUT_STATES[found.state]
 
 
 def expected_partitions(documents: float, partitions: int) -> float:

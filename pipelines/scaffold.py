@@ -49,7 +49,7 @@ def build(pipeline: beam.Pipeline, options: ScaffoldSettings, run_id: str | None
     from transforms.core.provenance import launch_provenance
     from transforms.inputs.read import RECORDS, CountRecords, ReadDocuments, ReadUnitFn
     from transforms.scaffold.encode import COUNTS, DROPPED, EncodeScaffoldFn
-    from transforms.scaffold.write import LlmcFormat, PublishLlmcOutput, WriteLlmcShards, spill_fn
+    from transforms.scaffold.write import PublishLlmcOutput, ScaffoldFormat, WriteLlmcShards, spill_fn
 
     scaffold = options.scaffold_config()
     shards = options.shard_config(run_id or launch.new_run_id())
@@ -61,7 +61,7 @@ def build(pipeline: beam.Pipeline, options: ScaffoldSettings, run_id: str | None
     encoder = scaffold.load()
     scaffold = scaffold.pinned(encoder)  # each worker checks it loads these very files
     provenance = launch_provenance("scaffold", options, units, options.tokenizer)
-    publish_format = LlmcFormat(options, shards, provenance, encoder.library)
+    publish_format = ScaffoldFormat(options, shards, provenance, encoder.library)
     description = resume.WorkDescription.of("scaffold", options, units,
                                             {"tokenizer_probe": resume.tokenizer_probe(encoder)})
     work = launch.prepare_output(shards.output, "scaffold", inputs=[u.path for u in units], work=description,

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
-import importlib.metadata
 import json
 import logging
 import time
@@ -35,6 +34,7 @@ from typing import TYPE_CHECKING
 from pipelines import errors, flags, launch, progress, run_mode, summary
 from shards import lock, storage, tree
 from shards.removal import check_id_field, is_tree_source, log_url_of, read_log, read_removal_source
+from shards.version import tool_version
 from transforms.bpe import files, pretokenize
 from transforms.bpe.settings import TrainBpeSettings
 from transforms.bucketed.settings import DOCUMENT_FILTER_FLAGS
@@ -158,13 +158,6 @@ def removal_record(options: TrainBpeSettings) -> dict | None:
     if listed != url and len(ids) > len(read_log(listed).ids if data else ()):
         digest.update("".join(f"{i}\n" for i in ids).encode())  # the ids its journal adds to the log
     return {"source": url, "sha256": digest.hexdigest(), "ids": len(ids)}
-
-
-def tool_version() -> str:
-    try:
-        return importlib.metadata.version("beam-pretokenize")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
 
 
 def learn_and_publish(options: TrainBpeSettings, run_id: str, argv: list[str],

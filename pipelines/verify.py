@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from pipelines.errors import launching
 from pipelines.flags import add_flag, add_workers_flag, parse_job_args, tool_parser
 from pipelines.run_mode import end_dry_run, is_dry_run
-from shards import layout, llmc, lock, storage
+from shards import kinds, layout, lock, scaffold_verify, storage
 from shards.removal import DEFAULT_ID_FIELD, REMOVALS_NAME, read_log, read_removal_list
 from shards.tree import IncompleteTreeError, OutputTree, UnreadableStatsError
 from transforms.core.records import UsageError
@@ -55,7 +55,7 @@ def _verify_scaffold(output: str, args) -> int:
         print("verify: --input is not supported for scaffold trees; checking the format only", flush=True)
     from transforms.tools.verify import MAX_REPORTED
 
-    problems = llmc.check_llmc_tree(output)
+    problems = scaffold_verify.check_scaffold_tree(output)
     for problem in problems[:MAX_REPORTED]:
         print(f"  {problem}")
     if problems:
@@ -63,6 +63,11 @@ def _verify_scaffold(output: str, args) -> int:
         return 1
     print(f"verify: OK, {output} (scaffold llm.c shards)", flush=True)
     return 0
+
+
+# The kinds (shards/kinds.py) whose trees are checked in this process; a bucketed tree, and a tree
+# nothing says the kind of, is checked by the Beam job of transforms/tools/verify.py (run below).
+IN_PROCESS = {kinds.SCAFFOLD.name: _verify_scaffold}
 
 
 def _removed_ids(output: str, removal_list: str | None, id_field: str) -> tuple[dict[str, str], list[str]]:
@@ -146,8 +151,8 @@ def run(argv: list[str] | None = None) -> int:
         output, tree, held = _open_tree(args)
     if held is not None:
         print(f"verify: {held}", flush=True)
-    if tree.kind == "scaffold":
-        return _verify_scaffold(output, args)
+    if tree.kind in IN_PROCESS:
+        return IN_PROCESS[tree.kind](output, args)
     try:
         stats = tree.stats()
     except (IncompleteTreeError, UnreadableStatsError) as e:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import shlex
 
-from shards import layout, llmc
+from shards import kinds, layout, llmc
 from shards.provenance import STATS_JSON_NAME, to_bytes
 from shards.removal import REMOVALS_NAME
 from shards.tokenizer_spec import parse_spec
@@ -33,7 +33,7 @@ def description_files(doc: dict) -> dict[str, bytes]:
 
 def render(doc: dict) -> str:
     """The card of the tree dataset_stats.json ``doc`` describes."""
-    parts = _bucketed(doc) if doc["job"] == "bucketed" else _scaffold(doc)
+    parts = TEMPLATES[doc["job"]](doc)
     return "\n".join(parts).rstrip("\n") + "\n"
 
 
@@ -188,17 +188,53 @@ def _kept_when(flags: dict, filt: dict) -> list[str]:
     return out
 
 
+def _card(doc: dict, *sections) -> list[str]:
+    """A card: its kind's ``sections`` (the top, how it was made, the statistics, then the layout,
+    reading it and removing documents), the drops after the statistics, the provenance last."""
+    top, making, statistics, *rest = sections
+    return [*top(doc), *making(doc), *statistics(doc), *_drops_table(doc),
+            *(line for section in rest for line in section(doc)), *_provenance(doc)]
+
+
+_NO_DOCUMENTS = ["## Reading it", "", "This tree holds no documents.", ""]
+_AT_A_GLANCE = ["## At a glance", "", "| | |", "|---|---|"]
+
+
 def _bucketed(doc: dict) -> list[str]:
+    return _card(doc, _bucketed_top, _bucketed_making, _bucketed_statistics, _bucketed_layout,
+                 _bucketed_reading_it, _bucketed_removal)
+
+
+def _bucketed_reading_it(doc: dict) -> list[str]:
+    if not doc["documents"]["kept"]:
+        return _NO_DOCUMENTS
+    tok = doc["tokenizer"]
+    return _bucketed_reading(doc, tok["dtype"], tok["eos_id"], _special_ids(doc))
+
+
+def _layout_head(width: int, files: list[tuple[str, str]]) -> list[str]:
+    """The top of a card's drawn tree: the description files every tree has, then ``files``
+    (name, what it is), their names padded to ``width``."""
+    rows = [(CARD_NAME, "this card"),
+            (layout.STATS_NAME, "the counts and settings; written last, so a tree without it is unfinished"),
+            (STATS_JSON_NAME, "the same counts with versions, flags and inputs, as JSON"), *files]
+    return ["## Layout", "", "```", ".", *(f"├── {name:<{width}} {what}" for name, what in rows)]
+
+
+def _special_ids(doc: dict) -> bool:
+    """Whether the added tokens' strings were encoded as their ids (``--special-tokens tokenizer``)."""
+    return doc["flags"].get("special_tokens") == "tokenizer"
+
+
+def _bucketed_top(doc: dict) -> list[str]:
+    """The front matter, the title and the at-a-glance table of a bucketed tree's card."""
     tok, docs, flags = doc["tokenizer"], doc["documents"], doc["flags"]
     dtype, eos = tok["dtype"], tok["eos_id"]
     itemsize = layout.DTYPES[dtype].itemsize
-    partitions = doc["layout"]["partitions"]
     kept, tokens = docs["kept"], doc["tokens"]
-    special_ids = flags.get("special_tokens") == "tokenizer"
-    kept_when = _kept_when(flags, doc["filter"])
     lines = _front_matter(doc, "Pre-tokenized, length-bucketed token shards",
                           ["pretokenized", "length-bucketed", "beam-pretokenize"])
-    lines += [
+    return lines + [
         "# Pre-tokenized, length-bucketed token shards",
         "",
         f"{n(kept)} documents as {n(tokens)} token ids of the `{tok['spec']}` tokenizer, sorted into "
@@ -207,21 +243,26 @@ def _bucketed(doc: dict) -> list[str]:
         f"`{layout.STATS_NAME}` and `{STATS_JSON_NAME}` describe the same run and are rewritten together "
         "whenever documents are removed.",
         "",
-        "## At a glance",
-        "",
-        "| | |",
-        "|---|---|",
+        *_AT_A_GLANCE,
         f"| **Input** | {_input_line(doc)} |",
-        f"| **Kept when** | {', '.join(kept_when)} |",
+        f"| **Kept when** | {', '.join(_kept_when(flags, doc['filter']))} |",
         f"| **Tokenizer** | `{tok['spec']}`: ids below {n(tok['vocab_size'])}, EOS `{eos}` |",
         f"| **Content** | token ids only, little-endian `{dtype}` ({itemsize} bytes a token); no text |",
         f"| **Documents kept** | **{n(kept)}** of {n(docs['read'])} read ({share(kept, docs['read'])} kept) |",
         f"| **Tokens** | **{n(tokens)}**" + (f", {n(round(tokens / kept))} per document on average" if kept else "")
         + " (EOS included) |",
         f"| **Size of the shards** | {size(tokens * itemsize)} in {n(doc['files'])} files |",
-        f"| **Layout** | {len(layout.BUCKET_NAMES)} length buckets × {partitions} partitions, a new file before "
-        f"{n(int(flags.get('max_shard_bytes', 0)))} bytes |",
+        f"| **Layout** | {len(layout.BUCKET_NAMES)} length buckets × {doc['layout']['partitions']} partitions, a new "
+        f"file before {n(int(flags.get('max_shard_bytes', 0)))} bytes |",
         "",
+    ]
+
+
+def _bucketed_making(doc: dict) -> list[str]:
+    """How it was made: read, kept, tokenized, bucketed, written."""
+    tok, eos = doc["tokenizer"], doc["tokenizer"]["eos_id"]
+    kept_when = _kept_when(doc["flags"], doc["filter"])
+    lines = [
         "## How it was made",
         "",
         f"1. **Read** {_input_line(doc)} (the list is under [Provenance](#provenance)).",
@@ -232,24 +273,31 @@ def _bucketed(doc: dict) -> list[str]:
         rl = doc["removal_list"]
         lines.append(f"   Documents whose id is on the removal list ({n(rl['ids'])} ids, {n(rl['not_found'])} of them "
                      "not in the input) were left out too.")
-    if special_ids:
+    if _special_ids(doc):
         encoding = ("the strings of the tokenizer's added tokens inside a text became their single ids, as "
                     "Hugging Face's AutoTokenizer does by default")
     else:
         encoding = ("special-token strings inside a text (such as `<|endoftext|>`) were encoded as ordinary "
                     "text, never as their special ids")
-    lines += [
+    return lines + [
         f"3. **Tokenized** with `{tok['spec']}`: {encoding}; then exactly one EOS (`{eos}`) was appended. "
         "No BOS, no padding.",
         "4. **Bucketed** by the final length n (text tokens + EOS): bucket `N` holds the documents with "
         "previous bound < n ≤ N; `beyond` holds the longer ones.",
-        f"5. **Written** into {partitions} partitions per bucket, chosen by a hash of the document id, in an "
-        f"order shuffled by a hash of the id keyed with seed {doc['layout']['seed']}; a new file starts "
+        f"5. **Written** into {doc['layout']['partitions']} partitions per bucket, chosen by a hash of the document "
+        f"id, in an order shuffled by a hash of the id keyed with seed {doc['layout']['seed']}; a new file starts "
         "before one would pass the size limit, and a document never spans two files.",
         "",
+    ]
+
+
+def _bucketed_statistics(doc: dict) -> list[str]:
+    """Documents and tokens per bucket."""
+    kept, tokens, read = doc["documents"]["kept"], doc["tokens"], doc["documents"]["read"]
+    lines = [
         "## Statistics",
         "",
-        f"Kept **{n(kept)}** documents and **{n(tokens)}** tokens of **{n(docs['read'])}** documents read.",
+        f"Kept **{n(kept)}** documents and **{n(tokens)}** tokens of **{n(read)}** documents read.",
         "",
         "| Bucket | Length (tokens, EOS included) | Documents | Tokens | Share of tokens | Files |",
         "|---|---|---:|---:|---:|---:|",
@@ -259,60 +307,76 @@ def _bucketed(doc: dict) -> list[str]:
         span = f"{n(low)} – {n(high)}" if high is not None else f"> {n(low - 1)}"
         lines.append(f"| `{b['bucket']}` | {span} | {n(b['documents'])} | {n(b['tokens'])} | "
                      f"{share(b['tokens'], tokens)} | {n(b['files'])} |")
-    lines += [f"| **Total** | | **{n(kept)}** | **{n(tokens)}** | {share(tokens, tokens)} | **{n(doc['files'])}** |",
-              ""]
-    lines += _drops_table(doc)
-    width = layout.partition_digits(partitions)
-    lines += [
-        "## Layout",
-        "",
-        "```",
-        ".",
-        f"├── {CARD_NAME:<22} this card",
-        f"├── {layout.STATS_NAME:<22} the counts and settings; written last, so a tree without it is unfinished",
-        f"├── {STATS_JSON_NAME:<22} the same counts with versions, flags and inputs, as JSON",
-        f"├── {layout.MANIFEST_NAME:<22} one row per stored document: rel_path | original_id | processed_token_count",
-        f"├── {layout.CHECKSUMS_NAME:<22} sha256 of every shard (sha256sum's format)",
-        f"├── {REMOVALS_NAME:<22} (once documents were removed) one line per removed document",
-    ]
+    return lines + [
+        f"| **Total** | | **{n(kept)}** | **{n(tokens)}** | {share(tokens, tokens)} | **{n(doc['files'])}** |", ""]
+
+
+def _bucketed_layout(doc: dict) -> list[str]:
+    """The tree's files, drawn, and the shards' format."""
+    lines = _layout_head(22, [
+        (layout.MANIFEST_NAME, "one row per stored document: rel_path | original_id | processed_token_count"),
+        (layout.CHECKSUMS_NAME, "sha256 of every shard (sha256sum's format)"),
+        (REMOVALS_NAME, "(once documents were removed) one line per removed document"),
+    ])
     shown = [b for b in doc["buckets"] if b["files"]]
     for i, b in enumerate(shown):
         branch = "└──" if i == len(shown) - 1 else "├──"
         name = f"{b['bucket']}/"
         lines.append(f"{branch} {name:<22} {n(b['files'])} file{'s' if b['files'] != 1 else ''}")
-    lines += [
+    width = layout.partition_digits(doc["layout"]["partitions"])
+    return lines + [
         "```",
         "",
         f"A shard is `BUCKET/p{'P' * width}_NNNNN{layout.SHARD_SUFFIX}`: its partition, then its index among the "
         "files of that bucket and partition. Empty buckets have no directory.",
         "",
+        *_bucketed_file_format(doc),
+    ]
+
+
+def _bucketed_file_format(doc: dict) -> list[str]:
+    dtype, eos = doc["tokenizer"]["dtype"], doc["tokenizer"]["eos_id"]
+    lines = [
         "### File format",
         "",
-        f"- **dtype**: little-endian `{dtype}`, {itemsize} bytes a token.",
+        f"- **dtype**: little-endian `{dtype}`, {layout.DTYPES[dtype].itemsize} bytes a token.",
         f"- **structure**: documents back to back, each ending with exactly one EOS (`{eos}`); no BOS, no padding, "
         f"no header. The `{layout.SHARD_SUFFIX}` suffix is only a name: read the files with `np.memmap` or "
         "`np.fromfile`, never `np.load`.",
         f"- **documents**: the rows of `{layout.MANIFEST_NAME}` for a file come in that file's order, so a "
         "document starts at the sum of the token counts before it in its file; the counts include the EOS.",
     ]
-    if special_ids:
+    if _special_ids(doc):
         lines.append("- This tree was written with `--special-tokens tokenizer`: an EOS id can occur inside a "
                      "document, so the manifest, not the EOS, says where documents end.")
-    lines += [
+    return lines + [
         f"- **checks**: `sha256sum -c {layout.CHECKSUMS_NAME}` checks every shard; `pretokenize verify --output .` "
         "checks the format, the manifest and the counts.",
         "",
     ]
-    lines += _bucketed_reading(doc, dtype, eos, special_ids) if kept else [
-        "## Reading it", "", "This tree holds no documents.", ""]
-    lines += _bucketed_removal(doc)
-    lines += _provenance(doc)
-    return lines
 
 
 def _bucketed_reading(doc: dict, dtype: str, eos: int, special_ids: bool) -> list[str]:
+    lines = _bucketed_numpy_snippets(dtype, eos)
+    if not special_ids:
+        lines += [
+            "Or by splitting on EOS, since no document holds an EOS before its end in this tree:",
+            "",
+            "```python",
+            "ends = np.flatnonzero(np.asarray(tokens) == EOS_ID) + 1",
+            "by_eos = np.split(np.asarray(tokens), ends[:-1])",
+            "assert len(by_eos) == len(documents)",
+            "```",
+            "",
+        ]
+    lines += _decode_snippet(doc["tokenizer"]["spec"])
+    return lines
+
+
+def _bucketed_numpy_snippets(dtype: str, eos: int) -> list[str]:
+    """One file's tokens, memory-mapped, and its documents by the manifest: NumPy only."""
     np_dtype = layout.DTYPES[dtype].str  # "<u4"
-    lines = [
+    return [
         "## Reading it",
         "",
         "Run these from this directory; they need only NumPy.",
@@ -350,19 +414,6 @@ def _bucketed_reading(doc: dict, dtype: str, eos: int, special_ids: bool) -> lis
         "```",
         "",
     ]
-    if not special_ids:
-        lines += [
-            "Or by splitting on EOS, since no document holds an EOS before its end in this tree:",
-            "",
-            "```python",
-            "ends = np.flatnonzero(np.asarray(tokens) == EOS_ID) + 1",
-            "by_eos = np.split(np.asarray(tokens), ends[:-1])",
-            "assert len(by_eos) == len(documents)",
-            "```",
-            "",
-        ]
-    lines += _decode_snippet(doc["tokenizer"]["spec"])
-    return lines
 
 
 def _decode_snippet(text: str) -> list[str]:
@@ -420,14 +471,42 @@ def _bucketed_removal(doc: dict) -> list[str]:
 
 
 def _scaffold(doc: dict) -> list[str]:
-    tok, docs, lay, enc = doc["tokenizer"], doc["documents"], doc["layout"], doc["encoding"]
+    return _card(doc, _scaffold_top, _scaffold_making, _scaffold_statistics, _scaffold_layout,
+                 _scaffold_reading_it, _scaffold_removal)
+
+
+def _scaffold_reading_it(doc: dict) -> list[str]:
+    first_split = next((s for s in doc["splits"] if s["files"]), None)
+    if first_split is None:
+        return _NO_DOCUMENTS
+    tok = doc["tokenizer"]
+    return _scaffold_reading(first_split["split"], tok["eot_id"], tok["ff_base"], tok["max_token_id"], doc["layout"])
+
+
+def _scaffold_removal(doc: dict) -> list[str]:
+    return [
+        "## Removing documents",
+        "",
+        "This tree has no per-document manifest, and documents may run across shard boundaries, so a "
+        "document cannot be cut out of it in place (`pretokenize remove` works on bucketed trees only). To "
+        "honour a removal request, take the document out of the input and run the job again with the same "
+        "flags: every other document keeps its split, and the shards are written anew.",
+        "",
+        "Whoever copies this tree or builds on it should pass removal requests on, and act on those the "
+        "source receives.",
+        "",
+    ]
+
+
+def _scaffold_top(doc: dict) -> list[str]:
+    """The front matter, the title and the at-a-glance table of a scaffold tree's card."""
+    tok, docs, lay = doc["tokenizer"], doc["documents"], doc["layout"]
     kept, tokens = docs["kept"], doc["tokens"]
     splits = {s["split"]: s for s in doc["splits"]}
-    eot, ff = tok["eot_id"], tok["ff_base"]
-    top = tok["max_token_id"]
+    eot, ff, top = tok["eot_id"], tok["ff_base"], tok["max_token_id"]
     lines = _front_matter(doc, "Countdown-token (scaffold) shards in llm.c's format",
                           ["pretokenized", "scaffold-tokens", "countdown-tokens", "llm.c", "gpt2", "beam-pretokenize"])
-    lines += [
+    return lines + [
         "# Countdown-token (scaffold) shards in llm.c's format",
         "",
         f"{n(kept)} documents as {n(tokens)} token ids: GPT-2 BPE, with a countdown token `<ff_N>` before every "
@@ -436,10 +515,7 @@ def _scaffold(doc: dict) -> list[str]:
         f"{doc['versions']['beam-pretokenize']}; this card, `{layout.STATS_NAME}` and `{STATS_JSON_NAME}` "
         "describe the same run.",
         "",
-        "## At a glance",
-        "",
-        "| | |",
-        "|---|---|",
+        *_AT_A_GLANCE,
         f"| **Input** | {_input_line(doc)} |",
         f"| **Tokenizer** | `{tok['spec']}` (GPT-2 BPE, ids 0 – {eot - 1}), EOT `{eot}`, `<ff_N>` = {ff} + N for "
         f"N = 0 – {top - ff} |",
@@ -452,6 +528,13 @@ def _scaffold(doc: dict) -> list[str]:
         f"| **Shards** | {n(doc['files'])} files of {n(lay['shard_tokens'])} tokens each, the last of a split "
         "holding the rest |",
         "",
+    ]
+
+
+def _scaffold_making(doc: dict) -> list[str]:
+    """How it was made: read, words, encoded, split."""
+    lay, enc, eot = doc["layout"], doc["encoding"], doc["tokenizer"]["eot_id"]
+    lines = [
         "## How it was made",
         "",
         f"1. **Read** {_input_line(doc)} (the list is under [Provenance](#provenance)).",
@@ -465,7 +548,7 @@ def _scaffold(doc: dict) -> list[str]:
                      f"{n(enc['countdown_mismatch_documents'])}).")
     long_docs = ("dropped and counted" if enc["long_docs"] == "skip"
                  else f"cut into pieces of {n(enc['max_words'])} words, each its own document")
-    lines += [
+    return lines + [
         f"3. **Encoded** every word with GPT-2 BPE on its own, after its `<ff_N>`, and ended each document with "
         f"EOT `{eot}`. A document of more than {n(enc['max_words'])} words was {long_docs}"
         + (f"; one with a word over {n(enc['max_word_chars'])} characters was dropped and counted."
@@ -474,9 +557,17 @@ def _scaffold(doc: dict) -> list[str]:
         f"of the id keyed with seed {lay['seed']}, and cut into shards of exactly {n(lay['shard_tokens'])} "
         "tokens: a document may continue in the next shard, as in llm.c's own data files.",
         "",
+    ]
+
+
+def _scaffold_statistics(doc: dict) -> list[str]:
+    """Documents, sequences, words and tokens per split."""
+    docs = doc["documents"]
+    lines = [
         "## Statistics",
         "",
-        f"Kept **{n(kept)}** documents and **{n(tokens)}** tokens of **{n(docs['read'])}** documents read.",
+        f"Kept **{n(docs['kept'])}** documents and **{n(doc['tokens'])}** tokens of **{n(docs['read'])}** "
+        "documents read.",
         "",
         "| Split | Documents | Sequences | Words | Tokens | Files |",
         "|---|---:|---:|---:|---:|---:|",
@@ -485,21 +576,16 @@ def _scaffold(doc: dict) -> list[str]:
         lines.append(f"| `{s['split']}` | {n(s['documents'])} | {n(s['sequences'])} | {n(s['words'])} | "
                      f"{n(s['tokens'])} | {n(s['files'])} |")
     total = {k: sum(s[k] for s in doc["splits"]) for k in ("documents", "sequences", "words", "tokens", "files")}
-    lines += [f"| **Total** | **{n(total['documents'])}** | **{n(total['sequences'])}** | **{n(total['words'])}** | "
-              f"**{n(total['tokens'])}** | **{n(total['files'])}** |", "",
-              "A sequence is what the shards hold as one document (more than the documents only when long ones "
-              "were cut into pieces).", ""]
-    lines += _drops_table(doc)
-    lines += [
-        "## Layout",
-        "",
-        "```",
-        ".",
-        f"├── {CARD_NAME:<20} this card",
-        f"├── {layout.STATS_NAME:<20} the counts and settings; written last, so a tree without it is unfinished",
-        f"├── {STATS_JSON_NAME:<20} the same counts with versions, flags and inputs, as JSON",
-        f"├── {layout.CHECKSUMS_NAME:<20} sha256 of every shard (sha256sum's format)",
-    ]
+    return lines + [
+        f"| **Total** | **{n(total['documents'])}** | **{n(total['sequences'])}** | **{n(total['words'])}** | "
+        f"**{n(total['tokens'])}** | **{n(total['files'])}** |", "",
+        "A sequence is what the shards hold as one document (more than the documents only when long ones "
+        "were cut into pieces).", ""]
+
+
+def _scaffold_layout(doc: dict) -> list[str]:
+    """The tree's files, drawn, and the shards' format."""
+    lines = _layout_head(20, [(layout.CHECKSUMS_NAME, "sha256 of every shard (sha256sum's format)")])
     shown = [s for s in doc["splits"] if s["files"]]
     for i, s in enumerate(shown):
         branch, inner = ("└──", "    ") if i == len(shown) - 1 else ("├──", "│   ")
@@ -511,7 +597,9 @@ def _scaffold(doc: dict) -> list[str]:
             lines.append(f"{inner}└── {first} … {last}")
         else:
             lines.append(f"{inner}└── {first}")
-    lines += [
+    lay, tok = doc["layout"], doc["tokenizer"]
+    eot, ff, top = tok["eot_id"], tok["ff_base"], tok["max_token_id"]
+    return lines + [
         "```",
         "",
         "### Shard format",
@@ -525,28 +613,10 @@ def _scaffold(doc: dict) -> list[str]:
         "checks headers, ids and countdowns.",
         "",
     ]
-    first_split = next((s for s in doc["splits"] if s["files"]), None)
-    if first_split is None:
-        lines += ["## Reading it", "", "This tree holds no documents.", ""]
-    else:
-        lines += _scaffold_reading(first_split["split"], eot, ff, top, lay)
-    lines += [
-        "## Removing documents",
-        "",
-        "This tree has no per-document manifest, and documents may run across shard boundaries, so a "
-        "document cannot be cut out of it in place (`pretokenize remove` works on bucketed trees only). To "
-        "honour a removal request, take the document out of the input and run the job again with the same "
-        "flags: every other document keeps its split, and the shards are written anew.",
-        "",
-        "Whoever copies this tree or builds on it should pass removal requests on, and act on those the "
-        "source receives.",
-        "",
-    ]
-    lines += _provenance(doc)
-    return lines
 
 
 def _scaffold_reading(split: str, eot: int, ff: int, top: int, lay: dict) -> list[str]:
+    """One shard, its header checked, and the documents of ``split``: NumPy only; then back to text."""
     return [
         "## Reading it",
         "",
@@ -585,6 +655,12 @@ def _scaffold_reading(split: str, eot: int, ff: int, top: int, lay: dict) -> lis
         'print(len(documents), "documents;", sum(words), "words")',
         "```",
         "",
+        *_scaffold_decode_snippet(split),
+    ]
+
+
+def _scaffold_decode_snippet(split: str) -> list[str]:
+    return [
         "Back to text, a word at a time (it needs tiktoken, which may download GPT-2's ranks); "
         f"`pretokenize decode {split}` prints the same:",
         "",
@@ -604,3 +680,7 @@ def _scaffold_reading(split: str, eot: int, ff: int, top: int, lay: dict) -> lis
         "```",
         "",
     ]
+
+
+# The card of each kind of tree (shards/kinds.py), by the job named in its dataset_stats.json.
+TEMPLATES = {kinds.BUCKETED.name: _bucketed, kinds.SCAFFOLD.name: _scaffold}

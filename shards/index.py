@@ -104,34 +104,7 @@ def write_index(rows, manifest_bytes: int, out: BinaryIO) -> int:
     with tempfile.TemporaryDirectory(prefix="pretokenize-index-") as scratch:
         spools = {name: _Spool(scratch, name, DTYPES.get(name)) for name in
                   ("start", "length", "file", "bucket", "partition", "id_offsets", "id_blob", "hashes")}
-        files: list[str] = []
-        file_tokens: list[int] = []
-        last_key = None
-        total = id_bytes = n = 0
-        spools["id_offsets"].add(0)
-        for rel, doc_id, tokens in rows:
-            if not files or rel != files[-1]:
-                key = _layout_key(rel)
-                if last_key is not None and key <= last_key:
-                    raise NotIndexable(f"{rel}: rows not in storage order (files in layout order, each one together)")
-                files.append(rel)
-                file_tokens.append(0)
-                last_key = key
-            if tokens < 1:
-                raise ValueError(f"manifest row of {doc_id!r} has token count {tokens}")
-            raw = doc_id.encode("utf-8")
-            spools["start"].add(total)
-            spools["length"].add(tokens)
-            spools["file"].add(len(files) - 1)
-            spools["bucket"].add(bisect.bisect_left(layout.BUCKET_BOUNDS, tokens))  # by length, as the reader
-            spools["partition"].add(last_key[1])
-            id_bytes += len(raw)
-            spools["id_offsets"].add(id_bytes)
-            spools["id_blob"].add(raw)
-            spools["hashes"].add(id_hash(raw))
-            total += tokens
-            file_tokens[-1] += tokens
-            n += 1
+        files, file_tokens, n = _spool_rows(rows, spools)
         sizes = {name: spool.close() for name, spool in spools.items()}
         names = [f.encode("utf-8") for f in files]
         small = {
@@ -149,20 +122,60 @@ def write_index(rows, manifest_bytes: int, out: BinaryIO) -> int:
         header = _HEAD.pack(MAGIC, VERSION, 0, n, len(files), manifest_bytes)
         header += b"".join(_SPAN.pack(*s) for s in spans)
         out.write(header.ljust(HEADER_BYTES, b"\0"))
-        for name, (_, size) in zip(SECTIONS, spans, strict=True):
-            if name in small:
-                data = small[name]
-                out.write(data if isinstance(data, bytes) else data.tobytes())
-            elif name == "hashes":
-                _write_lookup(os.path.join(scratch, "hashes"), n, out)
-                continue  # hash_rows is written with it
-            elif name == "hash_rows":
-                continue
-            else:
-                with open(os.path.join(scratch, name), "rb") as src:
-                    shutil.copyfileobj(src, out, 1 << 20)
-            out.write(b"\0" * ((-size) % 8))
+        _write_sections(out, scratch, small, spans, n)
     return n
+
+
+def _spool_rows(rows, spools: dict[str, _Spool]) -> tuple[list[str], list[int], int]:
+    """Each row's columns to their spools, checked in storage order; the files, their token
+    counts and the number of rows."""
+    files: list[str] = []
+    file_tokens: list[int] = []
+    last_key = None
+    total = id_bytes = n = 0
+    spools["id_offsets"].add(0)
+    for rel, doc_id, tokens in rows:
+        if not files or rel != files[-1]:
+            key = _layout_key(rel)
+            if last_key is not None and key <= last_key:
+                raise NotIndexable(f"{rel}: rows not in storage order (files in layout order, each one together)")
+            files.append(rel)
+            file_tokens.append(0)
+            last_key = key
+        if tokens < 1:
+            raise ValueError(f"manifest row of {doc_id!r} has token count {tokens}")
+        raw = doc_id.encode("utf-8")
+        spools["start"].add(total)
+        spools["length"].add(tokens)
+        spools["file"].add(len(files) - 1)
+        spools["bucket"].add(bisect.bisect_left(layout.BUCKET_BOUNDS, tokens))  # by length, as the reader
+        spools["partition"].add(last_key[1])
+        id_bytes += len(raw)
+        spools["id_offsets"].add(id_bytes)
+        spools["id_blob"].add(raw)
+        spools["hashes"].add(id_hash(raw))
+        total += tokens
+        file_tokens[-1] += tokens
+        n += 1
+    return files, file_tokens, n
+
+
+def _write_sections(out: BinaryIO, scratch: str, small: dict, spans: list[tuple[int, int]], n: int) -> None:
+    """The sections after the header, in SECTIONS order, each padded to 8 bytes: the small ones
+    from memory, the spooled columns copied from their scratch files, the lookup sorted there."""
+    for name, (_, size) in zip(SECTIONS, spans, strict=True):
+        if name in small:
+            data = small[name]
+            out.write(data if isinstance(data, bytes) else data.tobytes())
+        elif name == "hashes":
+            _write_lookup(os.path.join(scratch, "hashes"), n, out)
+            continue  # hash_rows is written with it
+        elif name == "hash_rows":
+            continue
+        else:
+            with open(os.path.join(scratch, name), "rb") as src:
+                shutil.copyfileobj(src, out, 1 << 20)
+        out.write(b"\0" * ((-size) % 8))
 
 
 def _write_lookup(hashes_path: str, n: int, out: BinaryIO) -> None:

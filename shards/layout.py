@@ -36,6 +36,10 @@ STATS_NAME = "dataset_stats.txt"
 DERIVED_NAMES = ("megatron", "length_stats.txt", "length_histogram.png")
 # Work in progress of a run lives here, on the output filesystem, until it is published.
 TEMP_DIR_NAME = ".pretokenize-tmp"
+# The ownership record: which files of the tree are the tool's (shards/tree.py).
+RECORD_NAME = ".pretokenize-tree.json"
+# The audit log of the documents `remove` took out of a tree (shards/removal.py).
+REMOVALS_NAME = "removals.txt"
 
 # Little-endian on every machine: the files must read the same everywhere.
 DTYPES: dict[str, np.dtype] = {"uint32": np.dtype("<u4"), "uint16": np.dtype("<u2")}

@@ -17,8 +17,8 @@ A scaffold output tree (the ``pretokenize scaffold`` job) is
     dataset_stats.txt         written last: the commit point
 
 Besides the format this module holds the split hash, where documents go among a split's shards,
-the stats file, and ``check_llmc_shard`` / ``check_llmc_split`` / ``check_llmc_tree``: the checks a
-verifier runs.
+the stats file, and ``check_llmc_shard`` / ``check_llmc_split``: the checks of llm.c files a
+verifier runs (``shards/scaffold_verify.py`` checks a whole scaffold tree with them).
 Nothing here imports Beam.
 """
 
@@ -34,7 +34,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from shards import layout, manifest, storage, tree
+from shards import manifest
 
 MAGIC = 20240520
 VERSION = 1
@@ -228,26 +228,8 @@ class ScaffoldStats:
 
     @classmethod
     def from_text(cls, text: str) -> ScaffoldStats:
-        settings: dict[str, str] = {}
-        splits: dict[str, SplitStats] = {}
-        drops: dict[str, int] = {}
-        table = None
-        for line in text.splitlines():
-            if not line.strip() or line.startswith("#"):
-                continue
-            if line == _SPLIT_HEADER:
-                table = "splits"
-            elif line == _DROP_HEADER:
-                table = "drops"
-            elif table is None:
-                key, _, value = line.partition(": ")
-                settings[key] = value
-            elif table == "splits":
-                name, *counts = line.split(_SEP)
-                splits[name] = SplitStats(*(int(c) for c in counts))
-            else:
-                reason, n = line.split(_SEP)
-                drops[reason] = int(n)
+        settings, (splits, drops) = manifest.parse_stats_text(text, {_SPLIT_HEADER: _split_row,
+                                                                     _DROP_HEADER: manifest.drop_row})
         if settings.get("format") != STATS_FORMAT:
             raise ValueError(f"not scaffold dataset stats: format is {settings.get('format')!r}")
         try:
@@ -266,15 +248,15 @@ class ScaffoldStats:
             )
         except KeyError as e:
             raise ValueError(f"scaffold dataset stats lack the setting {e.args[0]!r}") from None
-        for key, value in [
-            ("kept_documents", stats.kept_documents),
-            ("dropped_documents", stats.dropped_documents),
-            ("total_tokens", stats.total_tokens),
-            ("total_files", stats.total_files),
-        ]:
-            if key in settings and int(settings[key]) != value:
-                raise ValueError(f"dataset stats say {key} {settings[key]}, but the tables sum to {value}")
+        manifest.check_totals(settings, [
+            ("kept_documents", stats.kept_documents), ("dropped_documents", stats.dropped_documents),
+            ("total_tokens", stats.total_tokens), ("total_files", stats.total_files)])
         return stats
+
+
+def _split_row(cells: list[str]) -> tuple[str, SplitStats]:
+    name, *counts = cells
+    return name, SplitStats(*(int(c) for c in counts))
 
 
 def is_scaffold_stats(text: str) -> bool:
@@ -362,7 +344,11 @@ class LlmcStreamChecker:
         after_ff[0] = self._prev == self._FF
         after_ff[1:] = is_ff[:-1]
         self._mask("countdown_without_word", after_ff & ~is_word, where, pos0)
+        self._check_countdowns(t, is_eot, is_ff, where, pos0)
+        self._prev = self._EOT if is_eot[-1] else self._FF if is_ff[-1] else self._WORD
 
+    def _check_countdowns(self, t: np.ndarray, is_eot: np.ndarray, is_ff: np.ndarray, where: str, pos0: int) -> None:
+        """Each document's countdown steps down by one and ends at <ff_0>, across blocks."""
         # Countdown values, each with its document: 0 is the one open when the block starts, k the
         # one after the block's k-th EOT. The open document's last value leads as a carried entry.
         eot_pos = np.flatnonzero(is_eot)
@@ -390,7 +376,6 @@ class LlmcStreamChecker:
                 self._found["countdown_end"].add(int(np.count_nonzero(bad_end)), f"{where} token {pos0 + first}")
             still_open = docs == n_eot
             self._open_ff = int(values[still_open][-1]) if still_open.any() else None
-        self._prev = self._EOT if is_eot[-1] else self._FF if is_ff[-1] else self._WORD
 
     def problems(self, ends_document: bool = True) -> list[str]:
         """Ends the stream: the problems found, one line per kind. With ``ends_document`` the
@@ -541,72 +526,6 @@ def check_llmc_split(
     but the last holds the same count (``shard_tokens`` when given) and the last no more.
     """
     return scan_llmc_split(sources, names=names, shard_tokens=shard_tokens, block_tokens=block_tokens).problems
-
-
-def check_llmc_tree(url: str, block_tokens: int = CHECK_BLOCK_TOKENS) -> list[str]:
-    """The problems of a finished scaffold output tree (local path or fsspec URL).
-
-    Its dataset_stats.txt must exist (the commit point) and parse; each split's shards pass
-    check_llmc_split with the stats' shard_tokens; files, tokens and documents (sequences) per
-    split equal the stats'; kept + dropped documents equal the documents read; and every shard's
-    sha256 equals its line in checksums.sha256, which must exist and list every shard and
-    nothing else (a flipped BPE token passes every format check: only the checksum sees it).
-    """
-    out = tree.OutputTree.open(url)
-    try:
-        stats = out.stats()
-    except (tree.IncompleteTreeError, tree.UnreadableStatsError) as e:
-        return [e.problem]
-    if not isinstance(stats, ScaffoldStats):
-        return [f"{layout.STATS_NAME}: these are the stats of a {out.kind} tree, not of a scaffold tree"]
-    url = out.url
-    fs, root = storage.filesystem(url)
-    root = root.rstrip("/") or "/"
-    problems = []
-    if stats.kept_documents + stats.dropped_documents != stats.raw_documents:
-        problems.append(f"{layout.STATS_NAME}: {stats.raw_documents} documents read, but {stats.kept_documents} "
-                        f"kept + {stats.dropped_documents} dropped")
-    digests: dict[str, str] = {}
-    record = out.record
-    for split in SPLITS:
-        split_dir = posixpath.join(root, split)
-        # Listed, not globbed: the tree's path is the user's and may hold '[' or '*'.
-        listed = [p for p in fs.ls(split_dir, detail=False) if not fs.isdir(p)] if fs.isdir(split_dir) else []
-        # A file the user put in the tree is not the tool's: only the recorded shards are checked.
-        listed = [p for p in listed if tree.is_ours(record, f"{split}/{posixpath.basename(p)}")]
-        paths = sorted_shard_files(listed)
-        problems += [f"{split}/{posixpath.basename(p)}: not a shard name" for p in sorted(set(listed) - set(paths))]
-        names = [f"{split}/{posixpath.basename(p)}" for p in paths]
-        scan = scan_llmc_split([storage.unstrip(fs, p, url) for p in paths], names=names,
-                               shard_tokens=stats.shard_tokens, block_tokens=block_tokens)
-        problems += scan.problems
-        digests.update(zip(names, scan.sha256, strict=True))
-        expected = stats.splits.get(split, SplitStats())
-        for what, found, want in [("files", scan.files, expected.files), ("tokens", scan.tokens, expected.tokens),
-                                  ("documents", scan.documents, expected.sequences)]:
-            if found != want:
-                problems.append(f"{split}: {found} {what} on disk, the stats say {want}")
-    return problems + checksum_problems(fs, root, digests)
-
-
-def checksum_problems(fs, root: str, digests: dict[str, str]) -> list[str]:
-    """The shards' sha256 (``digests``, by relative path) against the tree's checksums.sha256."""
-    path = posixpath.join(root, layout.CHECKSUMS_NAME)
-    if not fs.exists(path):
-        return [f"{layout.CHECKSUMS_NAME}: missing: the shards' contents cannot be checked"]
-    try:
-        listed = manifest.parse_checksums(fs.cat_file(path).decode("utf-8"))
-    except (ValueError, UnicodeDecodeError) as e:
-        return [f"{layout.CHECKSUMS_NAME}: unreadable: {e}"]
-    problems = []
-    for rel, digest in sorted(digests.items()):
-        if rel not in listed:
-            problems.append(f"{rel}: not listed in {layout.CHECKSUMS_NAME}")
-        elif listed[rel] != digest:
-            problems.append(f"{rel}: content differs from its sha256 in {layout.CHECKSUMS_NAME}")
-    problems += [f"{layout.CHECKSUMS_NAME} names {rel}, which is not in the tree"
-                 for rel in sorted(set(listed) - set(digests))]
-    return problems
 
 
 def sorted_shard_files(paths: Iterable[str]) -> list[str]:

@@ -56,7 +56,7 @@ import threading
 import time
 import uuid
 
-from shards import storage
+from shards import layout, storage
 
 LOCK_NAME = ".pretokenize-lock"
 LEASE_SECONDS = 90.0  # a holder that has not renewed its lease for this long is taken to be gone
@@ -386,10 +386,8 @@ def is_tools_lock(url: str) -> bool:
 
 
 def _has_record(url: str) -> bool:
-    from shards.tree import RECORD_NAME  # shards.tree imports this module
-
     fs, root = storage.filesystem(url)
-    return fs.exists(posixpath.join(root.rstrip("/") or "/", RECORD_NAME))
+    return fs.exists(posixpath.join(root.rstrip("/") or "/", layout.RECORD_NAME))
 
 
 def held_line(url: str) -> str | None:

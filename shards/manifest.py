@@ -11,7 +11,7 @@ and files per bucket. It is written last: its presence marks the tree as complet
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from shards.layout import BUCKET_NAMES
 
@@ -192,26 +192,8 @@ class DatasetStats:
 
     @classmethod
     def from_text(cls, text: str) -> DatasetStats:
-        settings: dict[str, str] = {}
-        buckets: dict[str, BucketStats] = {}
-        drops: dict[str, int] = {}
-        table = None
-        for line in text.splitlines():
-            if not line.strip() or line.startswith("#"):
-                continue
-            if line == "bucket | documents | tokens | files":
-                table = "buckets"
-            elif line == "drop_reason | documents":
-                table = "drops"
-            elif table is None:
-                key, _, value = line.partition(": ")
-                settings[key] = value
-            elif table == "buckets":
-                name, docs, tokens, files = line.split(_SEP)
-                buckets[name] = BucketStats(int(docs), int(tokens), int(files))
-            else:
-                reason, docs = line.split(_SEP)
-                drops[reason] = int(docs)
+        settings, (buckets, drops) = parse_stats_text(text, {"bucket | documents | tokens | files": _bucket_row,
+                                                             "drop_reason | documents": drop_row})
         try:
             stats = cls(
                 raw_documents=int(settings["raw_documents"]),
@@ -234,14 +216,49 @@ class DatasetStats:
             )
         except KeyError as e:
             raise ValueError(f"dataset stats lack the setting {e.args[0]!r}") from None
-        for key, value in [
-            ("kept_documents", stats.kept_documents),
-            ("total_tokens", stats.total_tokens),
-            ("total_files", stats.total_files),
-        ]:
-            if key in settings and int(settings[key]) != value:
-                raise ValueError(f"dataset stats say {key} {settings[key]}, but the tables sum to {value}")
+        check_totals(settings, [("kept_documents", stats.kept_documents), ("total_tokens", stats.total_tokens),
+                                ("total_files", stats.total_files)])
         return stats
+
+
+def parse_stats_text(text: str, tables: dict[str, Callable[[list[str]], tuple]]) -> tuple[dict[str, str], list[dict]]:
+    """A dataset_stats.txt read as its ``key: value`` settings and its tables, in the order of
+    ``tables``: each maps a table's header line to what makes a (key, value) of a row's `` | ``-
+    separated cells (a ValueError for a row that is not one, raised in the file's order). Blank and
+    ``#`` lines are skipped. The bucketed and the scaffold job's stats share this shape."""
+    settings: dict[str, str] = {}
+    rows: dict[str, dict] = {header: {} for header in tables}
+    table = None
+    for line in text.splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        if line in tables:
+            table = line
+        elif table is None:
+            key, _, value = line.partition(": ")
+            settings[key] = value
+        else:
+            key, value = tables[table](line.split(_SEP))
+            rows[table][key] = value
+    return settings, list(rows.values())
+
+
+def _bucket_row(cells: list[str]) -> tuple[str, BucketStats]:
+    name, docs, tokens, files = cells
+    return name, BucketStats(int(docs), int(tokens), int(files))
+
+
+def drop_row(cells: list[str]) -> tuple[str, int]:
+    """A row of the drop-reason table: its reason and its count."""
+    reason, docs = cells
+    return reason, int(docs)
+
+
+def check_totals(settings: dict[str, str], totals: list[tuple[str, int]]) -> None:
+    """ValueError when a total the settings state (``kept_documents: 12``) is not what the tables sum to."""
+    for key, value in totals:
+        if key in settings and int(settings[key]) != value:
+            raise ValueError(f"dataset stats say {key} {settings[key]}, but the tables sum to {value}")
 
 
 def _optional_int(settings: dict[str, str], key: str) -> int | None:

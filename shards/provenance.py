@@ -173,15 +173,3 @@ def read_document(url: str) -> dict | None:
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ValueError(f"{storage.join(url, STATS_JSON_NAME)} is not JSON: {e}") from None
 
-
-DISTRIBUTION = "beam-pretokenize"
-
-
-def tool_version() -> str:
-    """This tool's version, from the installed package's metadata (pyproject.toml's version)."""
-    import importlib.metadata
-
-    try:
-        return importlib.metadata.version(DISTRIBUTION)
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown (not installed as a package)"

@@ -60,7 +60,7 @@ import numpy as np
 from fsspec.implementations.local import LocalFileSystem
 
 from shards import index as reader_index
-from shards import layout, llmc, manifest, storage
+from shards import kinds, layout, llmc, manifest, storage
 from shards.tree import IncompleteTreeError, OutputTree, Tree, is_ours  # noqa: F401 - IncompleteTreeError: callers catch it here
 
 SPLITS = ("train", "val", "all")
@@ -375,7 +375,7 @@ class ShardTree:
     def __init__(self, url: str, kind: str, store: TokenStore, documents: Documents, eos_id: int,
                  stats: manifest.DatasetStats | None = None):
         self.url = url
-        self.kind = kind  # "bucketed" or "llmc"
+        self.kind = kind  # a tree kind's name (shards/kinds.py): "bucketed" or "scaffold"
         self.store = store
         self.documents = documents
         self.eos_id = eos_id
@@ -392,7 +392,8 @@ class ShardTree:
         keeps it; a re-run that changes a document, or a removal, does not."""
         if self._fingerprint is None:
             h = hashlib.blake2b(digest_size=16, person=b"tree")
-            h.update(f"{self.kind}\n{self.stats.to_text() if self.stats is not None else ''}\n".encode())
+            word = kinds.get(self.kind).fingerprint_word
+            h.update(f"{word}\n{self.stats.to_text() if self.stats is not None else ''}\n".encode())
             for i, rel in enumerate(self.store.rel_paths):
                 h.update(f"{rel} {self.store.count(i)}\n".encode())
             h.update(np.ascontiguousarray(self.documents.length, dtype="<i8").tobytes())
@@ -445,7 +446,7 @@ class ShardTree:
     def is_validation(self, val_fraction: float) -> np.ndarray:
         """Bool per document: held out for validation."""
         d = self.documents
-        if self.kind == "llmc":
+        if kinds.get(self.kind).own_splits:
             if val_fraction:
                 raise ValueError(
                     "an llm.c tree carries its own split (train/ and val/, chosen by the job); "
@@ -483,12 +484,12 @@ class ShardTree:
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
         d = self.documents
         tests = []
-        if split != "all" and (self.kind == "llmc" or val_fraction != 0.0):
+        if split != "all" and (kinds.get(self.kind).own_splits or val_fraction != 0.0):
             val = self.is_validation(val_fraction)
             tests.append((lambda a, b: val[a:b]) if split == "val" else (lambda a, b: ~val[a:b]))
         elif split == "val":  # a bucketed tree with no fraction held out: no validation document
             tests.append(lambda a, b: np.zeros(b - a, dtype=bool))
-        elif val_fraction and self.kind == "llmc":
+        elif val_fraction and kinds.get(self.kind).own_splits:
             self.is_validation(val_fraction)  # the same clear error
         if buckets is not None:
             names = list(buckets)
@@ -1246,31 +1247,44 @@ def _sizes(fs, root: str, dirs: Iterable[str]) -> dict[str, int]:
 def open_tree(url: str) -> ShardTree:
     """Open a finished output tree of the bucketed or the scaffold (llm.c) job, local or fsspec.
 
-    Which kind it is, and whether it is finished, is shards.tree.OutputTree's answer.
+    Which kind it is, and whether it is finished, is shards.tree.OutputTree's answer; the kind's
+    opener (``_OPENERS``) reads it.
     """
     out = OutputTree.open(url).require_finished()
+    fs, root = storage.filesystem(out.url)
+    opened = _OPENERS[out.kind](out, fs, root.rstrip("/") or "/") if out.kind in _OPENERS else None
+    if opened is None:
+        raise ValueError(f"{out.url} has neither {layout.MANIFEST_NAME} nor train/ or val/ llm.c shards")
+    return opened
+
+
+def _open_bucketed_tree(out: OutputTree, fs, root: str) -> ShardTree | None:
+    if not fs.exists(posixpath.join(root, layout.MANIFEST_NAME)):
+        return None
+    stats = out.stats()
+    indexed = _open_indexed(fs, root, out.url, stats, out.record)
+    return indexed if indexed is not None else _open_bucketed(fs, root, out.url, stats)
+
+
+def _open_scaffold_tree(out: OutputTree, fs, root: str) -> ShardTree:
     url = out.url
-    fs, root = storage.filesystem(url)
-    root = root.rstrip("/") or "/"
-    if out.kind == "bucketed" and fs.exists(posixpath.join(root, layout.MANIFEST_NAME)):
-        stats = out.stats()
-        indexed = _open_indexed(fs, root, url, stats, out.record)
-        return indexed if indexed is not None else _open_bucketed(fs, root, url, stats)
-    if out.kind == "scaffold":
-        files = {}
-        for split in llmc.SPLITS:
-            d = posixpath.join(root, split)
-            if fs.isdir(d):
-                # Listed, not globbed: the tree's path is the user's and may hold '[' or '*'.
-                names = sorted((n for n in (posixpath.basename(p.rstrip("/")) for p in fs.ls(d, detail=False))
-                                if n.startswith("shard_") and n.endswith(".bin")
-                                and is_ours(out.record, f"{split}/{n}")), key=_shard_number)
-                files[split] = [f"{split}/{n}" for n in names]
-        names_in = Tree(url)  # every file read resolves inside the tree (no link out of it)
-        for rel in (r for rels in files.values() for r in rels):
-            names_in.path(rel, "shard")
-        return _open_llmc(fs, root, url, files)
-    raise ValueError(f"{url} has neither {layout.MANIFEST_NAME} nor train/ or val/ llm.c shards")
+    files = {}
+    for split in llmc.SPLITS:
+        d = posixpath.join(root, split)
+        if fs.isdir(d):
+            # Listed, not globbed: the tree's path is the user's and may hold '[' or '*'.
+            names = sorted((n for n in (posixpath.basename(p.rstrip("/")) for p in fs.ls(d, detail=False))
+                            if n.startswith("shard_") and n.endswith(".bin")
+                            and is_ours(out.record, f"{split}/{n}")), key=_shard_number)
+            files[split] = [f"{split}/{n}" for n in names]
+    names_in = Tree(url)  # every file read resolves inside the tree (no link out of it)
+    for rel in (r for rels in files.values() for r in rels):
+        names_in.path(rel, "shard")
+    return _open_llmc(fs, root, url, files)
+
+
+# Each tree kind's opener (shards/kinds.py names the kinds); None: the tree holds nothing to open.
+_OPENERS = {kinds.BUCKETED.name: _open_bucketed_tree, kinds.SCAFFOLD.name: _open_scaffold_tree}
 
 
 def _shard_number(name: str) -> int:
@@ -1485,7 +1499,7 @@ def _open_llmc(fs, root: str, url: str, files: Mapping[str, Sequence[str]]) -> S
         partition=np.full(len(length), -1, dtype=np.int32),
         split=split,
     )
-    return ShardTree(url, "llmc", store, documents, llmc.GPT2_EOT)
+    return ShardTree(url, kinds.SCAFFOLD.name, store, documents, llmc.GPT2_EOT)
 
 
 def _llmc_documents(store: TokenStore, split_of_file: Sequence[int], url: str) -> tuple[np.ndarray, ...]:

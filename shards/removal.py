@@ -33,7 +33,8 @@ from collections.abc import Iterable, Iterator
 
 import fsspec
 
-REMOVALS_NAME = "removals.txt"
+from shards.layout import REMOVALS_NAME
+
 REMOVALS_HEADER = "utc_time | removal_run | original_id | rel_path | tokens"
 ID_FIELD_PREFIX = "# id_field: "
 DEFAULT_ID_FIELD = "id"

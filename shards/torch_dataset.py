@@ -194,140 +194,146 @@ def _torch():
     return torch
 
 
+class _WindowDataset:
+    """Batches of ``batch_size`` windows of ``seq_len + 1`` tokens from a tree, as dicts of tensors;
+    or, given ``tokens_per_batch`` (and neither seq_len nor batch_size), batches of that many tokens
+    from ``tree.length_sampler``, one bucket and sequence length each.
+
+    ``tree`` is a URL (each worker opens it) or an opened ShardTree. The sampler's arguments
+    (split, val_fraction, buckets, partitions, weights, align_to_docs, mask_across_docs, ...)
+    pass through. ``rank`` and ``world_size`` default to torch.distributed's when it is
+    initialised. ``num_steps`` bounds the batches this rank yields (None: without end).
+    ``state_dict()`` / ``load_state_dict()``: see the module docstring.
+    """
+
+    def __init__(self, tree: str | ShardTree, seq_len: int | None = None, batch_size: int | None = None,
+                 seed: int = 0, *, tokens_per_batch: int | None = None, rank: int | None = None,
+                 world_size: int | None = None, start_step: int = 0, num_steps: int | None = None,
+                 convention: str = "hf", attention_mask: bool = False, **sampler_args: object):
+        super().__init__()
+        if convention not in CONVENTIONS:
+            raise ValueError(f"convention must be one of {CONVENTIONS}, got {convention!r}")
+        if attention_mask and convention != "hf":
+            raise ValueError("attention_mask is given in the hf convention; Megatron builds its own")
+        if tokens_per_batch is None and (seq_len is None or batch_size is None):
+            raise ValueError("give seq_len and batch_size, or tokens_per_batch")
+        if tokens_per_batch is not None and (seq_len is not None or batch_size is not None):
+            raise ValueError("tokens_per_batch sets the batch shape per bucket: give it without seq_len "
+                             "and batch_size")
+        if batch_size is not None and batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if rank is None or world_size is None:
+            dist = _torch().distributed
+            initialised = dist.is_available() and dist.is_initialized()
+            rank = rank if rank is not None else (dist.get_rank() if initialised else 0)
+            world_size = world_size if world_size is not None else (dist.get_world_size() if initialised else 1)
+        global_batch(0, rank, world_size)  # checks the pair
+        if start_step < 0 or (num_steps is not None and num_steps < 0):
+            raise ValueError("start_step and num_steps must be >= 0")
+        self.tree = tree
+        self.seq_len = seq_len
+        self.batch_size = batch_size
+        self.tokens_per_batch = tokens_per_batch
+        self.seed = seed
+        self.rank = rank
+        self.world_size = world_size
+        self.start_step = start_step
+        self.num_steps = num_steps
+        self.convention = convention
+        self.attention_mask = attention_mask
+        self.sampler_args: Mapping[str, object] = dict(sampler_args)
+        self._sampler: WindowSampler | LengthSampler | None = None
+        self._batches: WorkerBatches | None = None
+        self._loaded: Mapping | None = None
+        if isinstance(tree, ShardTree):
+            self._sampler = self._make_sampler()  # fail here, not in a worker, on bad arguments
+
+    def _make_sampler(self) -> WindowSampler | LengthSampler:
+        tree = self.tree if isinstance(self.tree, ShardTree) else open_tree(self.tree)
+        if self.tokens_per_batch is not None:
+            return tree.length_sampler(self.tokens_per_batch, self.seed, **self.sampler_args)
+        return tree.sampler(self.seq_len, self.seed, **self.sampler_args)
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_batches"] = None
+        if not isinstance(self.tree, ShardTree):
+            state["_sampler"] = None  # a worker opens the URL itself
+        return state
+
+    def __len__(self) -> int:
+        if self.num_steps is None:
+            raise TypeError("a WindowDataset without num_steps has no length")
+        return self.num_steps
+
+    def _batch_of(self, g: int) -> Batch:
+        if self.tokens_per_batch is not None:
+            return self._sampler.batch(g)
+        return self._sampler.batch(g, self.batch_size)
+
+    def fingerprint(self) -> dict:
+        """What decides this rank's batches, JSON-ready, in the order a mismatch is looked for: the
+        sampler's fingerprint (the tree, seq_len, seed, split, weights, masking, ...), the batch size,
+        what a batch holds (convention, attention_mask), then the split over ranks. A worker's
+        state adds the number of workers and its own (WorkerBatches)."""
+        if self._sampler is None:
+            self._sampler = self._make_sampler()
+        return as_json({**self._sampler.fingerprint(), "batch_size": self.batch_size,
+                        "convention": self.convention, "attention_mask": self.attention_mask,
+                        "world_size": self.world_size, "rank": self.rank, "start_step": self.start_step})
+
+    def state_dict(self) -> dict:
+        """The next step this copy of the dataset (one DataLoader worker's) makes, with its fingerprint."""
+        if self._batches is not None:
+            return self._batches.state_dict()
+        if self._loaded is not None:
+            return dict(self._loaded)
+        # Not started: the next step is start_step + this worker. A copy that has not opened its
+        # tree (a URL, in the main process of a loader whose workers do the reading) does not open
+        # it for this: such a state holds no position, so nothing can resume from it at a wrong one.
+        return {"next_step": None, "fingerprint": self.fingerprint() if self._sampler is not None else None}
+
+    def load_state_dict(self, state: Mapping) -> None:
+        """Continue, at the next ``iter()``, from a ``state_dict()`` of the same worker of a dataset
+        of the same fingerprint; a state of another is refused here, naming the first field that
+        differs (the worker and the number of workers are checked at ``iter()``, where they are known).
+        A state of a copy that had not started (``next_step`` None) starts at ``start_step``."""
+        if state.get("next_step") is None and state.get("fingerprint") is None:
+            self._loaded = self._batches = None
+            return
+        refuse_other_fingerprint(state, self.fingerprint(), "loader")
+        self._loaded = None if state.get("next_step") is None else dict(state)
+        self._batches = None
+
+    def __iter__(self):
+        if self._sampler is None:
+            self._sampler = self._make_sampler()
+        info = _torch().utils.data.get_worker_info()
+        worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        dataset = {k: v for k, v in self.fingerprint().items() if k not in ("world_size", "rank", "start_step")}
+        batches = WorkerBatches(self._batch_of, rank=self.rank, world_size=self.world_size, worker=worker,
+                                num_workers=num_workers, start_step=self.start_step, num_steps=self.num_steps,
+                                fingerprint=dataset)
+        if self._loaded is not None:
+            batches.load_state_dict(self._loaded)
+            self._loaded = None  # used once: a later iter() starts at start_step again
+        self._batches = batches
+        return map(self._tensors, batches)  # unlike a generator, keeps no batch alive between steps
+
+    def _tensors(self, item: tuple[int, Batch]) -> dict:
+        step, batch = item
+        arrays = batch_arrays(batch, self.convention, self.attention_mask)
+        torch = _torch()
+        return {**{k: torch.from_numpy(v) for k, v in arrays.items()}, "max_seqlen": batch.max_seqlen,
+                "step": step}
+
+
 def _make_class():
+    """WindowDataset: the batches above as a torch IterableDataset (torch imported only now)."""
     torch = _torch()
 
-    class WindowDataset(torch.utils.data.IterableDataset):
-        """Batches of ``batch_size`` windows of ``seq_len + 1`` tokens from a tree, as dicts of tensors;
-        or, given ``tokens_per_batch`` (and neither seq_len nor batch_size), batches of that many tokens
-        from ``tree.length_sampler``, one bucket and sequence length each.
-
-        ``tree`` is a URL (each worker opens it) or an opened ShardTree. The sampler's arguments
-        (split, val_fraction, buckets, partitions, weights, align_to_docs, mask_across_docs, ...)
-        pass through. ``rank`` and ``world_size`` default to torch.distributed's when it is
-        initialised. ``num_steps`` bounds the batches this rank yields (None: without end).
-        ``state_dict()`` / ``load_state_dict()``: see the module docstring.
-        """
-
-        def __init__(self, tree: str | ShardTree, seq_len: int | None = None, batch_size: int | None = None,
-                     seed: int = 0, *, tokens_per_batch: int | None = None, rank: int | None = None,
-                     world_size: int | None = None, start_step: int = 0, num_steps: int | None = None,
-                     convention: str = "hf", attention_mask: bool = False, **sampler_args: object):
-            super().__init__()
-            if convention not in CONVENTIONS:
-                raise ValueError(f"convention must be one of {CONVENTIONS}, got {convention!r}")
-            if attention_mask and convention != "hf":
-                raise ValueError("attention_mask is given in the hf convention; Megatron builds its own")
-            if tokens_per_batch is None and (seq_len is None or batch_size is None):
-                raise ValueError("give seq_len and batch_size, or tokens_per_batch")
-            if tokens_per_batch is not None and (seq_len is not None or batch_size is not None):
-                raise ValueError("tokens_per_batch sets the batch shape per bucket: give it without seq_len "
-                                 "and batch_size")
-            if batch_size is not None and batch_size < 1:
-                raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-            if rank is None or world_size is None:
-                dist = torch.distributed
-                initialised = dist.is_available() and dist.is_initialized()
-                rank = rank if rank is not None else (dist.get_rank() if initialised else 0)
-                world_size = world_size if world_size is not None else (dist.get_world_size() if initialised else 1)
-            global_batch(0, rank, world_size)  # checks the pair
-            if start_step < 0 or (num_steps is not None and num_steps < 0):
-                raise ValueError("start_step and num_steps must be >= 0")
-            self.tree = tree
-            self.seq_len = seq_len
-            self.batch_size = batch_size
-            self.tokens_per_batch = tokens_per_batch
-            self.seed = seed
-            self.rank = rank
-            self.world_size = world_size
-            self.start_step = start_step
-            self.num_steps = num_steps
-            self.convention = convention
-            self.attention_mask = attention_mask
-            self.sampler_args: Mapping[str, object] = dict(sampler_args)
-            self._sampler: WindowSampler | LengthSampler | None = None
-            self._batches: WorkerBatches | None = None
-            self._loaded: Mapping | None = None
-            if isinstance(tree, ShardTree):
-                self._sampler = self._make_sampler()  # fail here, not in a worker, on bad arguments
-
-        def _make_sampler(self) -> WindowSampler | LengthSampler:
-            tree = self.tree if isinstance(self.tree, ShardTree) else open_tree(self.tree)
-            if self.tokens_per_batch is not None:
-                return tree.length_sampler(self.tokens_per_batch, self.seed, **self.sampler_args)
-            return tree.sampler(self.seq_len, self.seed, **self.sampler_args)
-
-        def __getstate__(self):
-            state = self.__dict__.copy()
-            state["_batches"] = None
-            if not isinstance(self.tree, ShardTree):
-                state["_sampler"] = None  # a worker opens the URL itself
-            return state
-
-        def __len__(self) -> int:
-            if self.num_steps is None:
-                raise TypeError("a WindowDataset without num_steps has no length")
-            return self.num_steps
-
-        def _batch_of(self, g: int) -> Batch:
-            if self.tokens_per_batch is not None:
-                return self._sampler.batch(g)
-            return self._sampler.batch(g, self.batch_size)
-
-        def fingerprint(self) -> dict:
-            """What decides this rank's batches, JSON-ready, in the order a mismatch is looked for: the
-            sampler's fingerprint (the tree, seq_len, seed, split, weights, masking, ...), the batch size,
-            what a batch holds (convention, attention_mask), then the split over ranks. A worker's
-            state adds the number of workers and its own (WorkerBatches)."""
-            if self._sampler is None:
-                self._sampler = self._make_sampler()
-            return as_json({**self._sampler.fingerprint(), "batch_size": self.batch_size,
-                            "convention": self.convention, "attention_mask": self.attention_mask,
-                            "world_size": self.world_size, "rank": self.rank, "start_step": self.start_step})
-
-        def state_dict(self) -> dict:
-            """The next step this copy of the dataset (one DataLoader worker's) makes, with its fingerprint."""
-            if self._batches is not None:
-                return self._batches.state_dict()
-            if self._loaded is not None:
-                return dict(self._loaded)
-            # Not started: the next step is start_step + this worker. A copy that has not opened its
-            # tree (a URL, in the main process of a loader whose workers do the reading) does not open
-            # it for this: such a state holds no position, so nothing can resume from it at a wrong one.
-            return {"next_step": None, "fingerprint": self.fingerprint() if self._sampler is not None else None}
-
-        def load_state_dict(self, state: Mapping) -> None:
-            """Continue, at the next ``iter()``, from a ``state_dict()`` of the same worker of a dataset
-            of the same fingerprint; a state of another is refused here, naming the first field that
-            differs (the worker and the number of workers are checked at ``iter()``, where they are known).
-            A state of a copy that had not started (``next_step`` None) starts at ``start_step``."""
-            if state.get("next_step") is None and state.get("fingerprint") is None:
-                self._loaded = self._batches = None
-                return
-            refuse_other_fingerprint(state, self.fingerprint(), "loader")
-            self._loaded = None if state.get("next_step") is None else dict(state)
-            self._batches = None
-
-        def __iter__(self):
-            if self._sampler is None:
-                self._sampler = self._make_sampler()
-            info = torch.utils.data.get_worker_info()
-            worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
-            dataset = {k: v for k, v in self.fingerprint().items() if k not in ("world_size", "rank", "start_step")}
-            batches = WorkerBatches(self._batch_of, rank=self.rank, world_size=self.world_size, worker=worker,
-                                    num_workers=num_workers, start_step=self.start_step, num_steps=self.num_steps,
-                                    fingerprint=dataset)
-            if self._loaded is not None:
-                batches.load_state_dict(self._loaded)
-                self._loaded = None  # used once: a later iter() starts at start_step again
-            self._batches = batches
-            return map(self._tensors, batches)  # unlike a generator, keeps no batch alive between steps
-
-        def _tensors(self, item: tuple[int, Batch]) -> dict:
-            step, batch = item
-            arrays = batch_arrays(batch, self.convention, self.attention_mask)
-            return {**{k: torch.from_numpy(v) for k, v in arrays.items()}, "max_seqlen": batch.max_seqlen,
-                    "step": step}
+    class WindowDataset(_WindowDataset, torch.utils.data.IterableDataset):
+        __doc__ = _WindowDataset.__doc__
 
     WindowDataset.__module__ = __name__
     WindowDataset.__qualname__ = "WindowDataset"

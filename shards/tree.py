@@ -44,16 +44,12 @@ import json
 import os
 import posixpath
 import uuid
-from typing import TYPE_CHECKING
 
-from shards import layout, lock, manifest, storage
+from shards import kinds, layout, lock, manifest, storage
+from shards.layout import RECORD_NAME
+from shards.llmc import ScaffoldStats
 
-if TYPE_CHECKING:
-    from shards.llmc import ScaffoldStats  # shards.llmc imports this module
-
-RECORD_NAME = ".pretokenize-tree.json"
 TOOL = "beam-pretokenize"
-KINDS = ("bucketed", "scaffold", "tokenizer")  # tokenizer: train-bpe's output
 
 
 class NotOurTreeError(ValueError):
@@ -91,7 +87,7 @@ class TreeRecord:
     def from_json(cls, text: str, where: str) -> TreeRecord:
         try:
             d = json.loads(text)
-            if d.get("tool") != TOOL or d.get("kind") not in KINDS:
+            if d.get("tool") != TOOL or d.get("kind") not in kinds.REGISTRY:
                 raise ValueError("not this tool's record")
             files, derived = list(d.get("files", [])), list(d.get("derived", []))
             if not all(isinstance(p, str) and _is_relative(p) for p in files + derived):
@@ -110,32 +106,8 @@ class TreeRecord:
 def fixed_names() -> frozenset[str]:
     """The names the tool owns in a tree without listing them (its fixed files): a record entry
     naming one would have a re-run delete it (the audit log, the commit point, the lock)."""
-    from shards.removal import REMOVALS_NAME
-
-    return frozenset({REMOVALS_NAME, layout.MANIFEST_NAME, layout.STATS_NAME, layout.CHECKSUMS_NAME, RECORD_NAME,
+    return frozenset({layout.REMOVALS_NAME, layout.MANIFEST_NAME, layout.STATS_NAME, layout.CHECKSUMS_NAME, RECORD_NAME,
                       lock.LOCK_NAME})
-
-
-def _is_data_file(kind: str, name: str) -> bool:
-    """Whether ``name`` is a data file's path of a tree of ``kind``, in the shape its job writes."""
-    if kind == "bucketed":
-        try:
-            layout.parse_shard_rel_path(name)
-        except ValueError:
-            return False
-        return True
-    if kind == "scaffold":
-        from shards import llmc  # it imports this module
-
-        split, _, base = name.partition("/")
-        try:
-            llmc.parse_shard_name(base)
-        except ValueError:
-            return False
-        return split in llmc.SPLITS
-    from transforms.bpe import files as bpe_files  # the tokenizer's fixed names (no Beam there)
-
-    return name in bpe_files.FILES
 
 
 def entry_problem(kind: str, what: str, name: str) -> str | None:
@@ -148,11 +120,12 @@ def entry_problem(kind: str, what: str, name: str) -> str | None:
         return f"is inside {layout.TEMP_DIR_NAME}, the tool's temporary directory"
     if lock.is_lock_name(top) or name in fixed_names():
         return "is one of the tree's fixed files, never listed"
+    of = kinds.get(kind)
     if what == "files":
-        return None if _is_data_file(kind, name) else f"is not a data file of a {kind} tree"
-    if kind == "tokenizer":
-        return "is listed as derived, and no tool derives a file from a tokenizer"
-    if _is_data_file(kind, name):
+        return None if of.is_data_file(name) else f"is not a data file of a {kind} tree"
+    if not of.derives:
+        return f"is listed as derived, and no tool derives a file from a {kind}"
+    if of.is_data_file(name):
         return f"is a data file of a {kind} tree, listed as derived"
     return None
 
@@ -289,9 +262,7 @@ class Tree:
     def check_data_dirs(self, kind: str) -> None:
         """None of the directories a job of ``kind`` writes its files into (bucket or split
         directories) is a link: checked at launch, before any file in them is named."""
-        from shards import llmc
-
-        for name in {"bucketed": layout.BUCKET_NAMES, "scaffold": llmc.SPLITS}.get(kind, ()):
+        for name in kinds.get(kind).data_dirs:
             if self.local and os.path.islink(self.writable(name, "directory")):
                 raise self._link_refusal(name)
 
@@ -532,6 +503,44 @@ def temp_url(url: str) -> str:
     return Tree(url).temp_url()
 
 
+@dataclasses.dataclass(frozen=True)
+class Found:
+    """What a writing job would find at its ``--output`` (``find``): nothing is changed to know it.
+
+    ``state`` is one of ``STATES``: "missing" and "empty" are claimed, "ours" (this tool's tree of
+    the same kind) is reused, the rest are refused; ``record`` the tree's record when it has one;
+    ``entry`` a name in the directory that is not the tool's (state "foreign")."""
+
+    state: str
+    record: TreeRecord | None = None
+    entry: str | None = None
+
+    STATES = ("missing", "empty", "ours", "file", "foreign", "other kind")
+
+    @property
+    def claimable(self) -> bool:
+        return self.state in ("missing", "empty", "ours")
+
+
+def find(url: str, kind: str) -> Found:
+    """The claim rule, read only: what ``claim(url, kind)`` would find (a dry run's plan says it)."""
+    kinds.get(kind)  # ValueError for a kind no job writes
+    with storage.reaching(url):
+        fs, root = _root(url)
+        if not fs.exists(root):
+            return Found("missing")
+        if not fs.isdir(root):
+            return Found("file")
+        record = read_record(url)
+        if record is None:
+            # The lock of a command writing here is the tool's only by its exact name, and only when
+            # it is a holder record: a user's ``.pretokenize-lock.notes`` (or a lock-named file that
+            # is not a lock) makes the directory not ours.
+            entries = [e for e in _entries(fs, root) if not (e == lock.LOCK_NAME and lock.is_tools_lock(url))]
+            return Found("foreign", entry=entries[0]) if entries else Found("empty")
+        return Found("ours" if record.kind == kind else "other kind", record)
+
+
 def claim(url: str, kind: str, write: bool = True) -> TreeRecord:
     """Make ``url`` this tool's tree of ``kind``, or refuse: the check every writing job does at launch.
 
@@ -539,34 +548,28 @@ def claim(url: str, kind: str, write: bool = True) -> TreeRecord:
     tool's own tree of the same kind is reused; anything else raises NotOurTreeError. Without
     ``write`` (a dry run) the same checks, and nothing is written.
     """
-    if kind not in KINDS:
-        raise ValueError(f"unknown tree kind {kind!r}")
-    with storage.reaching(url):
-        fs, root = _root(url)
-        if fs.exists(root) and not fs.isdir(root):
-            raise NotOurTreeError(f"--output {url} is a file, not a directory")
-        record = read_record(url)
-        if record is None:
-            # The lock of a command writing here is the tool's only by its exact name, and only when
-            # it is a holder record: a user's ``.pretokenize-lock.notes`` (or a lock-named file that
-            # is not a lock) makes the directory not ours.
-            entries = [e for e in _entries(fs, root) if not (e == lock.LOCK_NAME and lock.is_tools_lock(url))]
-            if entries:
-                raise NotOurTreeError(
-                    f"--output {url} is not empty and was not written by pretokenize (it holds {entries[0]!r}, "
-                    f"and no {RECORD_NAME}); write to a new or empty directory"
-                )
-            record = TreeRecord(kind)
-            if write:
-                fs.makedirs(root, exist_ok=True)
-                write_record(url, record)
-            return record
-        if record.kind != kind:
-            raise NotOurTreeError(
-                f"--output {url} holds the {record.kind} job's output, not the {kind} job's; "
-                "write to another directory"
-            )
-        return record
+    found = find(url, kind)
+    if found.state == "file":
+        raise NotOurTreeError(f"--output {url} is a file, not a directory")
+    if found.state == "foreign":
+        raise NotOurTreeError(
+            f"--output {url} is not empty and was not written by pretokenize (it holds {found.entry!r}, "
+            f"and no {RECORD_NAME}); write to a new or empty directory"
+        )
+    if found.state == "other kind":
+        raise NotOurTreeError(
+            f"--output {url} holds the {found.record.kind} job's output, not the {kind} job's; "
+            "write to another directory"
+        )
+    if found.record is not None:
+        return found.record
+    record = TreeRecord(kind)
+    if write:
+        with storage.reaching(url):
+            fs, root = _root(url)
+            fs.makedirs(root, exist_ok=True)
+            write_record(url, record)
+    return record
 
 
 def owned(url: str, kind: str | None = None) -> TreeRecord:
@@ -636,8 +639,6 @@ class OutputTree:
     @classmethod
     def open(cls, url: str) -> OutputTree:
         """Read what ``url`` is; FileNotFoundError when it is not a directory."""
-        from shards import llmc
-
         url = storage.normalize(url)
         with storage.reaching(url):
             fs, root = _root(url)
@@ -649,15 +650,19 @@ class OutputTree:
             stats_text = fs.cat_file(stats_path).decode("utf-8", "surrogateescape") if fs.exists(stats_path) else None
             if record is not None:
                 kind = record.kind
-            elif stats_text is not None and llmc.is_scaffold_stats(stats_text):
-                kind = "scaffold"
-            elif fs.exists(posixpath.join(root, layout.MANIFEST_NAME)):
-                kind = "bucketed"
-            elif any(fs.isdir(posixpath.join(root, split)) for split in llmc.SPLITS):
-                kind = "scaffold"
             else:
-                kind = None
+                told = kinds.told_by(stats_text, fs, root)
+                kind = told.name if told is not None else None
         return cls(url, record, kind, stats_text)
+
+    @property
+    def tree_kind(self) -> kinds.TreeKind | None:
+        """The registry's entry of this tree's kind (shards.kinds); None when nothing says which."""
+        return kinds.get(self.kind) if self.kind is not None else None
+
+    def owns(self, rel: str) -> bool:
+        """Whether the data file ``rel`` is the tool's (``is_ours`` with this tree's record)."""
+        return is_ours(self.record, rel)
 
     @property
     def finished(self) -> bool:
@@ -675,15 +680,13 @@ class OutputTree:
 
     def stats(self) -> manifest.DatasetStats | ScaffoldStats:
         """The stats of a finished tree, parsed as its kind's: ``manifest.DatasetStats`` (bucketed) or
-        ``llmc.ScaffoldStats`` (scaffold). IncompleteTreeError when it is not finished,
-        UnreadableStatsError (naming the file) when they do not parse."""
-        from shards import llmc
-
+        ``llmc.ScaffoldStats`` (scaffold): the kind's ``stats_type``, the bucketed job's when nothing
+        says which. IncompleteTreeError when it is not finished, UnreadableStatsError (naming the
+        file) when they do not parse."""
         self.require_finished()
-        parse = llmc.ScaffoldStats.from_text if self.kind == "scaffold" else manifest.DatasetStats.from_text
         try:
             self.stats_text.encode("utf-8")
-            return parse(self.stats_text)
+            return (self.tree_kind or kinds.BUCKETED).parse_stats(self.stats_text)
         except UnicodeEncodeError:
             raise UnreadableStatsError(self.url, "it is not UTF-8 text") from None
         except (ValueError, KeyError) as e:

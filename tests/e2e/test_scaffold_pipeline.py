@@ -16,7 +16,7 @@ import pytest
 from conftest import GPT2_RANKS, REPO, tree_hashes
 
 from pipelines import cli, decode, scaffold
-from shards import layout, llmc, tree
+from shards import layout, llmc, scaffold_verify, tree
 from shards.card import CARD_NAME
 from shards.llmc import ScaffoldStats
 from shards.provenance import STATS_JSON_NAME
@@ -139,7 +139,7 @@ def test_the_shards_pass_the_format_checks(sample_run):
     for split in llmc.SPLITS:
         paths = sorted(str(p) for p in (out / split).iterdir())
         assert llmc.check_llmc_split(paths, shard_tokens=stats.shard_tokens) == []
-    assert llmc.check_llmc_tree(str(out)) == []
+    assert scaffold_verify.check_scaffold_tree(str(out)) == []
 
 
 def test_the_tree_check_finds_damage(sample_run, tmp_path):
@@ -155,16 +155,16 @@ def test_the_tree_check_finds_damage(sample_run, tmp_path):
     at = next(int(b) for a, b in zip(ff[:-1], ff[1:], strict=True) if not (tokens[a:b] == llmc.GPT2_EOT).any())
     data[llmc.HEADER_BYTES + 2 * at:llmc.HEADER_BYTES + 2 * at + 2] = (int(tokens[at]) + 1).to_bytes(2, "little")
     shard.write_bytes(bytes(data))
-    problems = llmc.check_llmc_tree(str(out))
+    problems = scaffold_verify.check_scaffold_tree(str(out))
     assert any(f"countdown tokens that are not one less than the countdown before them (first at "
                f"train/shard_001.bin token {at})" in p for p in problems), problems
     last = sorted((out / "train").iterdir())[-1]
     last.unlink()
-    problems = llmc.check_llmc_tree(str(out))
+    problems = scaffold_verify.check_scaffold_tree(str(out))
     assert any("train: the last document does not end with EOT" in p for p in problems)
     assert any("files on disk, the stats say" in p for p in problems)
     (out / layout.STATS_NAME).unlink()
-    assert llmc.check_llmc_tree(str(out)) == [
+    assert scaffold_verify.check_scaffold_tree(str(out)) == [
         "dataset_stats.txt: missing: the tree is not finished (a job died or is still publishing)"]
 
 
@@ -384,4 +384,4 @@ def test_when_every_document_is_dropped_only_the_stats_are_written(tmp_path, gpt
     assert sorted(tree_hashes(tmp_path / "out")) == sorted([tree.RECORD_NAME, layout.CHECKSUMS_NAME, layout.STATS_NAME,
                                                             STATS_JSON_NAME, CARD_NAME])
     assert "This tree holds no documents." in (tmp_path / "out" / CARD_NAME).read_text(encoding="utf-8")
-    assert llmc.check_llmc_tree(str(tmp_path / "out")) == []
+    assert scaffold_verify.check_scaffold_tree(str(tmp_path / "out")) == []

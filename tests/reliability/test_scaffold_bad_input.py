@@ -19,7 +19,7 @@ from conftest import REPO
 from test_scaffold_pipeline import expected_streams, split_stream
 
 from pipelines import cli, decode
-from shards import layout, llmc
+from shards import layout, llmc, scaffold_verify
 from shards.llmc import ScaffoldStats
 from transforms.scaffold.encode import annotate, format_annotated, parse_annotated
 
@@ -154,7 +154,7 @@ def test_row_level_bad_input_is_skipped_and_counted(case, tmp_path, gpt2_spec, g
     assert stats(out).drops == {reason: 1}
     assert stats(out).raw_documents == len(GOOD) + 1 and stats(out).kept_documents == len(GOOD)
     assert shard_hashes(out) == good_only
-    assert llmc.check_llmc_tree(str(out)) == []
+    assert scaffold_verify.check_scaffold_tree(str(out)) == []
 
 
 @pytest.mark.parametrize("on_bad_record", ["fail", "skip"])

@@ -19,7 +19,7 @@ from crash_tools import FaultyFileSystem, TreeWatcher, has_files, kill_when
 from faults import fail_first
 
 from pipelines import scaffold
-from shards import layout, llmc
+from shards import layout, llmc, scaffold_verify
 from shards.llmc import ScaffoldStats
 from transforms.core import spill
 from transforms.core.records import BadInputError
@@ -65,7 +65,7 @@ def test_bundles_that_fail_once_and_are_retried_change_nothing(long_docs, tmp_pa
     retried = tree_hashes(tmp_path / "retried")
     assert retried == tree_hashes(tmp_path / "clean")
     assert len([k for k in retried if k.startswith("train/")]) > 10
-    assert llmc.check_llmc_tree(str(tmp_path / "retried")) == []
+    assert scaffold_verify.check_scaffold_tree(str(tmp_path / "retried")) == []
 
 
 class _Watcher(TreeWatcher):

@@ -445,7 +445,7 @@ def llmc_tree(tmp_path):
 def test_llmc_shards_split_into_documents_at_eot(llmc_tree):
     root, train, val, cut = llmc_tree
     tree = open_tree(str(root))
-    assert tree.kind == "llmc" and tree.eos_id == 50256 and tree.dtype == np.dtype("<u2")
+    assert tree.kind == "scaffold" and tree.eos_id == 50256 and tree.dtype == np.dtype("<u2")
     assert len(tree) == len(train) + len(val)
     for k, doc in enumerate(train):
         assert tree.document(f"train:{k}").tolist() == doc

@@ -15,8 +15,8 @@ from transforms.core.publish import UnaccountedDocumentsError, check_accounting,
 from transforms.scaffold.encode import DocumentCounts, countdown_tokens, sum_counts
 from transforms.scaffold.settings import ScaffoldSettings
 from transforms.scaffold.write import (
-    LlmcFormat,
     LlmcShardConfig,
+    ScaffoldFormat,
     StagedShard,
     keep_first_copies,
     make_placement,
@@ -331,7 +331,7 @@ STAGED = [StagedShard("train", 0, 10, "train/shard_000.bin"), StagedShard("train
 
 def _stats(staged, raw_documents, drops, counts) -> ScaffoldStats:
     """The stats publish would write, after the checks it makes before touching the tree."""
-    stats = LlmcFormat(SETTINGS, CONFIG).compute_stats(staged, raw_documents, drops, {"counts": counts})
+    stats = ScaffoldFormat(SETTINGS, CONFIG).compute_stats(staged, raw_documents, drops, {"counts": counts})
     check_accounting(stats.kept_documents, stats.dropped_documents, raw_documents)
     return stats
 
@@ -350,7 +350,7 @@ def test_publish_refuses_lost_documents_or_tokens():
     stats = _stats(STAGED, 3, {"no_words": 1}, counts)
     assert stats.splits["train"] == SplitStats(2, 2, 5, 13, 2)
     assert (stats.tokenizer, stats.val_fraction, stats.shard_tokens) == ("gpt2", 0.05, 10)
-    fmt = LlmcFormat(SETTINGS, CONFIG)
+    fmt = ScaffoldFormat(SETTINGS, CONFIG)
     # Each refusal comes before publish touches the output (which does not exist here).
     with pytest.raises(UnaccountedDocumentsError, match="refusing to publish"):
         publish(STAGED, 4, {"no_words": 1}, {"counts": counts}, fmt, CONFIG)

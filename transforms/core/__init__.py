@@ -1,5 +1,5 @@
 """The core both jobs share: read documents in batches, spill their tokens, shuffle compact
-references, write files, publish once (see transforms/core/README in each module's docstring).
+references, write files, publish once (each module's docstring says its part):
 
     ReadDocuments     input units -> DocBatch (Arrow columns of one input file), drops counted
                       (transforms.inputs: the input formats)

@@ -18,8 +18,9 @@ import posixpath
 from collections.abc import Iterable
 
 from shards import storage
-from shards.provenance import Provenance, tool_version
+from shards.provenance import Provenance
 from shards.tokenizer_spec import TokenizerSpec, parse_spec
+from shards.version import tool_version
 from transforms.inputs.units import InputUnit
 from transforms.tokenizers.hf import HF_TOKENIZER_FILES
 

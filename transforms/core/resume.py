@@ -34,12 +34,12 @@ import json
 import logging
 import posixpath
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 
 import apache_beam as beam
 from apache_beam.utils.windowed_value import WindowedValue
 
 from shards import storage, tree
+from shards.version import code_version
 from transforms.core import progress
 from transforms.core.spread import SpreadEvenly
 from transforms.inputs.units import unit_cost
@@ -55,23 +55,6 @@ MARKER_VERSION = 2  # 1 was a pickle: saved work of that format is redone, never
 # encodes as the saved work's did.
 PROBE_TEXT = ("Resume probe: The quick brown fox jumps over 13 lazy dogs; naïve café, Ünïcödé, 日本語, "
               "русский текст, emoji 🙂, tabs\tand  spaces, <|endoftext|> as text.\n")
-
-
-def tool_version() -> str:
-    """The package version and a hash of the code that makes the bytes (pipelines, transforms, shards)."""
-    from importlib import metadata
-
-    try:
-        version = metadata.version("beam-pretokenize")
-    except metadata.PackageNotFoundError:
-        version = "unknown"
-    digest = hashlib.sha256()
-    root = Path(__file__).resolve().parents[2]
-    for package in ("pipelines", "transforms", "shards"):
-        for path in sorted((root / package).rglob("*")):
-            if path.is_file() and path.suffix in (".py", ".tiktoken", ".json"):
-                digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
-    return f"{version} code {digest.hexdigest()[:16]}"
 
 
 def tokenizer_probe(encoder) -> str:
@@ -101,7 +84,7 @@ class WorkDescription:
         skipped = {"input", "output", "restart", "license", "source_dataset", "input_sha256", *ignore}
         values = {k: v for k, v in sorted(dataclasses.asdict(settings).items()) if k not in skipped}
         inputs = [[u.path, u.kind, u.row_group, u.first_row, u.fingerprint] for u in units]
-        return cls(job, tool_version(), json.loads(json.dumps(values)), inputs, json.loads(json.dumps(extra)))
+        return cls(job, code_version(), json.loads(json.dumps(values)), inputs, json.loads(json.dumps(extra)))
 
     @property
     def key(self) -> str:

@@ -1,7 +1,7 @@
 """ScaffoldSettings: the scaffold job's settings, one typed object.
 
 The CLI fills it from its flags; the encoder's, the reader's and the writer's typed arguments and
-the stats dataset_stats.txt records (LlmcFormat) are built from it.
+the stats dataset_stats.txt records (ScaffoldFormat) are built from it.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ data files do). Tokens are never shuffled through Beam; only small references ar
                       stretches of the stream order and about equally full.
     GroupByRange      a range's SequenceRefs. Every copy of an id has the id's split and sort key,
     DropDuplicateIds  so copies meet here: the first by (input file, row) is kept, as in the
-                      bucketed job (transforms.bucketed.write.drop_duplicates), each other copy is counted
+                      bucketed job (transforms.core.batches.first_copies), each other copy is counted
                       as ``duplicate_id`` and its counts are taken back
     RangeTokens       tokens per deduplicated range; from these, each range's first position in
     RangeOffsets      its split's stream (one small dict, a side input)
@@ -434,7 +434,7 @@ class WriteLlmcShards(beam.PTransform):
 
 
 @dataclasses.dataclass(frozen=True)
-class LlmcFormat:
+class ScaffoldFormat:
     """What llm.c shards add to the core's publish step: their stats, built from the job's settings
     and checked for tokens (tokens encoded = tokens in the shards, shards 0..n-1)."""
 
@@ -501,14 +501,14 @@ class LlmcFormat:
 
 
 class PublishLlmcOutput(beam.PTransform):
-    """StagedShards in; publishes once all are staged (the core's PublishOutput with an LlmcFormat)
+    """StagedShards in; publishes once all are staged (the core's PublishOutput with a ScaffoldFormat)
     and yields the ScaffoldStats.
 
     ``counts`` holds (split, DocumentCounts) of the encoded documents and negative ones for the
     copies of ids WriteLlmcShards left out: their sums are the documents kept.
     """
 
-    def __init__(self, fmt: LlmcFormat, raw_documents, drop_reasons, counts):
+    def __init__(self, fmt: ScaffoldFormat, raw_documents, drop_reasons, counts):
         super().__init__()
         self._fmt = fmt
         self._raw = raw_documents

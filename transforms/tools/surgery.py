@@ -257,7 +257,7 @@ def make_plan(output: str, removal_ids: Iterable[str], run: str, utc_time: str,
     be a finished bucketed one whose stats parse (IncompleteTreeError, UnreadableStatsError
     otherwise): they are rewritten when the removal finishes."""
     out = tree.OutputTree.open(output)
-    if out.kind != "bucketed":
+    if out.tree_kind is None or not out.tree_kind.removes_in_place:
         raise ValueError(f"{output} is a {out.kind} tree; documents are removed from bucketed trees only")
     out.stats()  # finished, and its stats parse: the removal rewrites them when it finishes
     recorded = set(tree.owned(output, "bucketed").files)

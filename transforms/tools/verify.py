@@ -272,23 +272,8 @@ def files_holding_ids(output: str, removed: Mapping[str, str], shards: set[str])
 def check_file(unit: FileUnit, config: VerifyConfig) -> Iterator[tuple[str, object]]:
     """("problem", text), ("summary", FileSummary) and, for sampled ids, ("tokens", (id, list))."""
     rel = unit.rel_path
-    try:
-        name = layout.parse_shard_rel_path(rel)
-    except ValueError:
-        yield "problem", f"{rel}: not a shard file name of this layout (bucket/pPP_NNNNN.npy)"
-        return
-    if name.partition >= config.partitions:
-        yield "problem", f"{rel}: partition {name.partition} is outside 0..{config.partitions - 1}"
-    try:
-        tree.Tree(config.output).path(rel, "shard")
-    except tree.UnsafePathError as e:
-        yield "problem", f"{rel}: not read: {e}"
-        return
-    if not unit.on_disk:
-        yield "problem", f"{rel}: listed in the manifest but missing"
-        return
-    if unit.manifest_start < 0:
-        yield "problem", f"{rel}: file without manifest rows"
+    name = yield from _readable_shard(unit, config)
+    if name is None:
         return
     fs, root = storage.filesystem(config.output)
     with fs.open(posixpath.join(root, layout.MANIFEST_NAME), "rb") as f:
@@ -302,40 +287,73 @@ def check_file(unit: FileUnit, config: VerifyConfig) -> Iterator[tuple[str, obje
     expected = sum(n for _, _, n in rows)
     if size // dtype.itemsize != expected:
         yield "problem", f"{rel}: holds {size // dtype.itemsize} tokens, its manifest rows count {expected}"
-    low, high = layout.bucket_range(name.bucket)
-    tokens_seen = 0
-    digest = hashlib.sha256()
     with fs.open(posixpath.join(root, rel), "rb") as f:
-        for k, (_, doc_id, n) in enumerate(rows):
-            where = f"{rel} document {k} ({doc_id})"
-            if n < low or (high is not None and n > high):
-                yield "problem", f"{where}: {n} tokens do not belong in bucket {name.bucket} ({low}..{high or 'inf'})"
-            data = f.read(n * dtype.itemsize)
-            digest.update(data)
-            doc = np.frombuffer(data[: len(data) - len(data) % dtype.itemsize], dtype=dtype)
-            if len(doc) < n:
-                yield "problem", f"{where}: the file ends after {len(doc)} of its {n} tokens"
-                break
-            tokens_seen += n
-            eos = np.flatnonzero(doc == config.eos_id)
-            if len(eos) == 0 or eos[-1] != n - 1:
-                yield "problem", f"{where}: does not end with EOS {config.eos_id}"
-            if not config.eos_inside and (len(eos) > 1 or (len(eos) == 1 and eos[0] != n - 1)):
-                inner = [int(i) for i in eos if i != n - 1]
-                yield "problem", f"{where}: EOS inside the document at token {inner[0]}"
-            if n and int(doc.max()) >= config.vocab_size:
-                yield "problem", f"{where}: token id {int(doc.max())} is not below the vocabulary {config.vocab_size}"
-            if config.sample > 0 and config.sampled(doc_id):
-                yield "tokens", (doc_id, doc.tolist())
-        while rest := f.read(1 << 20):
-            digest.update(rest)
+        digest, tokens_seen = yield from _check_documents(f, rel, name.bucket, rows, config)
     if config.checksums is not None:
         want = config.checksums.get(rel)
         if want is None:
             yield "problem", f"{rel}: not listed in {layout.CHECKSUMS_NAME}"
-        elif digest.hexdigest() != want:
+        elif digest != want:
             yield "problem", f"{rel}: content differs from its sha256 in {layout.CHECKSUMS_NAME}"
     yield "summary", FileSummary(name.bucket, len(rows), tokens_seen)
+
+
+def _readable_shard(unit: FileUnit, config: VerifyConfig) -> Iterator[tuple[str, object]]:
+    """The problems that stop a file from being read (its name, its place, its manifest rows);
+    returns its parsed name when it can be read, else None."""
+    rel = unit.rel_path
+    try:
+        name = layout.parse_shard_rel_path(rel)
+    except ValueError:
+        yield "problem", f"{rel}: not a shard file name of this layout (bucket/pPP_NNNNN.npy)"
+        return None
+    if name.partition >= config.partitions:
+        yield "problem", f"{rel}: partition {name.partition} is outside 0..{config.partitions - 1}"
+    try:
+        tree.Tree(config.output).path(rel, "shard")
+    except tree.UnsafePathError as e:
+        yield "problem", f"{rel}: not read: {e}"
+        return None
+    if not unit.on_disk:
+        yield "problem", f"{rel}: listed in the manifest but missing"
+        return None
+    if unit.manifest_start < 0:
+        yield "problem", f"{rel}: file without manifest rows"
+        return None
+    return name
+
+
+def _check_documents(f, rel: str, bucket: str, rows: list, config: VerifyConfig) -> Iterator[tuple[str, object]]:
+    """Each document of the open shard ``f`` against its manifest row (its bucket, its EOS, its ids),
+    the sampled ones' tokens yielded; returns the file's sha256 and the tokens read."""
+    dtype = layout.DTYPES[config.dtype]
+    low, high = layout.bucket_range(bucket)
+    tokens_seen = 0
+    digest = hashlib.sha256()
+    for k, (_, doc_id, n) in enumerate(rows):
+        where = f"{rel} document {k} ({doc_id})"
+        if n < low or (high is not None and n > high):
+            yield "problem", f"{where}: {n} tokens do not belong in bucket {bucket} ({low}..{high or 'inf'})"
+        data = f.read(n * dtype.itemsize)
+        digest.update(data)
+        doc = np.frombuffer(data[: len(data) - len(data) % dtype.itemsize], dtype=dtype)
+        if len(doc) < n:
+            yield "problem", f"{where}: the file ends after {len(doc)} of its {n} tokens"
+            break
+        tokens_seen += n
+        eos = np.flatnonzero(doc == config.eos_id)
+        if len(eos) == 0 or eos[-1] != n - 1:
+            yield "problem", f"{where}: does not end with EOS {config.eos_id}"
+        if not config.eos_inside and (len(eos) > 1 or (len(eos) == 1 and eos[0] != n - 1)):
+            inner = [int(i) for i in eos if i != n - 1]
+            yield "problem", f"{where}: EOS inside the document at token {inner[0]}"
+        if n and int(doc.max()) >= config.vocab_size:
+            yield "problem", f"{where}: token id {int(doc.max())} is not below the vocabulary {config.vocab_size}"
+        if config.sample > 0 and config.sampled(doc_id):
+            yield "tokens", (doc_id, doc.tolist())
+    while rest := f.read(1 << 20):
+        digest.update(rest)
+    return digest.hexdigest(), tokens_seen
 
 
 class CheckFileFn(beam.DoFn):
@@ -442,6 +460,31 @@ class VerifyOutput(beam.PTransform):
                                               special_tokens=stats.special_tokens)
             self.retokenizer = self._tokenizer.load().library
 
+    def _source_problems(self, pbegin, stored_tokens) -> list:
+        """With --input: the bad records of the source against the stats' drops, and the sampled
+        documents re-encoded from the source against their stored tokens."""
+        stats, config = self._stats, self._config
+        lid = job_settings(stats).lid_filter()
+        read = pbegin | "ReadInput" >> self._read
+        bad_records = (
+            read[DROPPED]
+            | "CountBadRecords" >> beam.CombinePerKey(sum)
+            | "CollectBadRecords" >> beam.combiners.ToDict()
+            | "CheckBadRecords" >> beam.FlatMap(lambda found: bad_record_problems(stats, found))
+        )
+        expected = (
+            read.docs
+            | "SelectSample" >> beam.FlatMap(select_sample, config, lid)
+            | "Retokenize" >> TokenizeDocuments(self._tokenizer)
+            | "KeyById" >> beam.FlatMap(per_document)
+        )
+        compared = (
+            {"stored": stored_tokens, "expected": expected}
+            | "JoinById" >> beam.CoGroupByKey()
+            | "CompareTokens" >> beam.FlatMap(compare_with_source, self._removed)
+        )
+        return [bad_records, compared]
+
     def expand(self, pbegin):
         checked = (
             pbegin
@@ -463,28 +506,7 @@ class VerifyOutput(beam.PTransform):
             stats_check,
         ]
         if self._input:
-            lid = job_settings(stats).lid_filter()
-            config = self._config
-            read = pbegin | "ReadInput" >> self._read
-            source = read.docs
-            problem_sets.append(
-                read[DROPPED]
-                | "CountBadRecords" >> beam.CombinePerKey(sum)
-                | "CollectBadRecords" >> beam.combiners.ToDict()
-                | "CheckBadRecords" >> beam.FlatMap(lambda found: bad_record_problems(stats, found))
-            )
-            expected = (
-                source
-                | "SelectSample" >> beam.FlatMap(select_sample, config, lid)
-                | "Retokenize" >> TokenizeDocuments(self._tokenizer)
-                | "KeyById" >> beam.FlatMap(per_document)
-            )
-            removed = self._removed
-            problem_sets.append(
-                {"stored": checked.tokens, "expected": expected}
-                | "JoinById" >> beam.CoGroupByKey()
-                | "CompareTokens" >> beam.FlatMap(compare_with_source, removed)
-            )
+            problem_sets += self._source_problems(pbegin, checked.tokens)
         problems = problem_sets | "AllProblems" >> beam.Flatten()
         count = problems | "CountProblems" >> beam.combiners.Count.Globally()
         sample = problems | "SampleProblems" >> beam.combiners.Top.Smallest(MAX_REPORTED)
