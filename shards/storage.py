@@ -203,9 +203,17 @@ def write_atomic(url: str, data: bytes, scratch: str | None = None) -> None:
         tmp = posixpath.join(scratch_dir, f"{posixpath.basename(path)}.partial-{uuid.uuid4().hex[:12]}")
     else:
         tmp = f"{path}.partial-{os.getpid()}"
-    try:
+    with moved_into_place(fs, tmp, path):
         with fs.open(tmp, "wb") as f:
             f.write(data)
+
+
+@contextlib.contextmanager
+def moved_into_place(fs: fsspec.AbstractFileSystem, tmp: str, path: str) -> Iterator[None]:
+    """What the block writes to ``tmp`` is moved to ``path`` once it ends; if it fails (or is
+    interrupted), ``tmp`` is removed and ``path`` left as it was."""
+    try:
+        yield
         fs.mv(tmp, path)
     except BaseException:
         if fs.exists(tmp):

@@ -473,15 +473,9 @@ def write_streamed(output: str, name: str, chunks: Iterable[str], what: str) -> 
     if out.local and os.path.isdir(path):  # a move onto a directory (or a link to one) would go into it
         raise tree.UnsafePathError(f"{storage.join(output, name)} is a directory; the tool writes a file of that name")
     tmp, raw = open_partial(output, name)
-    try:
-        with io.TextIOWrapper(raw, encoding="utf-8", newline="") as dst:
-            for chunk in chunks:
-                dst.write(chunk)
-        fs.mv(tmp, path)
-    except BaseException:
-        if fs.exists(tmp):
-            fs.rm(tmp)
-        raise
+    with storage.moved_into_place(fs, tmp, path), io.TextIOWrapper(raw, encoding="utf-8", newline="") as dst:
+        for chunk in chunks:
+            dst.write(chunk)
 
 
 def kept_manifest_lines(rows: Iterable[tuple[str, str, int]], plan: RemovalPlan) -> Iterator[str]:
