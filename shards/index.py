@@ -34,6 +34,7 @@ import hashlib
 import os
 import posixpath
 import shutil
+import stat
 import struct
 import tempfile
 from typing import BinaryIO, NamedTuple
@@ -294,15 +295,23 @@ def local_copy(fs, path: str, url: str) -> str:
     key = hashlib.blake2b(f"{url}\n{size}\n{storage.file_version(info)}".encode(), digest_size=16).hexdigest()
     directory = cache_dir()
     local = os.path.join(directory, f"{key}.idx")
-    if os.path.isfile(local) and not os.path.islink(local) and os.path.getsize(local) == size:
+    # A copy is stamped with a modification time of its own (from its key): one written to since, by
+    # an editor or anything else, no longer has it and is copied again rather than trusted.
+    stamp = int(key[:8], 16) * 1_000_000_000
+    try:
+        seen = os.lstat(local)
+    except FileNotFoundError:
+        seen = None
+    if seen is not None and stat.S_ISREG(seen.st_mode) and seen.st_size == size and seen.st_mtime_ns == stamp:
         return local
-    os.makedirs(directory, exist_ok=True)
+    os.makedirs(directory, mode=0o700, exist_ok=True)  # the user's own: another user cannot plant a copy
     fd, tmp = tempfile.mkstemp(prefix=f"{key}.", suffix=".partial", dir=directory)
     try:
         with os.fdopen(fd, "wb") as out, fs.open(path, "rb", block_size=8 << 20) as src:
             shutil.copyfileobj(src, out, 8 << 20)
         if os.path.getsize(tmp) != size:
             raise OSError(f"{url}: copied {os.path.getsize(tmp)} bytes of the index's {size}")
+        os.utime(tmp, ns=(stamp, stamp))
         os.replace(tmp, local)
     except BaseException:
         if os.path.exists(tmp):

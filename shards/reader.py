@@ -50,6 +50,7 @@ import functools
 import hashlib
 import itertools
 import json
+import logging
 import os
 import posixpath
 from array import array
@@ -62,6 +63,8 @@ from fsspec.implementations.local import LocalFileSystem
 from shards import index as reader_index
 from shards import kinds, layout, llmc, manifest, storage
 from shards.tree import IncompleteTreeError, OutputTree, Tree, is_ours  # noqa: F401 - IncompleteTreeError: callers catch it here
+
+log = logging.getLogger(__name__)
 
 SPLITS = ("train", "val", "all")
 # Rows parsed into one numpy chunk of ids at a time, so parsing a large manifest stays compact.
@@ -1250,6 +1253,11 @@ def open_tree(url: str) -> ShardTree:
     Which kind it is, and whether it is finished, is shards.tree.OutputTree's answer; the kind's
     opener (``_OPENERS``) reads it.
     """
+    fs, _ = storage.filesystem(url)
+    if not isinstance(fs, LocalFileSystem):
+        # An object store's client caches listings per process: a tree rewritten since an earlier
+        # open here (a removal applied elsewhere) would be read through the old sizes and index.
+        fs.invalidate_cache()
     out = OutputTree.open(url).require_finished()
     fs, root = storage.filesystem(out.url)
     opened = _OPENERS[out.kind](out, fs, root.rstrip("/") or "/") if out.kind in _OPENERS else None
@@ -1394,6 +1402,9 @@ def _open_indexed(fs, root: str, url: str, stats: manifest.DatasetStats, record)
         index = reader_index.open_index(mapped)
     except ValueError:
         return None  # another version's, or damaged: verify says so; the manifest still opens the tree
+    except OSError as e:  # the local cache cannot hold a copy (read-only home, full disk): parse the manifest
+        log.warning("%s: no local copy of its reader index (%s); reading its manifest instead", url, e)
+        return None
     if index.manifest_bytes != fs.size(posixpath.join(root, layout.MANIFEST_NAME)):
         return None  # the manifest changed after the index was written
     dtype = layout.DTYPES[stats.dtype]

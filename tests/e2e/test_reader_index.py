@@ -275,3 +275,55 @@ def test_a_remote_tree_opens_through_a_local_copy_of_its_index(sample_tree, tmp_
         assert not list(cache.glob("*.partial"))
     finally:
         fs.rm("/index-remote", recursive=True)
+
+
+def _remote_copy(fs, tree, prefix):
+    for path in tree.rglob("*"):
+        if path.is_file():
+            fs.pipe(f"/{prefix}/{path.relative_to(tree).as_posix()}", path.read_bytes())
+
+
+def test_a_remote_tree_opens_from_its_manifest_when_no_local_copy_can_be_made(sample_tree, tmp_path, monkeypatch,
+                                                                                caplog):
+    """A read-only home or a full disk: the index cannot be copied, and the tree still opens (by its
+    manifest, as before the index), with one warning that says why."""
+    import fsspec
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv(reader_index.CACHE_ENV, str(blocker / "cache"))  # under a file: not a directory
+    fs = fsspec.filesystem("memory")
+    _remote_copy(fs, sample_tree, "no-cache")
+    try:
+        remote, local = reader.open_tree("memory://no-cache"), reader.open_tree(str(sample_tree))
+        assert not isinstance(remote.documents, reader.IndexedDocuments)
+        assert len(remote) == len(local) and remote.documents.id(3) == local.documents.id(3)
+        assert any("no local copy of its reader index" in r.getMessage() for r in caplog.records)
+    finally:
+        fs.rm("/no-cache", recursive=True)
+
+
+def test_a_local_copy_written_to_since_is_copied_again_not_trusted(sample_tree, tmp_path, monkeypatch):
+    """The cached copy of a remote index is checked for more than its size: a copy edited in place
+    (here two ids of one length swapped, same size) is replaced by a fresh copy of the remote."""
+    import fsspec
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv(reader_index.CACHE_ENV, str(cache))
+    fs = fsspec.filesystem("memory")
+    _remote_copy(fs, sample_tree, "edited-copy")
+    try:
+        local = reader.open_tree(str(sample_tree))
+        reader.open_tree("memory://edited-copy")
+        (copy,) = cache.glob("*.idx")
+        first, second = local.documents.id(0).encode(), local.documents.id(1).encode()
+        assert len(first) == len(second) and first != second
+        data = copy.read_bytes()
+        assert data.count(first) == 1 and data.count(second) == 1
+        copy.write_bytes(data.replace(first, b"\0" * len(first)).replace(second, first).replace(b"\0" * len(first),
+                                                                                                   second))
+        again = reader.open_tree("memory://edited-copy")
+        assert again.documents.id(0).encode() == first and again.documents.id(1).encode() == second
+        assert copy.read_bytes() == (sample_tree / reader_index.INDEX_NAME).read_bytes()
+    finally:
+        fs.rm("/edited-copy", recursive=True)

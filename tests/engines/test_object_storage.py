@@ -182,3 +182,37 @@ def test_s3_with_two_workers_writes_the_bytes_the_old_code_wrote_locally(s3, tmp
     local = tmp_path / "download"
     fs.get(f"{bucket}/default/", f"{local}/", recursive=True)
     assert tree_hashes(local, skip=RECORDED_DESCRIPTION) == SAMPLE_HASHES
+
+
+def test_a_tree_rewritten_on_s3_reopens_as_it_is_now_in_the_same_process(s3, s3_endpoint, tmp_path):
+    """A long-lived process (a trainer) opens a tree on S3, the tree is rewritten elsewhere (a removal
+    applied by another machine), and the process opens it again: it must read the tree as it is now,
+    not through the listings and sizes its S3 client cached at the first open (which gave windows of
+    the old index over the new shards, and the removed document still listed)."""
+    import shutil
+
+    import s3fs
+
+    from pipelines import cli
+    from shards import reader
+
+    fs, bucket = s3
+    before, after = tmp_path / "before", tmp_path / "after"
+    assert cli.main(["bucketed", "--input", str(SAMPLE_PARQUET), "--output", str(before), *IN_PROCESS]) == 0
+    shutil.copytree(before, after)
+    gone = reader.open_tree(str(before)).documents.id(0)
+    (tmp_path / "ids.txt").write_text(f"{gone}\n")
+    assert cli.main(["remove", "--output", str(after), "--removal-list", str(tmp_path / "ids.txt"), *IN_PROCESS]) == 0
+    elsewhere = s3fs.S3FileSystem(skip_instance_cache=True, endpoint_url=s3_endpoint)  # another machine's client
+    elsewhere.put(f"{before}/", f"{bucket}/t/", recursive=True)
+    first = reader.open_tree(f"s3://{bucket}/t")
+    first.documents.index_of(gone)  # there, before the removal
+    elsewhere.rm(f"{bucket}/t", recursive=True)
+    elsewhere.put(f"{after}/", f"{bucket}/t/", recursive=True)
+
+    now, expected = reader.open_tree(f"s3://{bucket}/t"), reader.open_tree(str(after))
+    assert len(now) == len(expected) == len(first) - 1
+    with pytest.raises(KeyError):
+        now.documents.index_of(gone)
+    for k in range(5):
+        assert (now.sampler(128, seed=0).window(k).inputs == expected.sampler(128, seed=0).window(k).inputs).all()
