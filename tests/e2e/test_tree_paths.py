@@ -274,3 +274,19 @@ def test_a_rerun_refuses_a_fixed_file_that_is_a_link_out_at_launch(removed_copy,
                             RUNNER]).refusal
     assert str(out / name) in line and "outside the tree" in line
     assert snapshot(victim) == outside and snapshot(out) == inside
+
+
+def test_remove_refuses_a_removal_log_linked_out_of_the_tree_before_changing_a_byte(tree_copy, victim, tmp_path,
+                                                                                    capsys):
+    """removals.txt moved out of the tree and linked back: remove used to see it only in its last
+    step, after rewriting the shards and deleting dataset_stats.txt; it is refused before any change."""
+    out = tree_copy
+    first, second = rows_of(out)[0][1], rows_of(out)[-1][1]
+    assert remove(capsys, out, tmp_path, [first]).code == 0
+    shutil.move(str(out / "removals.txt"), str(victim / "removals.txt"))
+    os.symlink(victim / "removals.txt", out / "removals.txt")
+    outside, inside = snapshot(victim), snapshot(out)
+    line = remove(capsys, out, tmp_path, [second]).refusal
+    assert "removals.txt" in line and "outside the tree" in line
+    assert snapshot(victim) == outside, "a file outside the tree changed"
+    assert snapshot(out) == inside and (out / layout.STATS_NAME).exists(), "the refusal changed the tree"

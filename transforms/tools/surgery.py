@@ -589,6 +589,8 @@ def read_tree_log(output: str) -> RemovalLog | None:
     fs, root = storage.filesystem(output)
     with storage.reaching(output):
         exists = fs.exists(posixpath.join(root, REMOVALS_NAME))
+    if exists:  # a log that is a link out of the tree is refused here, before any command changes a byte
+        tree.Tree(output).writable(REMOVALS_NAME, "removal log")
     return read_log(storage.join(output, REMOVALS_NAME)) if exists else None
 
 
