@@ -236,3 +236,28 @@ def test_ctrl_c_says_the_previous_output_is_intact(source, tmp_path):
     assert ("is kept: the same command resumes from it" in last) == kept, last
     assert {k: v for k, v in tree_hashes(out).items() if not k.startswith(layout.TEMP_DIR_NAME)} == before
     assert tree.read_record(str(out)) is not None
+
+
+@pytest.mark.parametrize("damage", ["cut in half", "another file's rows"])
+def test_a_damaged_plan_file_of_a_pending_removal_is_one_line_and_changes_nothing(source, tmp_path, capsys, damage):
+    """A journal file cut short (or holding rows the plan does not list for it) is said in one line
+    naming it, before any shard changes: no traceback from inside the pipeline."""
+    out = tmp_path / "out"
+    assert bucketed(source, out, "--partitions", "2") == 0
+    rows = rows_of(out)
+    files = sorted({rel for rel, _, _ in rows})
+    assert len(files) >= 2
+    first_of = {rel: doc_id for rel, doc_id, _ in reversed(rows)}
+    journal_removal(out, [first_of[files[0]], first_of[files[1]]], tmp_path)
+    plan_files = out / layout.TEMP_DIR_NAME / "removal" / "files"
+    damaged = plan_files / "000000.json"
+    if damage == "cut in half":
+        damaged.write_text(damaged.read_text()[: len(damaged.read_text()) // 2])
+    else:
+        damaged.write_text((plan_files / "000001.json").read_text())
+    before = tree_hashes(out)
+    capsys.readouterr()
+    assert cli.main(["remove", "--output", str(out), "--removal-list", str(tmp_path / "flagged.txt"), *RUNNER]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(damaged) in err[0] and "journal is damaged" in err[0], err
+    assert tree_hashes(out) == before

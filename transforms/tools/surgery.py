@@ -141,9 +141,15 @@ class RemovalPlan:
         url = storage.join(self.plan_url, FILES_DIR, f"{k:06d}.json")
         fs, path = storage.filesystem(url)
         with fs.open(path, "r", encoding="utf-8") as f:
-            plan = FilePlan.from_json(f.read())
-        if plan.rel_path != self.files[k].rel_path:
-            raise ValueError(f"{url} holds the rows of {plan.rel_path}, not of {self.files[k].rel_path}")
+            text = f.read()
+        try:
+            plan = FilePlan.from_json(text)
+        except (ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"{url} is not a removal plan's file ({e}): the journal is damaged; run pretokenize "
+                             "verify") from None
+        if plan.summary() != self.files[k]:
+            raise ValueError(f"{url} holds the rows of {plan.rel_path} ({plan.summary()}), not those the journal "
+                             f"lists for file {k} ({self.files[k]}): the journal is damaged; run pretokenize verify")
         return plan
 
     def iter_removed_rows(self) -> Iterator[tuple[str, str, int]]:
@@ -227,8 +233,9 @@ def load_journal(output: str) -> RemovalPlan | None:
     except (ValueError, KeyError, TypeError) as e:
         raise ValueError(f"{storage.join(url, PLAN_NAME)} is not a removal journal ({e}); run pretokenize "
                          "verify") from None
-    for f in plan.files:
+    for k, f in enumerate(plan.files):
         shard_path(output, f.rel_path)  # a journal entry naming a file outside the tree is refused
+        plan.file_plan(k)  # every file's rows read and checked before anything is changed, one at a time
     return plan
 
 
