@@ -114,8 +114,12 @@ demo-scaffold: $(VENV)/.installed-demo
 	    --tokenizer $(GPT2_TOKENIZER) --shard-tokens 4000 --runner=FnApiRunner
 	$(VENV)/bin/pretokenize decode $(SCAFFOLD_OUT)/val --docs 2 --markers --tokenizer $(GPT2_TOKENIZER)
 
+# The whole suite: everything but the engines on two worker processes (pytest-xdist, a module to a
+# worker so that its fixtures are built once), then the engines' tests in one process (Beam shares
+# one Prism job server per process, and the engines' order is the one they were written for).
 test: venv
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not engines"
+	$(PY) -m pytest -q -m engines
 
 # The unit tests and the end-to-end tests marked smoke (the markers: pyproject.toml, tests/conftest.py),
 # on two worker processes (pytest-xdist), a module to a worker so that its fixtures are built once.

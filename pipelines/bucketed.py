@@ -112,11 +112,11 @@ def _launch(pipeline: beam.Pipeline, options: BucketedSettings, run_id: str | No
 
     output = storage.normalize(options.output)
     shards = options.shard_config(run_id or launch.new_run_id())
+    tokenizer = options.tokenizer_config()  # its options and spec checked, nothing loaded yet
     read_config = options.read_config()
     progress_dir = progress.progress_dir(pipeline.options, run_id)
-    # The input first: a missing or unreadable one (local or remote) is said before the tokenizer loads.
+    # The input before the tokenizer: a missing or unreadable one (local or remote) costs no load.
     read = ReadDocuments(read_config, progress_dir=progress_dir)
-    tokenizer = options.tokenizer_config()
     encoder = tokenizer.load()
     tokenizer = tokenizer.pinned(encoder)  # each worker checks it loads these very files
     removals = RemovalSources.read(output, options)

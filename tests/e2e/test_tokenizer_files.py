@@ -27,8 +27,8 @@ def test_a_tokenizer_file_rewritten_while_the_job_runs_fails_it_in_one_line(tmp_
 
     launch = bucketed.build
 
-    def build_then_rewrite(pipeline, options, run_id=None):
-        built = launch(pipeline, options, run_id)  # the launch has loaded the tokenizer and recorded its files
+    def build_then_rewrite(pipeline, options, run_id=None, *mode):
+        built = launch(pipeline, options, run_id, *mode)  # the launch has loaded the tokenizer and recorded its files
         swap_ranks(ranks, a, b)  # before any worker loads it
         return built
 

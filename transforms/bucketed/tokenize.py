@@ -13,6 +13,7 @@ import apache_beam as beam
 import numpy as np
 
 from shards.layout import DEFAULT_DTYPE, check_dtype
+from shards.tokenizer_spec import parse_spec
 from transforms.core.batches import DocBatch, TokenBatch
 from transforms.core.progress import Progress
 from transforms.tokenizers.encoder import Encoder
@@ -41,6 +42,7 @@ class TokenizerConfig:
         if self.batch_docs < 1:
             raise ValueError("batch_docs must be at least 1")
         check_options(self.backend, self.threads, self.special_tokens)
+        parse_spec(self.spec)  # an unknown spec is said before anything is planned or loaded
 
     def load(self) -> Encoder:
         """The encoder, checked against the dtype (and a quicktok one against tiktoken, by the probe):
