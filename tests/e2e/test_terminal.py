@@ -423,7 +423,7 @@ def test_a_record_logged_after_the_captured_stderr_closed_reaches_the_real_one(t
     import sys
 
     done = subprocess.run([sys.executable, "-c", LOG_AFTER_CAPTURE, str(tmp_path / "missing")],
-                          capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1], timeout=120)
+                          capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2], timeout=120)
     assert done.returncode == 0, done.stderr
     assert "Logging error" not in done.stderr, done.stderr
     assert "I/O operation on closed file" not in done.stderr, done.stderr
