@@ -36,7 +36,8 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 import corpus as corpus_mod  # noqa: E402
 import run_bench  # noqa: E402
-from run_bench import TWO_WORKERS, Row, in_process_row, kept_texts, run_job, splice_section, tree_digest  # noqa: E402
+import report  # noqa: E402
+from run_bench import TWO_WORKERS, Row, in_process_row, kept_texts, run_job, tree_digest  # noqa: E402
 
 HEADING = "## Steady-state speed"
 GOALS = {"ratio": 0.70, "fixed": 2.5, "two_workers": 1.8}
@@ -156,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(lines))
     if args.write:
         path = REPO / "BENCHMARKS.md"
-        path.write_text(splice_section(path.read_text() if path.exists() else "", lines, HEADING))
+        path.write_text(report.splice(path.read_text() if path.exists() else "", [lines]))
     return 0
 
 
