@@ -33,10 +33,12 @@ import bisect
 import hashlib
 import os
 import posixpath
+import re
 import shutil
 import stat
 import struct
 import tempfile
+import time
 from typing import BinaryIO, NamedTuple
 
 import numpy as np
@@ -287,14 +289,17 @@ def local_copy(fs, path: str, url: str) -> str:
     copied once per version of the file (its size and ETag or generation name the copy, so a new
     index is a new copy) and reused by every process on the machine (DataLoader workers, ranks).
     The copy is written under a temporary name and renamed whole, so two processes copying at once
-    both end with a complete file; one whose size is not the remote's is never renamed in."""
+    both end with a complete file; one whose size is not the remote's is never renamed in. The cache
+    keeps one copy per remote index: a new version's copy replaces the copies of older ones
+    (prune_copies)."""
     from shards import storage
 
     info = fs.info(path)
     size = int(info["size"])
+    tree_key = hashlib.blake2b(url.encode(), digest_size=8).hexdigest()
     key = hashlib.blake2b(f"{url}\n{size}\n{storage.file_version(info)}".encode(), digest_size=16).hexdigest()
     directory = cache_dir()
-    local = os.path.join(directory, f"{key}.idx")
+    local = os.path.join(directory, f"{tree_key}-{key}.idx")
     # A copy is stamped with a modification time of its own (from its key): one written to since, by
     # an editor or anything else, no longer has it and is copied again rather than trusted.
     stamp = int(key[:8], 16) * 1_000_000_000
@@ -305,7 +310,7 @@ def local_copy(fs, path: str, url: str) -> str:
     if seen is not None and stat.S_ISREG(seen.st_mode) and seen.st_size == size and seen.st_mtime_ns == stamp:
         return local
     os.makedirs(directory, mode=0o700, exist_ok=True)  # the user's own: another user cannot plant a copy
-    fd, tmp = tempfile.mkstemp(prefix=f"{key}.", suffix=".partial", dir=directory)
+    fd, tmp = tempfile.mkstemp(prefix=f"{tree_key}-{key}.", suffix=PARTIAL_SUFFIX, dir=directory)
     try:
         with os.fdopen(fd, "wb") as out, fs.open(path, "rb", block_size=8 << 20) as src:
             shutil.copyfileobj(src, out, 8 << 20)
@@ -317,7 +322,63 @@ def local_copy(fs, path: str, url: str) -> str:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+    prune_copies(directory, tree_key, keep=os.path.basename(local))
     return local
+
+
+PARTIAL_SUFFIX = ".partial"
+# A partial copy this old was left by a process that died while copying (a live copy is renamed in
+# long before: an index is ~85 bytes a document).
+STALE_PARTIAL_SECONDS = 24 * 3600
+
+
+def prune_copies(directory: str, tree_key: str, keep: str, now: float | None = None) -> list[str]:
+    """Remove from the cache ``directory`` what no lookup will use again; the names removed:
+
+    - the copies of older versions of the index ``tree_key`` names (every ``TREEKEY-*.idx`` but ``keep``);
+    - copies named as before the tree key was in the name (``KEY.idx``);
+    - partial copies older than a day (a killed process's).
+
+    Only regular files with the names local_copy gives are touched (a link or a directory stays as it
+    is). A copy another process still maps stays readable by it (POSIX keeps an unlinked file's
+    pages for its maps). Best effort: an OSError leaves the file, which costs only space."""
+    now = time.time() if now is None else now
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        kind = _cache_file_kind(name, tree_key, keep)
+        path = os.path.join(directory, name)
+        try:
+            if kind is None or not stat.S_ISREG(os.lstat(path).st_mode):
+                continue
+            if kind == "partial" and now - os.lstat(path).st_mtime < STALE_PARTIAL_SECONDS:
+                continue  # another process may be copying it now
+            os.unlink(path)
+            removed.append(name)
+        except OSError:
+            continue
+    return removed
+
+
+# The names local_copy gives: TREEKEY-KEY.idx, and TREEKEY-KEY.RANDOM.partial while it copies;
+# KEY.idx were the copies before the tree key was in the name.
+_COPY_NAME = re.compile(r"(?P<tree>[0-9a-f]{16})-[0-9a-f]{32}\.idx")
+_PARTIAL_NAME = re.compile(r"[0-9a-f]{16}-[0-9a-f]{32}\.[a-z0-9_]+\.partial")
+_UNKEYED_NAME = re.compile(r"[0-9a-f]{32}\.idx")
+
+
+def _cache_file_kind(name: str, tree_key: str, keep: str) -> str | None:
+    """"old" (a copy no lookup uses again), "partial" (a copy being made, or left by a killed
+    process), or None (a file to leave: the copy to keep, another tree's, or not a name of ours)."""
+    copy = _COPY_NAME.fullmatch(name)
+    if copy is not None:
+        return "old" if copy["tree"] == tree_key and name != keep else None
+    if _UNKEYED_NAME.fullmatch(name):
+        return "old"
+    return "partial" if _PARTIAL_NAME.fullmatch(name) else None
 
 
 def build_from_manifest(fs, root: str, out: BinaryIO) -> int:

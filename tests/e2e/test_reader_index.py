@@ -283,6 +283,55 @@ def _remote_copy(fs, tree, prefix):
             fs.pipe(f"/{prefix}/{path.relative_to(tree).as_posix()}", path.read_bytes())
 
 
+def test_the_cache_keeps_one_copy_per_remote_index_and_only_touches_its_own_files(sample_tree, tmp_path, monkeypatch):
+    """A remote tree rewritten (a removal, a re-run) gets a new copy of its index: the old version's copy
+    goes, another tree's stays, and so does everything in the cache directory that is not a copy this
+    tool names: a link (and what it points to), a file of the user's, a copy being made right now."""
+    import os
+    import time
+
+    import fsspec
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv(reader_index.CACHE_ENV, str(cache))
+    fs = fsspec.filesystem("memory")
+    _remote_copy(fs, sample_tree, "versions")
+    _remote_copy(fs, sample_tree, "another")
+    index = (sample_tree / reader_index.INDEX_NAME).read_bytes()
+    try:
+        reader.open_tree("memory://versions")
+        reader.open_tree("memory://another")
+        first = set(cache.glob("*.idx"))
+        assert len(first) == 2
+        outside = tmp_path / "outside.idx"
+        outside.write_bytes(b"keep me")
+        keys = sorted(p.name.split("-")[0] for p in first)
+        planted = {
+            "link": cache / f"{keys[0]}-{'0' * 32}.idx",  # named as a copy, but a link: left, and its target
+            "mine": cache / "notes.txt",
+            "live": cache / f"{keys[0]}-{'1' * 32}.abc123.partial",  # a copy being made now
+        }
+        planted["link"].symlink_to(outside)
+        planted["mine"].write_text("the user's")
+        planted["live"].write_bytes(b"half")
+        stale = cache / f"{keys[1]}-{'2' * 32}.zzz999.partial"  # a killed copier's, two days old
+        stale.write_bytes(b"half")
+        os.utime(stale, (time.time() - 2 * 86400,) * 2)
+        unkeyed = cache / f"{'3' * 32}.idx"  # the name copies had before the tree key
+        unkeyed.write_bytes(index)
+
+        fs.pipe("/versions/" + reader_index.INDEX_NAME, index)  # the same bytes, a new version of the object
+        again = reader.open_tree("memory://versions")
+        assert isinstance(again.documents, reader.IndexedDocuments)
+        copies = set(cache.glob("*.idx")) - {planted["link"]}
+        assert len(copies) == 2 and len(copies & first) == 1  # the other tree's kept, this tree's replaced
+        assert all(p.exists() or p.is_symlink() for p in planted.values()) and outside.read_bytes() == b"keep me"
+        assert not stale.exists() and not unkeyed.exists()
+    finally:
+        fs.rm("/versions", recursive=True)
+        fs.rm("/another", recursive=True)
+
+
 def test_a_remote_tree_opens_from_its_manifest_when_no_local_copy_can_be_made(sample_tree, tmp_path, monkeypatch,
                                                                                 caplog):
     """A read-only home or a full disk: the index cannot be copied, and the tree still opens (by its

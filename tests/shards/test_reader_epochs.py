@@ -552,7 +552,9 @@ take. Opening and the first window cost the same for ten documents or ten millio
 index (`processed_spec.idx`) is mapped, and a sampler keeps runs of documents, not a table per
 document. A remote tree's index is copied once per machine and version into
 `$PRETOKENIZE_INDEX_CACHE` (default `~/.cache/beam-pretokenize/indexes`, ~85 bytes a document) and
-mapped from there, so DataLoader workers and ranks on one machine share one copy. It needs numpy
+mapped from there, so DataLoader workers and ranks on one machine share one copy. The cache keeps
+one copy per remote tree: a new version's copy (after a removal or a re-run) replaces the old one, and a
+copy left half-made by a killed process goes after a day; nothing else in the directory is touched. It needs numpy
 only; torch is an extra. How to train from the tree with Hugging Face (a loop
 or a `Trainer`), Megatron-LM, OLMo-core and llm.c, and where their conventions differ:
 [docs/training.md](training.md).
