@@ -6,17 +6,14 @@ of a runner's traceback; any other failure keeps its traceback and exits 1.
 
 from __future__ import annotations
 
-import atexit
-import gc
 import logging
 import re
 import sys
 
-# Registered first, so it runs last: an interpreter that imported Beam spends about a second of CPU at
-# exit in the cycle collector's passes over Beam's objects (every run, every worker, every --help
-# that reached Beam). Frozen objects are skipped; everything still closes as before (files by
-# their owners, log handlers by logging's own exit hook, which runs after this one).
-atexit.register(gc.freeze)
+from transforms.core.process_exit import freeze_at_exit
+
+# Before Beam is imported, so it runs after Beam's own exit hooks (transforms/core/process_exit.py).
+freeze_at_exit()
 
 # Importing Beam without its GCP extra logs a warning about BigQuery clients that a user of this
 # tool cannot act on; drop that one message (the filter must be in place before the import).

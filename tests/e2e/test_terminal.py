@@ -441,7 +441,8 @@ cli.main(["--help"])
 
 def test_the_cli_freezes_the_heap_before_the_interpreter_tears_it_down():
     """A process that imported Beam spent about a second of CPU at exit in the cycle collector (BENCHMARKS.md,
-    "Steady-state speed", the fixed cost): the CLI's last exit hook freezes the heap so those passes skip it."""
+    "Steady-state speed", the fixed cost): the CLI's last exit hook freezes the heap so those passes skip it
+    (transforms/core/process_exit.py; a worker process registers it as its first unit is set up)."""
     import subprocess
     import sys
 

@@ -41,6 +41,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 from shards import storage, tree
 from shards.version import code_version
 from transforms.core import progress
+from transforms.core.process_exit import freeze_at_exit
 from transforms.core.spread import SpreadEvenly
 from transforms.inputs.units import unit_cost
 
@@ -368,6 +369,8 @@ class ProcessUnitsFn(beam.DoFn):
         self._processed = beam.metrics.Metrics.counter("pretokenize", "units_processed")
 
     def setup(self):
+        # A worker process of its own (multi-process runners) exits as quickly as the launcher.
+        freeze_at_exit()
         # The steps (a tokenizer among them) are set up for the first unit that is not done: a
         # worker that only replays markers never loads them.
         self._ready = False
