@@ -27,7 +27,8 @@ from test_reader import EOS, check_window, doc_tokens, manifest_view, stream_for
 
 from pipelines import bucketed
 from shards import layout
-from shards.reader import Permutation, open_tree
+from shards.reader import open_tree
+from shards.reading.hashes import Permutation
 from shards.torch_dataset import WorkerBatches, global_batch, hf_labels
 
 S = 100  # not a power of two, and not a divisor of any stream's length
