@@ -1,5 +1,5 @@
 """The reader's parts, one module a concern; ``shards.reader`` is the public API and re-exports
-what a user needs. From the bottom up (each module imports only those above it in this list):
+what a user needs. From the bottom up (each module imports only modules listed before it):
 
 - ``hashes``: the validation split's key, the window generator's uniforms, the epoch ``Permutation``;
 - ``records``: ``DocumentInfo``, ``Window``, ``Batch``, ``stack_windows``, ``block_causal_mask``;

@@ -20,7 +20,7 @@ class DocumentInfo(NamedTuple):
     length: int
     bucket: str
     partition: int  # -1 for llm.c trees
-    split: str  # "train" / "val" for llm.c trees, "" for bucketed ones (see ShardTree.split_of)
+    split: str  # "train" / "val" for llm.c trees, "" for bucketed ones (see ShardTree.is_validation)
 
 
 class Window(NamedTuple):
