@@ -21,7 +21,7 @@ their own, and the words are joined with single spaces (the dataset card's "How 
 Documents are separated by a blank line.
 
 A document may continue from one shard into the next. Shards given one after another in their
-order are read as one stream (the reader's: shards.reader.TokenStore over the files, each header
+order are read as one stream (the reader's: shards.reading.store.TokenStore over the files, each header
 checked against its file's size); a document still open at the end of the last one given is read
 on into the shards beside it. A stream that begins inside a document (the shard before it, beside
 it, does not end with EOT) has the tokens up to that document's EOT skipped, with a note on stderr.
@@ -40,7 +40,9 @@ import numpy as np
 
 from pipelines.help_format import DefaultsHelpFormatter
 from shards import layout, llmc, storage
-from shards.reader import ShardTree, TokenStore, open_tree
+from shards.reading.opening import open_tree
+from shards.reading.shard_tree import ShardTree
+from shards.reading.store import TokenStore
 from transforms.core.records import BadInputError, UsageError
 
 # Tokens read at a time from a stream: memory stays small, and --docs N reads little more than N documents.

@@ -41,7 +41,8 @@ import numpy as np
 from pipelines.help_format import DefaultsHelpFormatter
 from shards import kinds, llmc, lock, megatron, storage
 from shards import tree as ownership
-from shards.reader import ShardTree, open_tree
+from shards.reading.opening import open_tree
+from shards.reading.shard_tree import ShardTree
 
 EXPORT_DIR = "megatron"
 DATA_ARGS_NAME = "data_args.txt"

@@ -25,7 +25,8 @@ import numpy as np
 from pipelines.help_format import DefaultsHelpFormatter
 from shards import layout, lock, storage
 from shards import tree as ownership
-from shards.reader import SPLITS, ShardTree, open_tree
+from shards.reading.opening import open_tree
+from shards.reading.shard_tree import SPLITS, ShardTree
 
 PNG_NAME = "length_histogram.png"
 TABLE_NAME = "length_stats.txt"

@@ -7,7 +7,7 @@
     kinds.told_by(stats_text, fs, root)   # a tree without an ownership record: which kind, from its stats or files
 
 The ownership record (``shards/tree.py``) names its tree's kind; the record, ``OutputTree``, the
-reader (``shards/reader.py``), verify (``pipelines/verify.py``), export and the dry-run plan ask the
+reader (``shards/reading/opening.py``), verify (``pipelines/verify.py``), export and the dry-run plan ask the
 kind's entry here instead of comparing names. What a kind is *in a layer above* (the Beam job that
 writes it, the verify job of a bucketed tree, the reader's opener, the card's template) is keyed by
 ``kind.name`` in that layer's own table, next to the code it names, so nothing here imports upward

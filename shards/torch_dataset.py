@@ -59,16 +59,11 @@ from collections.abc import Callable, Iterator, Mapping
 
 import numpy as np
 
-from shards.reader import (
-    Batch,
-    LengthSampler,
-    ShardTree,
-    WindowSampler,
-    as_json,
-    block_causal_mask,
-    open_tree,
-    refuse_other_fingerprint,
-)
+from shards.reading.epochs import as_json, refuse_other_fingerprint
+from shards.reading.opening import open_tree
+from shards.reading.records import Batch, block_causal_mask
+from shards.reading.samplers import LengthSampler, WindowSampler
+from shards.reading.shard_tree import ShardTree
 
 CONVENTIONS = ("hf", "megatron")
 IGNORE_INDEX = -100  # Hugging Face's (and torch cross_entropy's) label for "no loss here"

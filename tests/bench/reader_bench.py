@@ -4,9 +4,11 @@ memory maps, at 8 x 1024 and 8 x 4096, for each way of drawing windows.
     .venv/bin/python tests/bench/reader_bench.py                      # prints the rows as a markdown table
     .venv/bin/python tests/bench/reader_bench.py --baseline OLD.py    # adds rows for an older reader.py
 
-``--baseline`` loads another version of ``shards/reader.py`` (e.g. ``git show REV:shards/reader.py >
-/tmp/old_reader.py``) and measures its ``sampler(S, seed).batch(i, 8)`` on the same tree in the same
-run, so the cost of the new features is read against the old code on the same machine and load.
+``--baseline`` loads another version of ``shards/reader.py`` from when the reader was one file (e.g.
+``git show d30e902:shards/reader.py > /tmp/old_reader.py``; later it is a facade over shards/reading/,
+whose version here it would import) and measures its ``sampler(S, seed).batch(i, 8)`` on the same
+tree in the same run, so the cost of the new features is read against the old code on the same
+machine and load.
 
 The tree is synthetic and built once under ``--cache`` (~256 MB): ``--tokens`` uint32 tokens in
 documents of log-normal length (median 600, a few above 32768), written as the bucketed job lays
@@ -124,7 +126,7 @@ def main(argv=None) -> int:
     p.add_argument("--tokens", type=int, default=64_000_000)
     p.add_argument("--seconds", type=float, default=2.0, help="about this long per run of a row")
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--baseline", type=Path, help="another shards/reader.py to measure beside this one")
+    p.add_argument("--baseline", type=Path, help="a one-file shards/reader.py (d30e902 or older) to measure too")
     args = p.parse_args(argv)
 
     if hasattr(os, "sched_setaffinity"):

@@ -15,7 +15,9 @@ from conftest import SAMPLE_PARQUET
 
 from pipelines import cli
 from shards import index as reader_index
-from shards import layout, manifest, reader, tree
+from shards import layout, manifest, reader, storage, tree
+from shards.reading import opening
+from shards.reading.store import IndexedDocuments
 
 FLAGS = ["--partitions", "4", "--max-shard-bytes", "120000", "--runner=FnApiRunner"]
 
@@ -37,21 +39,21 @@ def _copy(src, dst):
 def _parsed(out) -> reader.ShardTree:
     """The tree as the manifest alone gives it (the path of a tree without an index)."""
     t = tree.OutputTree.open(str(out))
-    fs, root = reader.storage.filesystem(str(out))
-    return reader._open_bucketed(fs, root.rstrip("/"), str(out), t.stats())
+    fs, root = storage.filesystem(str(out))
+    return opening._open_bucketed(fs, root.rstrip("/"), str(out), t.stats())
 
 
 def test_publish_writes_the_index_and_lists_it_in_the_record(sample_tree):
     record = json.loads((sample_tree / tree.RECORD_NAME).read_text(encoding="utf-8"))
     assert reader_index.INDEX_NAME in record["derived"]
     assert (sample_tree / reader_index.INDEX_NAME).is_file()
-    assert isinstance(reader.open_tree(str(sample_tree)).documents, reader.IndexedDocuments)
+    assert isinstance(reader.open_tree(str(sample_tree)).documents, IndexedDocuments)
 
 
 def test_the_index_gives_what_the_manifest_gives(sample_tree):
     fast, slow = reader.open_tree(str(sample_tree)), _parsed(sample_tree)
-    assert isinstance(fast.documents, reader.IndexedDocuments)
-    assert not isinstance(slow.documents, reader.IndexedDocuments)
+    assert isinstance(fast.documents, IndexedDocuments)
+    assert not isinstance(slow.documents, IndexedDocuments)
     assert len(fast) == len(slow) > 100
     assert fast.store.rel_paths == slow.store.rel_paths
     np.testing.assert_array_equal(fast.store.starts, slow.store.starts)
@@ -85,7 +87,7 @@ def test_a_tree_without_the_index_opens_from_the_manifest(sample_tree, tmp_path)
     out = _copy(sample_tree, tmp_path / "old")
     os.remove(out / reader_index.INDEX_NAME)  # as a tree written before indexes
     t = reader.open_tree(str(out))
-    assert not isinstance(t.documents, reader.IndexedDocuments)
+    assert not isinstance(t.documents, IndexedDocuments)
     assert len(t) == len(_parsed(sample_tree))
 
 
@@ -121,7 +123,7 @@ def test_a_removal_rewrites_the_index(sample_tree, tmp_path):
     ids.write_text("".join(f"{i}\n" for i in gone), encoding="utf-8")
     assert cli.main(["remove", "--output", str(out), "--removal-list", str(ids), "--runner=FnApiRunner"]) == 0
     after = reader.open_tree(str(out))
-    assert isinstance(after.documents, reader.IndexedDocuments)
+    assert isinstance(after.documents, IndexedDocuments)
     assert len(after) == len(before) - 3
     for doc_id in gone:
         with pytest.raises(KeyError):
@@ -216,7 +218,7 @@ def test_a_sampler_over_an_indexed_tree_holds_nothing_per_document(large_tree):
     tracemalloc.start()
     try:
         t = reader.open_tree(str(large_tree))
-        assert isinstance(t.documents, reader.IndexedDocuments)
+        assert isinstance(t.documents, IndexedDocuments)
         sampler = t.sampler(64, seed=3)
         windows = [sampler.window(k) for k in (0, 1, len(sampler) - 1)]
         batch = sampler.batch(5, 8)
@@ -258,7 +260,7 @@ def test_a_remote_tree_opens_through_a_local_copy_of_its_index(sample_tree, tmp_
             fs.pipe(f"/index-remote/{path.relative_to(sample_tree).as_posix()}", path.read_bytes())
     try:
         remote, local = reader.open_tree("memory://index-remote"), reader.open_tree(str(sample_tree))
-        assert isinstance(remote.documents, reader.IndexedDocuments) and not remote.store.local
+        assert isinstance(remote.documents, IndexedDocuments) and not remote.store.local
         copies = list(cache.glob("*.idx"))
         assert len(copies) == 1 and copies[0].read_bytes() == (sample_tree / reader_index.INDEX_NAME).read_bytes()
         some = local.documents.id(11)
@@ -271,7 +273,7 @@ def test_a_remote_tree_opens_through_a_local_copy_of_its_index(sample_tree, tmp_
         assert list(cache.glob("*")) == copies and len(again) == len(local)
         # A new index (another removal, another run) is another copy; a damaged one is not used.
         fs.pipe("/index-remote/" + reader_index.INDEX_NAME, b"not an index" * 30)
-        assert not isinstance(reader.open_tree("memory://index-remote").documents, reader.IndexedDocuments)
+        assert not isinstance(reader.open_tree("memory://index-remote").documents, IndexedDocuments)
         assert not list(cache.glob("*.partial"))
     finally:
         fs.rm("/index-remote", recursive=True)
@@ -345,7 +347,7 @@ def test_a_remote_tree_opens_from_its_manifest_when_no_local_copy_can_be_made(sa
     _remote_copy(fs, sample_tree, "no-cache")
     try:
         remote, local = reader.open_tree("memory://no-cache"), reader.open_tree(str(sample_tree))
-        assert not isinstance(remote.documents, reader.IndexedDocuments)
+        assert not isinstance(remote.documents, IndexedDocuments)
         assert len(remote) == len(local) and remote.documents.id(3) == local.documents.id(3)
         assert any("no local copy of its reader index" in r.getMessage() for r in caplog.records)
     finally:

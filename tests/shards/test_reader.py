@@ -4,11 +4,14 @@ validation split, per-bucket weights, llm.c shards, fsspec trees and the torch d
 
 from __future__ import annotations
 
+import ast
 import hashlib
+import json
 import math
 import os
 import pickle
 import shutil
+from pathlib import Path
 
 import fsspec
 import numpy as np
@@ -374,6 +377,31 @@ def test_a_tree_pickles_without_its_tokens(tree):
     copy = pickle.loads(data)
     for k in range(20):
         assert np.array_equal(copy.sampler(SEQ, seed=6).window(k).inputs, tree.sampler(SEQ, seed=6).window(k).inputs)
+
+
+
+def test_a_samplers_state_is_plain_data_that_names_no_module(tree):
+    """What a checkpoint keeps of a sampler is plain data: no class or module path (the reader's
+    classes moved to shards/reading/ and may move again), so a saved state loads into any layout."""
+    lengths = tree.length_sampler(4096, seq_lens={b: 256 for b in tree.buckets_held()})
+    for sampler in (tree.sampler(SEQ, seed=3), tree.sampler(SEQ, align_to_docs=True), lengths):
+        next(iter(sampler))
+        state = sampler.state_dict()
+        assert state["position"] == 1 and json.loads(json.dumps(state)) == state
+        assert b"shards" not in pickle.dumps(state)
+
+
+def test_shards_reader_is_the_public_api_and_defines_nothing_itself():
+    """shards.reader re-exports the reading API (``__all__``) from the modules that define it
+    (shards/reading/, shards/tree.py) and holds no code of its own: one definition of each name."""
+    body = ast.parse(Path(reader.__file__).read_text(encoding="utf-8")).body
+    assert isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)  # the docstring
+    assert all(isinstance(node, ast.ImportFrom) for node in body[1:-1])
+    assert isinstance(body[-1], ast.Assign) and body[-1].targets[0].id == "__all__"
+    assert sorted(reader.__all__) == sorted(n for n in vars(reader) if not n.startswith("_"))
+    homes = {getattr(reader, n).__module__ for n in reader.__all__ if hasattr(getattr(reader, n), "__module__")}
+    assert homes == {"shards.reading.hashes", "shards.reading.opening", "shards.reading.records",
+                     "shards.reading.samplers", "shards.reading.shard_tree", "shards.tree"}
 
 
 def test_a_uint16_tree(tmp_path):

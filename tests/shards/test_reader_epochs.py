@@ -27,7 +27,8 @@ from test_reader import EOS, check_window, doc_tokens, manifest_view, stream_for
 
 from pipelines import bucketed
 from shards import layout
-from shards.reader import Permutation, open_tree
+from shards.reader import open_tree
+from shards.reading.hashes import Permutation
 from shards.torch_dataset import WorkerBatches, global_batch, hf_labels
 
 S = 100  # not a power of two, and not a divisor of any stream's length
@@ -809,6 +810,47 @@ def test_a_length_sampler_state_is_refused_by_other_settings(mixed):
 def test_a_state_without_a_fingerprint_is_refused(mixed):
     with pytest.raises(ValueError, match="the state has no fingerprint"):
         mixed.sampler(**SAMPLER).load_state_dict({"position": 3, "seq_len": S, "seed": 1})
+
+
+# States a checkpoint holds, as the reader of d30e902 saved them (one file, before shards/reading/),
+# with the windows it went on to: (bucket, start) of each window of the next batch.
+SAVED_TREE = "841ce548701e83ba85bcc837b66b9bcb"  # the fingerprint of write_tree(mixed_lengths())
+
+
+def _saved(position: int, **fields) -> dict:
+    selection = {"split": "train", "val_fraction": 0.0, "buckets": None, "partitions": None, "weights": None,
+                 "align_to_docs": False, "mask_across_docs": False}
+    return {"position": position, "fingerprint": {"tree": SAVED_TREE, **selection, **fields}}
+
+
+@pytest.mark.parametrize(("make", "saved", "resumes_at"), [
+    (lambda t: t.sampler(S, 5, split="train", val_fraction=0.2),
+     _saved(8, sampler="windows", seq_len=S, seed=5, val_fraction=0.2, replacement=False, epoch_windows=1460,
+            tokens=146003),
+     [(None, 97500), (None, 25800), (None, 43400), (None, 6100)]),
+    (lambda t: t.sampler(S, 1, weights={"1024": 1, "2048": 2}, align_to_docs=True, mask_across_docs=True),
+     _saved(12, sampler="windows", seq_len=S, seed=1, weights={"1024": 1.0, "2048": 2.0}, align_to_docs=True,
+            mask_across_docs=True, replacement=False, epoch_windows=1202, tokens=130036),
+     [("2048", 2214), ("2048", 41772), ("2048", 12143), ("2048", 24753)]),
+    (lambda t: t.sampler(S, 2, replacement=True, split="val", val_fraction=0.2),
+     _saved(4, sampler="windows", seq_len=S, seed=2, split="val", val_fraction=0.2, replacement=True,
+            epoch_windows=371, tokens=37106),
+     [(None, 19769), (None, 22935), (None, 36341), (None, 20392)]),
+    (lambda t: t.length_sampler(800, 3, seq_lens={"1024": 100, "2048": 200, "4096": 400, "8192": 800}),
+     _saved(2, sampler="lengths", tokens_per_batch=800, seed=3,
+            seq_lens={"1024": 100, "2048": 200, "4096": 400, "8192": 800}, epoch_batches=227, tokens=183109),
+     [("4096", 27600), ("4096", 20800)]),
+], ids=["windows", "weighted-aligned", "replacement", "lengths"])
+def test_a_state_saved_by_an_earlier_reader_resumes_at_the_same_windows(mixed, make, saved, resumes_at):
+    """A checkpoint taken before the reader was split into shards/reading/ resumes today: the
+    sampler takes its state, gives the same state back, and goes on at the same windows. A change to
+    what a fingerprint holds, to the tree's fingerprint or to the order of windows fails here."""
+    assert mixed.fingerprint == SAVED_TREE
+    sampler = make(mixed)
+    sampler.load_state_dict(json.loads(json.dumps(saved)))
+    assert sampler.state_dict() == saved
+    batch = next(sampler.batches() if saved["fingerprint"]["sampler"] == "lengths" else sampler.batches(4))
+    assert [(w.bucket, w.start) for w in batch.windows] == resumes_at
 
 
 DATASET = dict(seq_len=64, batch_size=3, seed=0, split="train", val_fraction=0.2)

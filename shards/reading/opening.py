@@ -1,0 +1,293 @@
+"""Opening a tree: ``open_tree`` asks shards.tree.OutputTree the tree's kind and whether it is
+finished, then the kind's opener (``_OPENERS``) reads it: a bucketed tree through its reader index
+(mapped, shards.index) or else its text manifest (parsed into columns), an llm.c tree of the scaffold
+job by scanning its shards for EOT. ``open_llmc`` opens loose llm.c shard files. Every file read is
+checked against what describes it (the manifest's rows, an llm.c header) and resolves inside the tree.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import posixpath
+from array import array
+from collections.abc import Iterable, Mapping, Sequence
+
+import numpy as np
+from fsspec.implementations.local import LocalFileSystem
+
+from shards import index as reader_index
+from shards import kinds, layout, llmc, manifest, storage
+from shards.reading.shard_tree import ShardTree
+from shards.reading.store import Documents, IndexedDocuments, TokenStore
+from shards.tree import OutputTree, Tree, is_ours
+
+log = logging.getLogger("shards.reader")  # the public module's name, as a logging configuration names it
+
+# Rows parsed into one numpy chunk of ids at a time, so parsing a large manifest stays compact.
+_ID_CHUNK = 1 << 18
+# Tokens scanned for EOT at a time when finding llm.c document boundaries.
+_SCAN_TOKENS = 1 << 24
+
+
+def _sizes(fs, root: str, dirs: Iterable[str]) -> dict[str, int]:
+    """Byte size of every file in the given subdirectories, by path relative to root."""
+    sizes = {}
+    for d in dirs:
+        full = posixpath.join(root, d)
+        if not fs.isdir(full):
+            continue
+        for entry in fs.ls(full, detail=True):
+            if entry["type"] == "file":
+                sizes[f"{d}/{posixpath.basename(entry['name'].rstrip('/'))}"] = int(entry["size"])
+    return sizes
+
+
+def open_tree(url: str) -> ShardTree:
+    """Open a finished output tree of the bucketed or the scaffold (llm.c) job, local or fsspec.
+
+    Which kind it is, and whether it is finished, is shards.tree.OutputTree's answer; the kind's
+    opener (``_OPENERS``) reads it.
+    """
+    fs, _ = storage.filesystem(url)
+    if not isinstance(fs, LocalFileSystem):
+        # An object store's client caches listings per process: a tree rewritten since an earlier
+        # open here (a removal applied elsewhere) would be read through the old sizes and index.
+        fs.invalidate_cache()
+    out = OutputTree.open(url).require_finished()
+    fs, root = storage.filesystem(out.url)
+    opened = _OPENERS[out.kind](out, fs, root.rstrip("/") or "/") if out.kind in _OPENERS else None
+    if opened is None:
+        raise ValueError(f"{out.url} has neither {layout.MANIFEST_NAME} nor train/ or val/ llm.c shards")
+    return opened
+
+
+def _open_bucketed_tree(out: OutputTree, fs, root: str) -> ShardTree | None:
+    if not fs.exists(posixpath.join(root, layout.MANIFEST_NAME)):
+        return None
+    stats = out.stats()
+    indexed = _open_indexed(fs, root, out.url, stats, out.record)
+    return indexed if indexed is not None else _open_bucketed(fs, root, out.url, stats)
+
+
+def _open_scaffold_tree(out: OutputTree, fs, root: str) -> ShardTree:
+    url = out.url
+    files = {}
+    for split in llmc.SPLITS:
+        d = posixpath.join(root, split)
+        if fs.isdir(d):
+            # Listed, not globbed: the tree's path is the user's and may hold '[' or '*'.
+            names = sorted((n for n in (posixpath.basename(p.rstrip("/")) for p in fs.ls(d, detail=False))
+                            if n.startswith("shard_") and n.endswith(".bin")
+                            and is_ours(out.record, f"{split}/{n}")), key=_shard_number)
+            files[split] = [f"{split}/{n}" for n in names]
+    names_in = Tree(url)  # every file read resolves inside the tree (no link out of it)
+    for rel in (r for rels in files.values() for r in rels):
+        names_in.path(rel, "shard")
+    return _open_llmc(fs, root, url, files)
+
+
+# Each tree kind's opener (shards/kinds.py names the kinds); None: the tree holds nothing to open.
+_OPENERS = {kinds.BUCKETED.name: _open_bucketed_tree, kinds.SCAFFOLD.name: _open_scaffold_tree}
+
+
+def _shard_number(name: str) -> int:
+    """``shard_012.bin`` -> 12: llm.c shards in stream order, whatever the width of their numbers."""
+    digits = name[len("shard_"):-len(".bin")]
+    if not digits.isdigit():
+        raise ValueError(f"{name} is not an llm.c shard name (shard_NNN.bin)")
+    return int(digits)
+
+
+def _open_bucketed(fs, root: str, url: str, stats: manifest.DatasetStats) -> ShardTree:
+    """The tree through its text manifest: parsed into columns, its files checked against it."""
+    dtype = layout.DTYPES[stats.dtype]
+    ids, length, manifest_file, file_of = _parse_manifest(fs, root, url)
+
+    # Files in layout order: bucket, partition, rolling index.
+    rel_paths = sorted(file_of, key=lambda r: (layout.BUCKET_NAMES.index((n := layout.parse_shard_rel_path(r)).bucket),
+                                               n.partition, n.index))
+    rank = np.empty(len(rel_paths), dtype=np.int64)
+    for new, rel in enumerate(rel_paths):
+        rank[file_of[rel]] = new
+    file = rank[manifest_file] if len(manifest_file) else manifest_file
+    counts = np.bincount(file, weights=length, minlength=len(rel_paths)).astype(np.int64)
+    _check_shards(fs, root, url, rel_paths, counts, dtype, stats.dtype)
+    store = TokenStore(fs, root, rel_paths, counts, dtype)
+
+    # Rows of a file are in that file's order, so a document's offset is the sum of the counts before
+    # it; with the files laid end to end in layout order, its place in the store is the running sum.
+    order = np.argsort(file, kind="stable")
+    start = np.empty_like(length)
+    start[order] = np.cumsum(length[order]) - length[order]
+    # Storage order: the manifest's already for a published tree, so usually nothing moves.
+    if len(start) > 1 and not np.all(start[1:] > start[:-1]):
+        by_start = np.argsort(start, kind="stable")
+        ids, start, length, file = ids[by_start], start[by_start], length[by_start], file[by_start]
+    partition = np.array([layout.parse_shard_rel_path(r).partition for r in rel_paths], dtype=np.int32)
+    documents = Documents(
+        ids=ids,
+        start=start,
+        length=length,
+        file=file.astype(np.int32),
+        bucket=_bucket_indices(length),
+        partition=partition[file] if len(file) else np.empty(0, dtype=np.int32),
+        split=np.full(len(length), -1, dtype=np.int8),
+    )
+    return ShardTree(url, "bucketed", store, documents, stats.eos_id, stats)
+
+
+def _parse_manifest(fs, root: str, url: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, int]]:
+    """The manifest's ids ('S' bytes), lengths and file numbers (in order of first mention) by
+    row, and those numbers by rel path; compact while parsing (8 bytes a number, ids in chunks)."""
+    file_of: dict[str, int] = {}
+    id_chunks, chunk = [], []
+    file_col, len_col = array("q"), array("q")  # 8 bytes a row while parsing, not a Python int's ~36
+    with fs.open(posixpath.join(root, layout.MANIFEST_NAME), "r", encoding="utf-8") as f:
+        for rel, doc_id, n in manifest.read_rows(f):
+            fi = file_of.get(rel)
+            if fi is None:
+                layout.parse_shard_rel_path(rel)
+                fi = file_of[rel] = len(file_of)
+            if n < 1:
+                raise ValueError(f"{url}: manifest row of {doc_id!r} has token count {n}")
+            file_col.append(fi)
+            len_col.append(n)
+            chunk.append(doc_id.encode("utf-8"))
+            if len(chunk) == _ID_CHUNK:
+                id_chunks.append(np.array(chunk, dtype=np.bytes_))
+                chunk = []
+    if chunk or not id_chunks:
+        id_chunks.append(np.array(chunk, dtype=np.bytes_) if chunk else np.empty(0, dtype="S1"))
+    ids = np.concatenate(id_chunks) if len(id_chunks) > 1 else id_chunks[0]
+    length = np.frombuffer(len_col, dtype=np.int64).copy()
+    manifest_file = np.frombuffer(file_col, dtype=np.int64).copy()
+    return ids, length, manifest_file, file_of
+
+
+def _check_shards(fs, root: str, url: str, rel_paths: Sequence[str], counts: np.ndarray, dtype: np.dtype,
+                  dtype_name: str) -> None:
+    """Every file the manifest names is inside the tree, exists, and holds its rows' tokens."""
+    names_in = Tree(url)  # every file read resolves inside the tree (no link out of it)
+    for rel in rel_paths:
+        names_in.path(rel, "manifest row")
+    sizes = _sizes(fs, root, sorted({r.split("/", 1)[0] for r in rel_paths}))
+    for rel, count in zip(rel_paths, counts, strict=True):
+        if rel not in sizes:
+            raise FileNotFoundError(f"{url}: the manifest names {rel}, which does not exist")
+        if sizes[rel] != count * dtype.itemsize:
+            raise ValueError(
+                f"{url}: {rel} holds {sizes[rel]} bytes, the manifest's rows sum to {count} tokens "
+                f"({count * dtype.itemsize} bytes of {dtype_name}); the tree is damaged or being rewritten"
+            )
+
+
+def _open_indexed(fs, root: str, url: str, stats: manifest.DatasetStats, record) -> ShardTree | None:
+    """The tree through its reader index (shards.index): mapped, not parsed, so opening costs the
+    same for ten documents or ten million. A remote tree's index is copied to a local file first
+    (once per machine and version of the index: shards.index.local_copy), then mapped alike. None
+    (parse the manifest) when the record does not list an index or the index does not describe
+    this manifest."""
+    path = posixpath.join(root, reader_index.INDEX_NAME)
+    listed = record is not None and reader_index.INDEX_NAME in record.derived
+    local = isinstance(fs, LocalFileSystem)
+    if not (listed and fs.isfile(path) and not (local and os.path.islink(path))):
+        return None
+    try:
+        mapped = path if local else reader_index.local_copy(fs, path, storage.join(url, reader_index.INDEX_NAME))
+        index = reader_index.open_index(mapped)
+    except ValueError:
+        return None  # another version's, or damaged: verify says so; the manifest still opens the tree
+    except OSError as e:  # the local cache cannot hold a copy (read-only home, full disk): parse the manifest
+        log.warning("%s: no local copy of its reader index (%s); reading its manifest instead", url, e)
+        return None
+    if index.manifest_bytes != fs.size(posixpath.join(root, layout.MANIFEST_NAME)):
+        return None  # the manifest changed after the index was written
+    dtype = layout.DTYPES[stats.dtype]
+    sizes = _sizes(fs, root, sorted({r.split("/", 1)[0] for r in index.files}))
+    for rel, count in zip(index.files, index.file_tokens.tolist(), strict=True):
+        if sizes.get(rel) != count * dtype.itemsize:
+            return None  # the shards are not those the index describes: the manifest decides
+    store = TokenStore(fs, root, index.files, index.file_tokens, dtype)
+    return ShardTree(url, "bucketed", store, IndexedDocuments(mapped, index), stats.eos_id, stats)
+
+
+def _bucket_indices(lengths: np.ndarray) -> np.ndarray:
+    return np.searchsorted(np.asarray(layout.BUCKET_BOUNDS, dtype=np.int64), lengths, side="left").astype(np.int8)
+
+
+def open_llmc(files: Mapping[str, Sequence[str]]) -> ShardTree:
+    """Open loose llm.c shard files, ``{"train": [paths...], "val": [paths...]}``, in the order given.
+
+    For files outside a finished tree (e.g. a downloaded copy of the published dataset); each
+    file's header count must match its size.
+    """
+    unknown = [s for s in files if s not in llmc.SPLITS]
+    if unknown:
+        raise ValueError(f"splits must be among {llmc.SPLITS}, got {unknown}")
+    urls = [storage.normalize(p) for s in llmc.SPLITS for p in files.get(s, ())]
+    if not urls:
+        raise ValueError("no llm.c shard files given")
+    fs, _ = storage.filesystem(urls[0])
+    rels = {s: [storage.filesystem(storage.normalize(p))[1] for p in files.get(s, ())] for s in llmc.SPLITS}
+    return _open_llmc(fs, "", ",".join(urls), rels)
+
+
+def _open_llmc(fs, root: str, url: str, files: Mapping[str, Sequence[str]]) -> ShardTree:
+    rel_paths, counts, split_of_file = [], [], []
+    for split in llmc.SPLITS:
+        for rel in files.get(split, ()):
+            path = posixpath.join(root, rel) if root else rel
+            with fs.open(path, "rb") as f:
+                count = llmc.parse_header(f.read(llmc.HEADER_BYTES), path)
+            body = fs.size(path) - llmc.HEADER_BYTES
+            if body != count * llmc.TOKEN_DTYPE.itemsize:
+                raise ValueError(f"{path}: header says {count} tokens, the file holds {body} bytes of tokens")
+            rel_paths.append(rel)
+            counts.append(count)
+            split_of_file.append(llmc.SPLITS.index(split))
+    if not rel_paths:
+        raise ValueError(f"{url} holds no llm.c shard files (train/shard_NNN.bin, val/shard_NNN.bin)")
+    store = TokenStore(fs, root, rel_paths, counts, llmc.TOKEN_DTYPE, header_bytes=llmc.HEADER_BYTES)
+    start, length, split = _llmc_documents(store, split_of_file, url)
+    ids = np.concatenate([
+        np.char.add(f"{llmc.SPLITS[s]}:".encode(), np.arange(np.count_nonzero(split == s)).astype(np.bytes_))
+        for s in np.unique(split).tolist()
+    ]) if len(split) else np.empty(0, dtype="S1")
+    documents = Documents(
+        ids=ids,
+        start=start,
+        length=length,
+        file=(np.searchsorted(store.starts, start, side="right") - 1).astype(np.int32),
+        bucket=_bucket_indices(length),
+        partition=np.full(len(length), -1, dtype=np.int32),
+        split=split,
+    )
+    return ShardTree(url, kinds.SCAFFOLD.name, store, documents, llmc.GPT2_EOT)
+
+
+def _llmc_documents(store: TokenStore, split_of_file: Sequence[int], url: str) -> tuple[np.ndarray, ...]:
+    """Start, length and split of every document of llm.c shards, found by scanning each split's
+    stream for EOT (``_SCAN_TOKENS`` at a time); a ValueError when a split does not end with one."""
+    starts, lengths, splits = [], [], []
+    for split_index in range(len(llmc.SPLITS)):
+        in_split = [i for i, s in enumerate(split_of_file) if s == split_index]
+        if not in_split:
+            continue
+        lo, hi = int(store.starts[in_split[0]]), int(store.starts[in_split[-1] + 1])
+        if lo == hi:
+            continue
+        ends = [np.flatnonzero(store.read(a, min(a + _SCAN_TOKENS, hi)) == llmc.GPT2_EOT) + a
+                for a in range(lo, hi, _SCAN_TOKENS)]
+        ends = np.concatenate(ends)
+        if len(ends) == 0 or ends[-1] != hi - 1:
+            raise ValueError(
+                f"{url}: the {llmc.SPLITS[split_index]} split does not end with EOT {llmc.GPT2_EOT}; "
+                "its last document is cut off"
+            )
+        doc_start = np.concatenate(([lo], ends[:-1] + 1))
+        starts.append(doc_start)
+        lengths.append(ends + 1 - doc_start)
+        splits.append(np.full(len(ends), split_index, dtype=np.int8))
+    # Splits and their files are laid out in order, so this is storage order already.
+    return np.concatenate(starts), np.concatenate(lengths), np.concatenate(splits)
