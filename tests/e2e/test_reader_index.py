@@ -324,7 +324,7 @@ def test_the_cache_keeps_one_copy_per_remote_index_and_only_touches_its_own_file
 
         fs.pipe("/versions/" + reader_index.INDEX_NAME, index)  # the same bytes, a new version of the object
         again = reader.open_tree("memory://versions")
-        assert isinstance(again.documents, reader.IndexedDocuments)
+        assert isinstance(again.documents, IndexedDocuments)
         copies = set(cache.glob("*.idx")) - {planted["link"]}
         assert len(copies) == 2 and len(copies & first) == 1  # the other tree's kept, this tree's replaced
         assert all(p.exists() or p.is_symlink() for p in planted.values()) and outside.read_bytes() == b"keep me"
