@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 
 def make_parser() -> argparse.ArgumentParser:
     p = flags.job_parser("bucketed", "Tokenize parquet/JSONL documents into length-bucketed uint32 shards "
-                         "(FinePDFs-Edu layout).", ".parquet/.jsonl files")
+                         "(FinePDFs-Edu layout).")
     flags.add_setting_flags(p, BucketedSettings, DOCUMENT_FILTER_FLAGS + (
         "tokenizer", "tokenizer_backend", "tokenizer_threads", "eos_token", "dtype", "partitions", "max_shard_bytes",
         "seed", "read_connections", "batch_docs", "removal_list", "special_tokens", "on_bad_record") + CARD_FLAGS)

@@ -84,10 +84,15 @@ def check_beam_flags(args: list[str], job_flags: list[str]) -> None:
     raise UsageError(f"unknown flag or argument: {', '.join(problems)}; see --help")
 
 
-def job_parser(job: str, description: str, inputs: str, resumable: bool = True) -> argparse.ArgumentParser:
+def job_parser(job: str, description: str, read_options: tuple[str, ...] = (),
+               resumable: bool = True) -> argparse.ArgumentParser:
     """A writing job's parser with its --input and --output, --workers, and (``resumable``: the jobs
     that run through run_job and save their work per input unit) --plan and --restart; the job adds
-    its own flags."""
+    its own flags. --input's help lists the formats the input registry reads with the job's
+    ReadConfig ``read_options`` set (transforms.inputs.registry.input_help)."""
+    from transforms.inputs.registry import input_help
+
+    inputs = input_help(read_options)
     p = argparse.ArgumentParser(
         prog=f"pretokenize {job}",
         description=description,
@@ -95,7 +100,7 @@ def job_parser(job: str, description: str, inputs: str, resumable: bool = True) 
         "--direct_running_mode=multi_processing --direct_num_workers=2 (what --workers 2 says).",
         formatter_class=DefaultsHelpFormatter,
     )
-    add_flag(p, "input", required=True, help=f"glob, file or directory of {inputs}; local or fsspec URL")
+    add_flag(p, "input", required=True, help=f"glob, file or directory of {inputs} files; local or fsspec URL")
     add_flag(p, "output", required=True, help="output directory; local or fsspec URL (gs://, s3://)")
     add_workers_flag(p)
     add_break_lock_flag(p)

@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 def make_parser() -> argparse.ArgumentParser:
     p = flags.job_parser("scaffold", "Encode documents with a countdown token before every word (GPT-2 BPE + "
                          "<ff_N> ids 50257..51256) into llm.c shards: train/shard_NNN.bin, val/shard_NNN.bin.",
-                         ".json/.jsonl (or .parquet with --annotate)")
+                         read_options=("json_values",))
     flags.add_setting_flags(p, ScaffoldSettings)
     return p
 

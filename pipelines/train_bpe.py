@@ -56,7 +56,7 @@ def make_parser() -> argparse.ArgumentParser:
                           "merges.txt, tokenizer_config.json and special_tokens_map.json (AutoTokenizer."
                           "from_pretrained loads the directory), tokenizer_info.json and training_stats.txt "
                           "into --output.",
-                          ".parquet/.jsonl files", resumable=False)
+                          resumable=False)
     size = p.add_mutually_exclusive_group(required=True)
     size.add_argument("--vocab-size", dest="vocab_size", type=int,
                       help="every id, the EOS included: base symbols + merges + 1")

@@ -67,7 +67,7 @@ def test_a_new_setting_is_a_new_flag(capsys):
         shuffle_window: int = setting(8, "documents held to shuffle")
         fast: bool = setting(False, "go fast")
 
-    p = flags.job_parser("toy", "a toy job", "files")
+    p = flags.job_parser("toy", "a toy job")
     flags.add_setting_flags(p, Settings)
     parsed, rest = flags.parse_job_args(p, ["--input", "i", "--output", "o", "--shuffle_window", "3", "--fast"])
     assert (parsed.shuffle_window, parsed.fast, rest) == (3, True, [])
@@ -158,3 +158,26 @@ def test_decode_says_a_negative_docs_as_it_always_has():
         cli.main(["decode", "out", "--docs", "-1"])
     assert stopped.value.code == "pretokenize decode: --docs must be >= 0"
 
+
+def _input_help(module) -> str:
+    return next(a.help for a in module.make_parser()._actions if a.dest == "input")
+
+
+@pytest.mark.parametrize("module", [bucketed, scaffold, train_bpe], ids=["bucketed", "scaffold", "train-bpe"])
+def test_the_input_help_names_every_ending_the_registry_reads(module):
+    from transforms.inputs.registry import PARQUET_SUFFIXES
+
+    text = _input_help(module)
+    for ending in (*PARQUET_SUFFIXES, ".jsonl", ".ndjson", ".json", ".gz", ".zst", ".bz2", ".xz"):
+        assert ending in text, (ending, text)
+    # The scaffold reads a .json file as JSON text, the others as JSON lines.
+    assert (".json (JSON text" in text) == (module is scaffold)
+
+
+def test_a_new_input_format_is_in_the_help_without_editing_it(monkeypatch):
+    from transforms.inputs import registry
+
+    monkeypatch.setattr(registry, "FORMATS", (*registry.FORMATS, registry.Registered(
+        "csv", (".csv", ".csv.gz"), "transforms.inputs.csv", title="CSV")))
+    for module in (bucketed, scaffold, train_bpe):
+        assert "or .csv (CSV, plain or .gz) files" in " ".join(_input_help(module).split())
