@@ -55,11 +55,13 @@ def build(pipeline: beam.Pipeline, options: ScaffoldSettings, run_id: str | None
     shards = options.shard_config(run_id or launch.new_run_id())
     read_config = options.read_config()
     progress_dir = progress.progress_dir(pipeline.options, run_id)
-    # The input first: a missing or unreadable one (local or remote) is said before the tokenizer loads.
+    # The input first: a missing or unreadable one (local or remote) is said before the tokenizer loads;
+    # its units are logged once the tokenizer has loaded, so that a load error is said alone.
     read = ReadDocuments(read_config, progress_dir=progress_dir)
     units = read.units  # planned and checked here; read by ProcessUnits
     encoder = scaffold.load()
     scaffold = scaffold.pinned(encoder)  # each worker checks it loads these very files
+    read.log_planned()
     provenance = launch_provenance("scaffold", options, units, options.tokenizer)
     publish_format = ScaffoldFormat(options, shards, provenance, encoder.library)
     description = resume.WorkDescription.of("scaffold", options, units,

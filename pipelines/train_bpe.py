@@ -105,6 +105,7 @@ def build(pipeline: beam.Pipeline, options: TrainBpeSettings, run_id: str, mode:
     progress_dir = progress.progress_dir(pipeline.options, run_id)
     read = ReadDocuments(options.read_config(), progress_dir=progress_dir)
     launch.prepare_output(output, KIND, inputs=[u.path for u in read.units], mode=mode)
+    read.log_planned()  # once the output is claimed: a launch error is the only line said
     announce_stages(progress_dir, [Stage("read and count", "read", read.planned.keys, read.planned.what,
                                          total=read.planned.total)])
 
