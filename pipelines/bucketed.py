@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 
 def make_parser() -> argparse.ArgumentParser:
     p = flags.job_parser("bucketed", "Tokenize parquet/JSONL documents into length-bucketed uint32 shards "
-                         "(FinePDFs-Edu layout).", ".parquet/.jsonl files")
+                         "(FinePDFs-Edu layout).")
     flags.add_setting_flags(p, BucketedSettings, DOCUMENT_FILTER_FLAGS + (
         "tokenizer", "tokenizer_backend", "tokenizer_threads", "eos_token", "dtype", "partitions", "max_shard_bytes",
         "seed", "read_connections", "batch_docs", "removal_list", "special_tokens", "on_bad_record") + CARD_FLAGS)
@@ -116,9 +116,11 @@ def _launch(pipeline: beam.Pipeline, options: BucketedSettings, run_id: str | No
     read_config = options.read_config()
     progress_dir = progress.progress_dir(pipeline.options, run_id)
     # The input before the tokenizer: a missing or unreadable one (local or remote) costs no load.
+    # Its units are logged once the tokenizer has loaded, so that a load error is said alone.
     read = ReadDocuments(read_config, progress_dir=progress_dir)
     encoder = tokenizer.load()
     tokenizer = tokenizer.pinned(encoder)  # each worker checks it loads these very files
+    read.log_planned()
     removals = RemovalSources.read(output, options)
     description = resume.WorkDescription.of("bucketed", options, read.units, {
         "tokenizer_probe": resume.tokenizer_probe(encoder),

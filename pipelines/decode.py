@@ -30,6 +30,7 @@ it, does not end with EOT) has the tokens up to that document's EOT skipped, wit
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import posixpath
 import sys
@@ -38,12 +39,14 @@ from typing import NamedTuple, TextIO
 
 import numpy as np
 
+from pipelines.flags import add_setting_flags
 from pipelines.help_format import DefaultsHelpFormatter
 from shards import layout, llmc, storage
 from shards.reading.opening import open_tree
 from shards.reading.shard_tree import ShardTree
 from shards.reading.store import TokenStore
 from transforms.core.records import BadInputError, UsageError
+from transforms.core.settings import REQUIRED, setting
 
 # Tokens read at a time from a stream: memory stays small, and --docs N reads little more than N documents.
 _BLOCK_TOKENS = 1 << 20
@@ -314,26 +317,43 @@ def decode_tree(path: str, tokenizer: str | None, docs: int | None, doc_id: str 
     return written
 
 
+@dataclasses.dataclass(frozen=True)
+class DecodeSettings:
+    """decode's settings, one typed object: its flags are generated from it."""
+
+    paths: tuple[str, ...] = setting(REQUIRED, "a bucketed output tree; or llm.c shard files (in order) or split "
+                                     "directories", flags=(), metavar="PATH", many=True)
+    docs: int | None = setting(None, "print only the first N documents", spelled=int)
+    doc_id: str | None = setting(None, "a bucketed tree: print only the document with this original id",
+                                 flags=("--id",), metavar="ID")
+    markers: bool = setting(False, "print each word's <ff_N> countdown marker before it")
+    tokenizer: str | None = setting(None, "a bucketed tree: the tokenizer its dataset_stats.txt names unless given "
+                                    "(any --tokenizer spec of the jobs); llm.c shards: gpt2 | tiktoken:PATH | "
+                                    "hf:NAME_OR_PATH, default gpt2")
+
+    def __post_init__(self):
+        object.__setattr__(self, "paths", tuple(self.paths))
+        if self.docs is not None and self.docs < 0:
+            raise ValueError("--docs must be >= 0")
+
+
 def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="pretokenize decode",
                                 description="Print a bucketed tree's documents, or llm.c scaffold shards, as text.",
                                 formatter_class=DefaultsHelpFormatter)
-    p.add_argument("paths", nargs="+", metavar="PATH",
-                   help="a bucketed output tree; or llm.c shard files (in order) or split directories")
-    p.add_argument("--docs", type=int, default=None, help="print only the first N documents")
-    p.add_argument("--id", dest="doc_id", default=None, metavar="ID",
-                   help="a bucketed tree: print only the document with this original id")
-    p.add_argument("--markers", action="store_true", help="print each word's <ff_N> countdown marker before it")
-    p.add_argument("--tokenizer", default=None,
-                   help="a bucketed tree: the tokenizer its dataset_stats.txt names unless given (any --tokenizer "
-                        "spec of the jobs); llm.c shards: gpt2 | tiktoken:PATH | hf:NAME_OR_PATH, default gpt2")
+    add_setting_flags(p, DecodeSettings)
     return p
 
 
+def parse_args(argv: list[str]) -> DecodeSettings:
+    try:
+        return DecodeSettings(**vars(make_parser().parse_args(argv)))
+    except ValueError as e:  # said as it always was: one line, exit status 1
+        raise SystemExit(f"pretokenize decode: {e}") from None
+
+
 def run(argv: list[str] | None = None) -> int:
-    args = make_parser().parse_args(argv or [])
-    if args.docs is not None and args.docs < 0:
-        raise SystemExit("pretokenize decode: --docs must be >= 0")
+    args = parse_args(argv or [])
     if len(args.paths) == 1 and is_bucketed_tree(args.paths[0]):
         if args.markers:
             raise UsageError("--markers is for the scaffold's countdown tokens, not a bucketed tree")

@@ -38,11 +38,13 @@ from typing import NamedTuple
 
 import numpy as np
 
+from pipelines.flags import add_break_lock_flag, add_setting_flags, parse_plain_settings
 from pipelines.help_format import DefaultsHelpFormatter
 from shards import kinds, llmc, lock, megatron, storage
 from shards import tree as ownership
 from shards.reading.opening import open_tree
 from shards.reading.shard_tree import ShardTree
+from transforms.core.settings import REQUIRED, setting
 
 EXPORT_DIR = "megatron"
 DATA_ARGS_NAME = "data_args.txt"
@@ -50,11 +52,21 @@ VALID_DATA_ARGS_NAME = "valid_data_args.txt"
 
 
 @dataclasses.dataclass(frozen=True)
-class ExportOptions:
-    target: str
-    output: str
-    check: bool = False
-    mount: str | None = None  # where the blend's prefixes say the tree is; None: relative to its root
+class ExportSettings:
+    """export's settings, one typed object: its flags are generated from it."""
+
+    target: str = setting(REQUIRED, f"megatron: a Megatron-LM .idx and a .bin link per shard, under "
+                          f"DIR/{EXPORT_DIR}/", choices=("megatron",), flags=())
+    output: str = setting(REQUIRED, "the finished output tree (a local directory)")
+    mount: str | None = setting(None, "write the blend's prefixes under PATH, where the tree is mounted for training "
+                                "(PATH/megatron/1024/p00_00000); default: relative to the tree's root, for Megatron "
+                                "run from the tree's directory. With --check: the PATH the export was written for",
+                                metavar="PATH")  # None: the blend's prefixes are relative to the tree's root
+    check: bool = setting(False, "write nothing; exit 1 if the export is stale or missing")
+
+    def __post_init__(self):
+        object.__setattr__(self, "output", storage.normalize(self.output))
+        object.__setattr__(self, "mount", check_mount(self.mount))
 
 
 class ShardIndex(NamedTuple):
@@ -74,15 +86,8 @@ def make_parser() -> argparse.ArgumentParser:
         description="Write index files so another trainer reads a finished output tree in place.",
         formatter_class=DefaultsHelpFormatter,
     )
-    p.add_argument("target", choices=["megatron"],
-                   help=f"megatron: a Megatron-LM .idx and a .bin link per shard, under DIR/{EXPORT_DIR}/")
-    p.add_argument("--output", required=True, help="the finished output tree (a local directory)")
-    p.add_argument("--mount", metavar="PATH", default=None,
-                   help="write the blend's prefixes under PATH, where the tree is mounted for training "
-                        "(PATH/megatron/1024/p00_00000); default: relative to the tree's root, for Megatron "
-                        "run from the tree's directory. With --check: the PATH the export was written for")
-    p.add_argument("--check", action="store_true", help="write nothing; exit 1 if the export is stale or missing")
-    p.add_argument(lock.BREAK_FLAG, action="store_true", help=lock.BREAK_HELP)
+    add_setting_flags(p, ExportSettings)
+    add_break_lock_flag(p)
     return p
 
 
@@ -97,14 +102,8 @@ def check_mount(mount: str | None) -> str | None:
     return mount.rstrip("/") or "/"
 
 
-def parse_args(argv: list[str]) -> ExportOptions:
-    parser = make_parser()
-    ns = parser.parse_args(argv)
-    try:
-        mount = check_mount(ns.mount)
-    except ValueError as e:
-        parser.error(str(e))
-    return ExportOptions(target=ns.target, output=storage.normalize(ns.output), check=ns.check, mount=mount)
+def parse_args(argv: list[str]) -> ExportSettings:
+    return parse_plain_settings(make_parser(), argv, ExportSettings)
 
 
 def shard_indexes(tree: ShardTree) -> list[ShardIndex]:

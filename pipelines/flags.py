@@ -84,10 +84,15 @@ def check_beam_flags(args: list[str], job_flags: list[str]) -> None:
     raise UsageError(f"unknown flag or argument: {', '.join(problems)}; see --help")
 
 
-def job_parser(job: str, description: str, inputs: str, resumable: bool = True) -> argparse.ArgumentParser:
+def job_parser(job: str, description: str, read_options: tuple[str, ...] = (),
+               resumable: bool = True) -> argparse.ArgumentParser:
     """A writing job's parser with its --input and --output, --workers, and (``resumable``: the jobs
     that run through run_job and save their work per input unit) --plan and --restart; the job adds
-    its own flags."""
+    its own flags. --input's help lists the formats the input registry reads with the job's
+    ReadConfig ``read_options`` set (transforms.inputs.registry.input_help)."""
+    from transforms.inputs.registry import input_help
+
+    inputs = input_help(read_options)
     p = argparse.ArgumentParser(
         prog=f"pretokenize {job}",
         description=description,
@@ -95,7 +100,7 @@ def job_parser(job: str, description: str, inputs: str, resumable: bool = True) 
         "--direct_running_mode=multi_processing --direct_num_workers=2 (what --workers 2 says).",
         formatter_class=DefaultsHelpFormatter,
     )
-    add_flag(p, "input", required=True, help=f"glob, file or directory of {inputs}; local or fsspec URL")
+    add_flag(p, "input", required=True, help=f"glob, file or directory of {inputs} files; local or fsspec URL")
     add_flag(p, "output", required=True, help="output directory; local or fsspec URL (gs://, s3://)")
     add_workers_flag(p)
     add_break_lock_flag(p)
@@ -108,6 +113,17 @@ def job_parser(job: str, description: str, inputs: str, resumable: bool = True) 
              help="redo every input unit: discard the work an interrupted run into this output saved "
              "(by default a re-run with the same input and settings resumes from it)")
     return p
+
+
+def parse_plain_settings(parser: argparse.ArgumentParser, argv: list[str], settings_cls):
+    """The settings of a plain tool (no pipeline, no Beam flags) from its flags; a bad value the
+    settings refuse is said as argparse says a bad flag (usage and one line, exit 2)."""
+    values = vars(parser.parse_args(argv))
+    values.pop("break_lock", None)  # the command's lock scope reads it from the command line (shards.lock)
+    try:
+        return settings_cls(**values)
+    except ValueError as e:
+        parser.error(str(e))
 
 
 def tool_parser(job: str, description: str) -> argparse.ArgumentParser:
@@ -164,30 +180,52 @@ def add_setting_flags(parser: argparse.ArgumentParser, settings_cls, names: tupl
     """The flags of the fields ``names`` of a settings dataclass (all that have one, in their order,
     without ``names``), generated from the fields (transforms.core.settings): read off the class, so
     that ``--help`` builds no settings object (whose checks import the steps, and Beam)."""
-    from transforms.core.settings import CHOICES, HELP, SPELLED, flag_fields
+    from transforms.core.settings import flag_fields
 
     fields = flag_fields(settings_cls)
     for name in names if names is not None else tuple(fields):
-        field = fields[name]
-        meta, default = field.metadata, field.default
-        if isinstance(default, bool):
-            add_flag(parser, name.replace("_", "-"), action="store_true", help=meta[HELP])
-            continue
-        kind = meta[SPELLED] or (str if default is None else type(default))
-        choices = list(meta[CHOICES]) if meta[CHOICES] is not None else None
-        add_flag(parser, name.replace("_", "-"), type=kind, default=default, choices=choices, help=meta[HELP])
+        spellings, kwargs = _flag_of(name, fields[name])
+        parser.add_argument(*spellings, **kwargs)
 
 
-def parse_settings(parser: argparse.ArgumentParser, argv: list[str], settings_cls):
+def _flag_of(name: str, field) -> tuple[tuple[str, ...], dict]:
+    """The spellings of the flag of settings field ``name`` and add_argument's other arguments."""
+    from transforms.core.settings import CHOICES, FLAGS, HELP, MANY, METAVAR, REQUIRED, SPELLED
+
+    meta, default = field.metadata, field.default
+    kwargs = {"help": meta[HELP]}
+    if meta[METAVAR] is not None:
+        kwargs["metavar"] = meta[METAVAR]
+    if meta[MANY]:
+        kwargs["nargs"] = "+"
+    spellings = meta[FLAGS] if meta[FLAGS] is not None else (f"--{name.replace('_', '-')}",)
+    if spellings:  # a flag; a positional argument is named by its field
+        kwargs["dest"] = name
+    else:
+        spellings = (name,)
+    if isinstance(default, bool):
+        return spellings, {**kwargs, "action": "store_true"}
+    kwargs["type"] = meta[SPELLED] or (str if default in (None, REQUIRED) else type(default))
+    if meta[CHOICES] is not None:
+        kwargs["choices"] = list(meta[CHOICES])
+    if default is not REQUIRED:
+        kwargs["default"] = default
+    elif spellings[0].startswith("-"):
+        kwargs["required"] = True
+    return spellings, kwargs
+
+
+def parse_settings(parser: argparse.ArgumentParser, argv: list[str], settings_cls, input_files: bool = True):
     """The job's settings object from its flags (those its fields say are spelled as floats may be
     given as 1.5e9), and Beam's PipelineOptions from the rest.
 
     In the order a person wants to hear about a mistake, and cheapest first: the job's own flags,
-    then that a local ``--input`` names files (before Beam loads, and before any tokenizer), then
-    Beam's flags and the settings' own checks."""
+    then (``input_files``: for a job whose ``--input`` is what it reads) that a local ``--input``
+    names files (before Beam loads, and before any tokenizer), then Beam's flags and the settings'
+    own checks."""
     ours, beam_args = _parse_ours(parser, argv)
     values = vars(ours)
-    if values.get("input"):
+    if input_files and values.get("input"):
         check_input(values["input"])
     check_beam_flags(beam_args, _long_flags(parser))
     beam_args = _beam_args(ours, beam_args)

@@ -9,6 +9,7 @@ running the same command again.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import datetime
 import logging
@@ -17,12 +18,13 @@ import uuid
 from typing import TYPE_CHECKING
 
 from pipelines.errors import RunStopped, launching, no_space_message, noting_interrupts
-from pipelines.flags import add_break_lock_flag, add_flag, add_workers_flag, parse_job_args, tool_parser
+from pipelines.flags import add_break_lock_flag, add_setting_flags, add_workers_flag, parse_settings, tool_parser
 from pipelines.run_mode import end_dry_run, is_dry_run
 from shards import layout, lock, storage, tree
 from shards.manifest import DatasetStats
 from shards.removal import REMOVALS_NAME, check_id_field, read_removal_source, tree_id_field
 from transforms.core.records import BadInputError, UsageError
+from transforms.core.settings import REQUIRED, setting
 
 if TYPE_CHECKING:  # Beam and the steps are imported once the flags are read: --help imports none of it
     import apache_beam as beam
@@ -34,26 +36,30 @@ log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
-class RemoveOptions:
-    output: str
-    removal_list: str
+class RemoveSettings:
+    """remove's settings, one typed object: its flags are generated from it; the paths are URLs."""
+
+    output: str = setting(REQUIRED, "the output tree of pretokenize bucketed")
+    removal_list: str = setting(REQUIRED, "ids to remove, one a line, no comments; path or URL")
+
+    def __post_init__(self):
+        object.__setattr__(self, "output", storage.normalize(self.output))
+        object.__setattr__(self, "removal_list", storage.normalize(self.removal_list))
 
 
-def parse_args(argv: list[str]) -> tuple[RemoveOptions, PipelineOptions]:
+def make_parser() -> argparse.ArgumentParser:
     p = tool_parser("remove", "Remove the documents a list of original ids names from a bucketed output, in place.")
-    add_flag(p, "output", required=True, help="the output tree of pretokenize bucketed")
-    add_flag(p, "removal-list", required=True, help="ids to remove, one a line, no comments; path or URL")
+    add_setting_flags(p, RemoveSettings)
     add_workers_flag(p)
     add_break_lock_flag(p)
-    ours, beam_args = parse_job_args(p, argv)
-    from apache_beam.options.pipeline_options import PipelineOptions
-
-    return RemoveOptions(storage.normalize(ours.output), storage.normalize(ours.removal_list)), PipelineOptions(
-        beam_args
-    )
+    return p
 
 
-def prepare(options: RemoveOptions, write: bool = True, plan_url: str | None = None) -> RemovalPlan | None:
+def parse_args(argv: list[str]) -> tuple[RemoveSettings, PipelineOptions]:
+    return parse_settings(make_parser(), argv, RemoveSettings)
+
+
+def prepare(options: RemoveSettings, write: bool = True, plan_url: str | None = None) -> RemovalPlan | None:
     """The plan to carry out: an interrupted one first, else a new one; None when nothing is flagged.
 
     Everything is read and checked before any byte changes: the tree's audit log (strictly), the
@@ -86,7 +92,7 @@ def prepare(options: RemoveOptions, write: bool = True, plan_url: str | None = N
     return plan
 
 
-def _new_plan(options: RemoveOptions, audit, plan_url: str | None) -> RemovalPlan | None:
+def _new_plan(options: RemoveSettings, audit, plan_url: str | None) -> RemovalPlan | None:
     """A new plan for the list's ids, checked against the files; None when no listed id is in the
     tree. A list or log of ids of another field than the tree's is refused."""
     from transforms.tools.surgery import check_plan, make_plan
@@ -136,7 +142,7 @@ def _report_not_found(plan: RemovalPlan, listed: int, already: set[str]) -> None
         print(f"  ... and {len(missing) - 20} more", flush=True)
 
 
-def build(pipeline: beam.Pipeline, options: RemoveOptions, plan: RemovalPlan):
+def build(pipeline: beam.Pipeline, options: RemoveSettings, plan: RemovalPlan):
     from transforms.tools.surgery import RemoveDocuments
 
     itemsize = layout.DTYPES[DatasetStats.from_text(plan.stats_before).dtype].itemsize

@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 def make_parser() -> argparse.ArgumentParser:
     p = flags.job_parser("scaffold", "Encode documents with a countdown token before every word (GPT-2 BPE + "
                          "<ff_N> ids 50257..51256) into llm.c shards: train/shard_NNN.bin, val/shard_NNN.bin.",
-                         ".json/.jsonl (or .parquet with --annotate)")
+                         read_options=("json_values",))
     flags.add_setting_flags(p, ScaffoldSettings)
     return p
 
@@ -55,11 +55,13 @@ def build(pipeline: beam.Pipeline, options: ScaffoldSettings, run_id: str | None
     shards = options.shard_config(run_id or launch.new_run_id())
     read_config = options.read_config()
     progress_dir = progress.progress_dir(pipeline.options, run_id)
-    # The input first: a missing or unreadable one (local or remote) is said before the tokenizer loads.
+    # The input first: a missing or unreadable one (local or remote) is said before the tokenizer loads;
+    # its units are logged once the tokenizer has loaded, so that a load error is said alone.
     read = ReadDocuments(read_config, progress_dir=progress_dir)
     units = read.units  # planned and checked here; read by ProcessUnits
     encoder = scaffold.load()
     scaffold = scaffold.pinned(encoder)  # each worker checks it loads these very files
+    read.log_planned()
     provenance = launch_provenance("scaffold", options, units, options.tokenizer)
     publish_format = ScaffoldFormat(options, shards, provenance, encoder.library)
     description = resume.WorkDescription.of("scaffold", options, units,

@@ -22,11 +22,13 @@ import sys
 
 import numpy as np
 
+from pipelines.flags import add_break_lock_flag, add_setting_flags, parse_plain_settings
 from pipelines.help_format import DefaultsHelpFormatter
 from shards import layout, lock, storage
 from shards import tree as ownership
 from shards.reading.opening import open_tree
 from shards.reading.shard_tree import SPLITS, ShardTree
+from transforms.core.settings import REQUIRED, setting
 
 PNG_NAME = "length_histogram.png"
 TABLE_NAME = "length_stats.txt"
@@ -34,14 +36,22 @@ _COLUMNS = ("bucket", "documents", "tokens", "token_share", "min", "p10", "p50",
 
 
 @dataclasses.dataclass(frozen=True)
-class StatsOptions:
-    output: str
-    png: str | None = None  # None: DIR/length_histogram.png; "none": no picture
-    table: str | None = None
-    split: str = "all"
-    val_fraction: float = 0.0
-    bins: int = 40
-    json: bool = False  # print the table as JSON (the file paths go to stderr)
+class StatsSettings:
+    """stats' settings, one typed object: its flags are generated from it."""
+
+    output: str = setting(REQUIRED, "the finished output tree (local path or fsspec URL)")
+    png: str | None = setting(None, f"where to draw the histogram (default DIR/{PNG_NAME}; 'none': skip)")
+    table: str | None = setting(None, f"where to write the table (default DIR/{TABLE_NAME})")
+    split: str = setting("all", "documents of this split only", choices=SPLITS)
+    val_fraction: float = setting(0.0, "the validation fraction that defines --split for a bucketed tree",
+                                  flags=("--val-fraction", "--val_fraction"))
+    bins: int = setting(40, "histogram bins per panel")
+    json: bool = setting(False, "print the table as one JSON object on stdout (the files are still written)")
+
+    def __post_init__(self):
+        object.__setattr__(self, "output", storage.normalize(self.output))
+        if self.bins < 1:
+            raise ValueError("--bins must be at least 1")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,23 +68,17 @@ class BucketLengths:
         return int(self.lengths.sum())
 
 
-def parse_args(argv: list[str]) -> StatsOptions:
+def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="pretokenize stats", description=__doc__.splitlines()[0],
                                 formatter_class=DefaultsHelpFormatter)
-    p.add_argument("--output", required=True, help="the finished output tree (local path or fsspec URL)")
-    p.add_argument("--png", default=None, help=f"where to draw the histogram (default DIR/{PNG_NAME}; 'none': skip)")
-    p.add_argument("--table", default=None, help=f"where to write the table (default DIR/{TABLE_NAME})")
-    p.add_argument("--split", default="all", choices=SPLITS, help="documents of this split only")
-    p.add_argument("--val-fraction", "--val_fraction", dest="val_fraction", type=float, default=0.0,
-                   help="the validation fraction that defines --split for a bucketed tree")
-    p.add_argument("--bins", type=int, default=40, help="histogram bins per panel")
-    p.add_argument(lock.BREAK_FLAG, action="store_true", help=lock.BREAK_HELP)
-    p.add_argument("--json", action="store_true",
-                   help="print the table as one JSON object on stdout (the files are still written)")
-    ns = p.parse_args(argv)
-    if ns.bins < 1:
-        p.error("--bins must be at least 1")
-    return StatsOptions(storage.normalize(ns.output), ns.png, ns.table, ns.split, ns.val_fraction, ns.bins, ns.json)
+    add_setting_flags(p, StatsSettings, ("output", "png", "table", "split", "val_fraction", "bins"))
+    add_break_lock_flag(p)
+    add_setting_flags(p, StatsSettings, ("json",))
+    return p
+
+
+def parse_args(argv: list[str]) -> StatsSettings:
+    return parse_plain_settings(make_parser(), argv, StatsSettings)
 
 
 def bucket_lengths(tree: ShardTree, split: str = "all", val_fraction: float = 0.0) -> list[BucketLengths]:

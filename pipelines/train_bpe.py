@@ -9,7 +9,8 @@ What happens, in order:
    temporary directory.
 2. The pipeline reads and filters documents as the bucketed job does (the same reader, field flags
    and language filter; ``--language none`` turns the filter off), cuts the texts into words and
-   counts them (transforms.bpe.count: a combiner per count shard), and writes the pruned count
+   counts them (each input unit's steps run in one call, transforms.core.steps.RunUnits; then
+   transforms.bpe.count's combiner per count shard), and writes the pruned count
    shards and the run's counts (documents, drops, characters, pre-tokens) into the run directory.
 3. The launcher reads the counted words and learns the merges (transforms.bpe.learn).
 4. It publishes: the record lists the files first; the old ``training_stats.txt`` goes, then
@@ -33,7 +34,14 @@ from typing import TYPE_CHECKING
 
 from pipelines import errors, flags, launch, progress, run_mode, summary
 from shards import lock, storage, tree
-from shards.removal import check_id_field, is_tree_source, log_url_of, read_log, read_removal_source
+from shards.removal import (
+    check_id_field,
+    is_tree_source,
+    log_url_of,
+    read_log,
+    read_removal_list,
+    read_removal_source,
+)
 from shards.version import tool_version
 from transforms.bpe import files, pretokenize
 from transforms.bpe.settings import TrainBpeSettings
@@ -56,7 +64,7 @@ def make_parser() -> argparse.ArgumentParser:
                           "merges.txt, tokenizer_config.json and special_tokens_map.json (AutoTokenizer."
                           "from_pretrained loads the directory), tokenizer_info.json and training_stats.txt "
                           "into --output.",
-                          ".parquet/.jsonl files", resumable=False)
+                          resumable=False)
     size = p.add_mutually_exclusive_group(required=True)
     size.add_argument("--vocab-size", dest="vocab_size", type=int,
                       help="every id, the EOS included: base symbols + merges + 1")
@@ -92,39 +100,36 @@ def build(pipeline: beam.Pipeline, options: TrainBpeSettings, run_id: str, mode:
     """Adds the counting to ``pipeline``: the count shards and run_stats.json go to the run directory."""
     import apache_beam as beam
 
-    from transforms.bpe.count import STATS, CountWords
-    from transforms.bucketed.filter import DROPPED, FilterLanguage
-    from transforms.bucketed.removal import DropRemoved
+    from transforms.bpe.count import STATS, WriteWordCounts
+    from transforms.bucketed.filter import DROPPED
+    from transforms.bucketed.removal import MATCHED
     from transforms.core.drops import CountDrops
     from transforms.core.progress import Stage, announce_stages
-    from transforms.inputs.read import RECORDS, CountRecords, ReadDocuments
+    from transforms.core.steps import RunUnits
+    from transforms.inputs.read import RECORDS, CountRecords, ReadDocuments, ReadUnitFn
 
     output = storage.normalize(options.output)
     counting = options.count_config(run_url(output, run_id))
-    lid = options.lid_filter()
     progress_dir = progress.progress_dir(pipeline.options, run_id)
-    read = ReadDocuments(options.read_config(), progress_dir=progress_dir)
+    read_config = options.read_config()
+    read = ReadDocuments(read_config, progress_dir=progress_dir)  # the units planned and checked; run below
     launch.prepare_output(output, KIND, inputs=[u.path for u in read.units], mode=mode)
+    read.log_planned()  # once the output is claimed: a launch error is the only line said
     announce_stages(progress_dir, [Stage("read and count", "read", read.planned.keys, read.planned.what,
                                          total=read.planned.total)])
 
-    read_result = pipeline | "ReadDocuments" >> read
-    batches = read_result.docs
-    drops = [read_result[DROPPED]]
-    if options.removal_list:
-        removed = batches | "DropRemoved" >> DropRemoved(storage.normalize(options.removal_list))
-        batches = removed.kept
-        drops.append(removed[DROPPED])
-    filtered = batches | "FilterLanguage" >> FilterLanguage(lid)
-    batches = filtered.kept
-    drops.append(filtered[DROPPED])
-    counted = batches | "CountWords" >> CountWords(counting)
-    raw = read_result[RECORDS] | "CountDocuments" >> CountRecords()
+    read_unit = ReadUnitFn(read_config, read.planned if progress_dir else None, progress_dir)
+    # Each input unit read, cleared of removed ids, filtered and counted in one step, as the other jobs do.
+    counted = pipeline | "CountInputUnits" >> RunUnits(read.units, read_unit, _count_steps(options, counting),
+                                                       (DROPPED, RECORDS, MATCHED, STATS))
+    distinct = counted.main | "WriteWordCounts" >> WriteWordCounts(counting)
+    raw = counted[RECORDS] | "CountDocuments" >> CountRecords()
     numbers = (
         raw | "NameRecords" >> beam.Map(lambda n: ("documents_read", n)),
-        tuple(drops) | "CountDrops" >> CountDrops() | "NameDrops" >> beam.Map(lambda d: (f"dropped:{d[0]}", d[1])),
+        (counted[DROPPED],) | "CountDrops" >> CountDrops()
+        | "NameDrops" >> beam.Map(lambda d: (f"dropped:{d[0]}", d[1])),
         counted[STATS],
-        counted["distinct"],
+        distinct,
     )
     stats_url = storage.join(counting.run_url, RUN_STATS_NAME)
     return (
@@ -134,6 +139,21 @@ def build(pipeline: beam.Pipeline, options: TrainBpeSettings, run_id: str, mode:
         | "GatherNumbers" >> beam.combiners.ToDict()
         | "WriteRunStats" >> beam.Map(_write_run_stats, stats_url)
     )
+
+
+def _count_steps(options: TrainBpeSettings, counting) -> list[beam.DoFn]:
+    """The DoFns each input unit's batches go through: removed ids dropped (a missing or
+    unreadable list fails here, at launch), the language filter, the word count."""
+    from transforms.bpe.count import CountWordsFn
+    from transforms.bucketed.filter import FilterLanguageFn
+    from transforms.bucketed.removal import DropRemovedFn
+
+    steps = []
+    if options.removal_list:
+        removal_url = storage.normalize(options.removal_list)
+        read_removal_list(removal_url)
+        steps.append(DropRemovedFn((removal_url,)))
+    return [*steps, FilterLanguageFn(options.lid_filter()), CountWordsFn(counting)]
 
 
 def _write_run_stats(numbers: dict, url: str) -> None:

@@ -14,6 +14,7 @@ Those last two are removed afterwards.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import tempfile
@@ -21,35 +22,52 @@ import uuid
 from typing import TYPE_CHECKING
 
 from pipelines.errors import launching
-from pipelines.flags import add_flag, add_workers_flag, parse_job_args, tool_parser
+from pipelines.flags import add_setting_flags, add_workers_flag, parse_settings, tool_parser
 from pipelines.run_mode import end_dry_run, is_dry_run
 from shards import kinds, layout, lock, scaffold_verify, storage
 from shards.removal import DEFAULT_ID_FIELD, REMOVALS_NAME, read_log, read_removal_list
 from shards.tree import IncompleteTreeError, OutputTree, UnreadableStatsError
 from transforms.core.records import UsageError
+from transforms.core.settings import REQUIRED, setting
 
 if TYPE_CHECKING:  # Beam and the checks are imported once the flags are read: --help imports none of it
     from apache_beam.options.pipeline_options import PipelineOptions
 
 
-def parse_args(argv: list[str]):
+@dataclasses.dataclass(frozen=True)
+class VerifySettings:
+    """verify's settings, one typed object: its flags are generated from it."""
+
+    output: str = setting(REQUIRED, "the output tree to check (bucketed or scaffold)")
+    input: str | None = setting(None, "the source documents, to re-tokenize and compare")
+    sample: float = setting(1.0, "fraction of ids to compare with the source (default 1)")
+    removal_list: str | None = setting(None, "the --removal-list the job ran with: its ids are not expected in the "
+                                       "output")
+    report: str | None = setting(None, "where to write the JSON report, kept (default: under --temp_location if "
+                                 "set, else a local temporary directory; removed afterwards)")
+
+    def __post_init__(self):
+        if not 0.0 < self.sample <= 1.0:
+            raise ValueError(f"--sample must be within (0, 1], got {self.sample}")
+
+
+def make_parser() -> argparse.ArgumentParser:
     p = tool_parser("verify", "Check a bucketed output tree against its format (and its source with --input).")
-    add_flag(p, "output", required=True, help="the output tree to check (bucketed or scaffold)")
-    add_flag(p, "input", default=None, help="the source documents, to re-tokenize and compare")
-    add_flag(p, "sample", type=float, default=1.0, help="fraction of ids to compare with the source (default 1)")
-    add_flag(p, "removal-list", default=None,
-             help="the --removal-list the job ran with: its ids are not expected in the output")
-    add_flag(p, "report", default=None, help="where to write the JSON report, kept (default: under "
-             "--temp_location if set, else a local temporary directory; removed afterwards)")
+    add_setting_flags(p, VerifySettings)
     add_workers_flag(p)
-    return parse_job_args(p, argv)
+    return p
+
+
+def parse_args(argv: list[str]) -> tuple[VerifySettings, PipelineOptions]:
+    """The settings and Beam's options; a local --input is the source to compare, checked later."""
+    return parse_settings(make_parser(), argv, VerifySettings, input_files=False)
 
 
 def _problems(n: int) -> str:
     return f"{n} problem" if n == 1 else f"{n} problems"
 
 
-def _verify_scaffold(output: str, args) -> int:
+def _verify_scaffold(output: str, args: VerifySettings) -> int:
     """The llm.c checks, split by split (each split is one token stream, read once in order)."""
     if args.input:
         print("verify: --input is not supported for scaffold trees; checking the format only", flush=True)
@@ -141,9 +159,8 @@ def _remove_scratch(scratch: str | None) -> None:
 
 def run(argv: list[str] | None = None) -> int:
     with launching():
-        args, beam_args = parse_args(argv or [])
+        args, options = parse_args(argv or [])
     import apache_beam as beam
-    from apache_beam.options.pipeline_options import PipelineOptions
 
     from transforms.tools.verify import VerifyOutput, write_report
 
@@ -161,7 +178,6 @@ def run(argv: list[str] | None = None) -> int:
     with launching():
         config, units, launch_problems, removed = _plan_checks(output, stats, args)
         source = storage.normalize(args.input) if args.input else None
-        options = PipelineOptions(beam_args)
         dry_run = is_dry_run(options)  # a local runner refuses it, as the jobs do
         report_url, scratch = _report_place(args.report, options)
         pipeline = beam.Pipeline(options=options)
@@ -198,10 +214,8 @@ def _say_retokenizer(retokenizer: str, stats) -> None:
           f"{stats.tokenizer_backend or 'nothing: written by tiktoken'}){mode}", flush=True)
 
 
-def _open_tree(args: argparse.Namespace) -> tuple[str, OutputTree, str | None]:
+def _open_tree(args: VerifySettings) -> tuple[str, OutputTree, str | None]:
     """The output's URL, its tree, and the line saying a writer holds it (verify takes no lock)."""
-    if not 0.0 < args.sample <= 1.0:
-        raise ValueError(f"--sample must be within (0, 1], got {args.sample}")
     output = storage.normalize(args.output)
     fs, path = storage.filesystem(output)
     with storage.reaching(output):
@@ -210,7 +224,7 @@ def _open_tree(args: argparse.Namespace) -> tuple[str, OutputTree, str | None]:
     return output, OutputTree.open(output), lock.held_line(output)
 
 
-def _plan_checks(output: str, stats, args: argparse.Namespace):
+def _plan_checks(output: str, stats, args: VerifySettings):
     """What the launcher checks before the pipeline runs: the config, the files to check, the
     problems found already (checksums, removal log, index), and the removed ids."""
     from transforms.tools.verify import VerifyConfig, files_holding_ids, index_problems, plan_units, read_checksums

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from pathlib import Path
 
 import pytest
@@ -109,15 +108,6 @@ def _index_cache(tmp_path_factory):
         os.environ.pop("PRETOKENIZE_INDEX_CACHE", None)
     else:
         os.environ["PRETOKENIZE_INDEX_CACHE"] = before
-
-
-# A line the CLI logs (its progress, "input: N units of work ..."), not part of what it says of an error.
-LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ (INFO|WARNING) ")
-
-
-def said(err: str) -> list[str]:
-    """The lines of ``err`` that are not log lines: what a command said when it stopped."""
-    return [line for line in err.strip().splitlines() if not LOG_LINE.match(line)]
 
 
 def tree_hashes(root, skip: tuple[str, ...] = ()) -> dict[str, str]:

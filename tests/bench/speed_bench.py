@@ -35,8 +35,8 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 import corpus as corpus_mod  # noqa: E402
-import run_bench  # noqa: E402
 import report  # noqa: E402
+import run_bench  # noqa: E402
 from run_bench import TWO_WORKERS, Row, in_process_row, kept_texts, run_job, tree_digest  # noqa: E402
 
 HEADING = "## Steady-state speed"

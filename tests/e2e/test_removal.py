@@ -217,7 +217,7 @@ def test_removal_list_ids_is_the_number_of_ids_removals_txt_lists_after_every_co
     assert cli.main([*rerun, "--removal-list", listed]) == 0
     assert counts(out) == (4, 1, 4)
     (tmp_path / "third.txt").write_text(flagged[3] + "\n", encoding="utf-8")
-    assert remove.prepare(remove.RemoveOptions(str(out), str(tmp_path / "third.txt"))) is not None  # then killed
+    assert remove.prepare(remove.RemoveSettings(str(out), str(tmp_path / "third.txt"))) is not None  # then killed
     assert cli.main(rerun) == 0  # finishes the pending removal
     assert counts(out) == (5, 1, 5)
     assert stored_ids(out) == {r["id"] for r in ROWS} - set(flagged)

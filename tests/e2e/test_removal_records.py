@@ -280,7 +280,7 @@ def test_remove_after_a_killed_rerun_took_over_its_removal_says_which_command_fi
     flagged = tmp_path / "flagged.txt"
     ids = sorted(stored(out))[::3]
     flagged.write_text("\n".join(ids) + "\n")
-    remove.prepare(remove.RemoveOptions(str(out), str(flagged)))  # what remove does before it is killed
+    remove.prepare(remove.RemoveSettings(str(out), str(flagged)))  # what remove does before it is killed
     rerun = ["bucketed", "--input", str(source), "--output", str(out), "--partitions", "3", *RUNNER]
     proc = subprocess.run([sys.executable, "-c", KILL_IN_PUBLISH, *rerun], cwd=REPO, capture_output=True, timeout=300)
     assert proc.returncode == 9, proc.stderr[-3000:]

@@ -45,7 +45,7 @@ def journal_removal(out, ids, tmp_path) -> remove.RemovalPlan:
     stats removed. The process then 'dies'."""
     flagged = tmp_path / "flagged.txt"
     flagged.write_text("\n".join(ids) + "\n")
-    plan = remove.prepare(remove.RemoveOptions(str(out), str(flagged)))
+    plan = remove.prepare(remove.RemoveSettings(str(out), str(flagged)))
     assert load_journal(str(out)) is not None and not (out / layout.STATS_NAME).exists()
     return plan
 

@@ -69,7 +69,7 @@ def test_help_shows_the_values_of_the_defaults(capsys):
     ],
 )
 def test_workers_becomes_beams_flags(argv, beam_args):
-    parser = flags.job_parser("bucketed", "", "files")
+    parser = flags.job_parser("bucketed", "")
     known, rest = flags.parse_job_args(parser, ["--input", "i", "--output", "o", *argv])
     assert rest == beam_args
     assert not hasattr(known, "workers")

@@ -264,7 +264,7 @@ def test_a_dry_run_over_a_pending_removal_writes_nothing_and_keeps_the_journal(t
     with open(out / layout.MANIFEST_NAME, encoding="utf-8") as f:
         first_id = next(manifest.read_rows(f))[1]
     flagged.write_text(first_id + "\n")
-    remove.prepare(remove.RemoveOptions(str(out), str(flagged)))  # what remove does before it dies
+    remove.prepare(remove.RemoveSettings(str(out), str(flagged)))  # what remove does before it dies
     assert load_journal(str(out)) is not None
     before = _files(out)
     capsys.readouterr()

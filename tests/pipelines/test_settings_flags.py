@@ -7,11 +7,11 @@ import dataclasses
 import pytest
 from conftest import SAMPLE_PARQUET
 
-from pipelines import bucketed, cli, scaffold, train_bpe
+from pipelines import bucketed, cli, decode, export, remove, scaffold, stats, train_bpe, verify
 from transforms.bpe.settings import TrainBpeSettings
 from transforms.bucketed.filter import LidFilterConfig
 from transforms.bucketed.settings import DOCUMENT_FILTER, BucketedSettings
-from transforms.core.settings import CHOICES, HELP, flag_fields, setting
+from transforms.core.settings import CHOICES, HELP, REQUIRED, flag_fields, setting
 from transforms.scaffold.settings import ScaffoldSettings
 
 JOBS = [(bucketed, BucketedSettings, []), (scaffold, ScaffoldSettings, []),
@@ -67,7 +67,7 @@ def test_a_new_setting_is_a_new_flag(capsys):
         shuffle_window: int = setting(8, "documents held to shuffle")
         fast: bool = setting(False, "go fast")
 
-    p = flags.job_parser("toy", "a toy job", "files")
+    p = flags.job_parser("toy", "a toy job")
     flags.add_setting_flags(p, Settings)
     parsed, rest = flags.parse_job_args(p, ["--input", "i", "--output", "o", "--shuffle_window", "3", "--fast"])
     assert (parsed.shuffle_window, parsed.fast, rest) == (3, True, [])
@@ -81,3 +81,103 @@ def test_the_cli_says_a_bad_choice_of_a_generated_flag_in_one_line(capsys):
         cli.main(["bucketed", "--input", str(SAMPLE_PARQUET), "--output", "out", "--dtype", "int8"])
     assert stopped.value.code == 2
     assert "argument --dtype: invalid choice: 'int8' (choose from 'uint16', 'uint32')" in capsys.readouterr().err
+
+
+# The commands over a finished tree: their settings, a command line of their required flags only,
+# and how the settings object comes from it.
+TOOLS = [
+    (remove, remove.RemoveSettings, ["--output", "out", "--removal-list", "flagged.txt"], lambda a: a[0]),
+    (verify, verify.VerifySettings, ["--output", "out"], lambda a: a[0]),
+    (decode, decode.DecodeSettings, ["out"], lambda a: a),
+    (export, export.ExportSettings, ["megatron", "--output", "out"], lambda a: a),
+    (stats, stats.StatsSettings, ["--output", "out"], lambda a: a),
+]
+
+
+@pytest.mark.parametrize(("module", "settings_cls", "argv", "settings_of"), TOOLS,
+                         ids=["remove", "verify", "decode", "export", "stats"])
+def test_every_setting_of_a_tool_is_its_flag(module, settings_cls, argv, settings_of):
+    actions = {a.dest: a for a in module.make_parser()._actions}
+    fields = flag_fields(settings_cls)
+    assert {f.name for f in dataclasses.fields(settings_cls)} == set(fields)  # every field has its flag
+    for name, field in fields.items():
+        action = actions[name]
+        assert action.help == field.metadata[HELP]
+        if field.default is REQUIRED:
+            assert action.required or not action.option_strings
+        else:
+            assert action.default == field.default and not action.required
+        assert list(action.choices or ()) == list(field.metadata[CHOICES] or ())
+    settings = settings_of(module.parse_args(argv))
+    assert isinstance(settings, settings_cls)
+    for name, field in fields.items():
+        if field.default is not REQUIRED:
+            assert getattr(settings, name) == field.default, name
+
+
+def test_a_tool_flag_spelled_its_own_way_sets_its_setting():
+    assert decode.parse_args(["a.bin", "b.bin", "--id", "x", "--docs", "3"]) == decode.DecodeSettings(
+        ("a.bin", "b.bin"), docs=3, doc_id="x")
+    assert stats.parse_args(["--output", "out", "--val_fraction", "0.25"]).val_fraction == 0.25
+    assert export.parse_args(["megatron", "--output", "out", "--mount", "/data/tree/"]).mount == "/data/tree"
+    # A pipeline tool's settings, with --workers and an underscored flag, and Beam's flags beside them.
+    from apache_beam.options.pipeline_options import DirectOptions, StandardOptions
+
+    settings, beam_options = remove.parse_args(["--output", "out", "--removal_list", "f.txt", "--workers", "2"])
+    assert settings == remove.RemoveSettings("out", "f.txt")
+    assert beam_options.view_as(DirectOptions).direct_num_workers == 2
+    assert beam_options.view_as(StandardOptions).runner == "FnApiRunner"
+    settings, beam_options = verify.parse_args(["--output", "out", "--sample", "0.5", "--dry_run=True"])
+    from apache_beam.options.pipeline_options import TestOptions
+
+    assert settings.sample == 0.5 and beam_options.view_as(TestOptions).dry_run == "True"
+
+
+@pytest.mark.parametrize(("argv", "line", "code"), [
+    (["verify", "--output", "out", "--sample", "2"], "pretokenize verify: --sample must be within (0, 1], got 2.0", 2),
+    (["stats", "--output", "out", "--bins", "0"], "pretokenize stats: error: --bins must be at least 1", 2),
+    (["export", "megatron", "--output", "out", "--mount", "a b"],
+     "pretokenize export: error: --mount 'a b': Megatron splits its data-args file on whitespace, so the mount "
+     "point must be a path without spaces", 2),
+    (["stats", "--output", "out", "--split", "test"],
+     "pretokenize stats: error: argument --split: invalid choice: 'test' (choose from 'train', 'val', 'all')", 2),
+    (["remove", "--output", "out"], "pretokenize remove: error: the following arguments are required: --removal-list",
+     2),
+], ids=["verify-sample", "stats-bins", "export-mount", "stats-split", "remove-required"])
+def test_a_tool_says_a_bad_value_in_one_line(capsys, argv, line, code):
+    try:
+        status = cli.main(argv)
+    except SystemExit as e:
+        status = e.code
+    assert status == code
+    assert capsys.readouterr().err.strip().splitlines()[-1] == line
+
+
+def test_decode_says_a_negative_docs_as_it_always_has():
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(["decode", "out", "--docs", "-1"])
+    assert stopped.value.code == "pretokenize decode: --docs must be >= 0"
+
+
+def _input_help(module) -> str:
+    return next(a.help for a in module.make_parser()._actions if a.dest == "input")
+
+
+@pytest.mark.parametrize("module", [bucketed, scaffold, train_bpe], ids=["bucketed", "scaffold", "train-bpe"])
+def test_the_input_help_names_every_ending_the_registry_reads(module):
+    from transforms.inputs.registry import PARQUET_SUFFIXES
+
+    text = _input_help(module)
+    for ending in (*PARQUET_SUFFIXES, ".jsonl", ".ndjson", ".json", ".gz", ".zst", ".bz2", ".xz"):
+        assert ending in text, (ending, text)
+    # The scaffold reads a .json file as JSON text, the others as JSON lines.
+    assert (".json (JSON text" in text) == (module is scaffold)
+
+
+def test_a_new_input_format_is_in_the_help_without_editing_it(monkeypatch):
+    from transforms.inputs import registry
+
+    monkeypatch.setattr(registry, "FORMATS", (*registry.FORMATS, registry.Registered(
+        "csv", (".csv", ".csv.gz"), "transforms.inputs.csv", title="CSV")))
+    for module in (bucketed, scaffold, train_bpe):
+        assert "or .csv (CSV, plain or .gz) files" in " ".join(_input_help(module).split())

@@ -178,9 +178,21 @@ class CountWords(beam.PTransform):
         counted = batches | "CountBatchWords" >> beam.ParDo(CountWordsFn(self._config)).with_outputs(
             STATS, main="tables"
         )
-        distinct = (
-            counted.tables
+        return {"distinct": counted.tables | "WriteWordCounts" >> WriteWordCounts(self._config), STATS: counted[STATS]}
+
+
+class WriteWordCounts(beam.PTransform):
+    """CountWordsFn's ``(shard, {word: count})`` partial tables in; each shard's table summed,
+    pruned and written (steps 2 and 3 above); ``("distinct_words", n)`` per shard out. The
+    train-bpe job runs CountWordsFn among its units' steps (transforms.core.steps.RunUnits)."""
+
+    def __init__(self, config: CountConfig):
+        super().__init__()
+        self._config = config
+
+    def expand(self, tables):
+        return (
+            tables
             | "SumWordCounts" >> beam.CombinePerKey(SumWordCounts())
             | "WriteCountShards" >> beam.ParDo(WriteCountShardFn(self._config))
         )
-        return {"distinct": distinct, STATS: counted[STATS]}

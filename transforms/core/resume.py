@@ -36,13 +36,12 @@ import posixpath
 from collections.abc import Iterable, Sequence
 
 import apache_beam as beam
-from apache_beam.utils.windowed_value import WindowedValue
 
 from shards import storage, tree
 from shards.version import code_version
 from transforms.core import progress
-from transforms.core.process_exit import freeze_at_exit
 from transforms.core.spread import SpreadEvenly
+from transforms.core.steps import UnitStepsFn
 from transforms.inputs.units import unit_cost
 
 log = logging.getLogger(__name__)
@@ -351,41 +350,28 @@ def load_marker(fs, marker_path: str, root: str | None = None) -> UnitOutputs | 
     return saved
 
 
-class ProcessUnitsFn(beam.DoFn):
+class ProcessUnitsFn(UnitStepsFn):
     """(index, InputUnit, done) in; the unit's work through the spill, recorded by a marker, out.
 
     ``read`` is a DoFn taking an InputUnit, ``steps`` DoFns each taking the previous one's main
-    outputs, ``spill`` a SpillTokensFn. Each unit is a bundle of its own as far as they can tell
-    (start_bundle, process, finish_bundle), so it gets spill files of its own. Side outputs
-    (TaggedOutputs) of every step are the step's side outputs; ``spill``'s main outputs are its
-    main output. A unit that was ``done`` at launch is
+    outputs, ``spill`` a SpillTokensFn, run as one chain (transforms.core.steps.UnitStepsFn). Each
+    unit is a bundle of its own as far as they can tell (start_bundle, process, finish_bundle), so
+    it gets spill files of its own. Side outputs (TaggedOutputs) of every step are the step's side
+    outputs; ``spill``'s main outputs are its main output. A unit that was ``done`` at launch is
     not read: its marker's outputs are emitted, unless its files are gone (then it is redone).
     """
 
     def __init__(self, work: SavedWork, read: beam.DoFn, steps: Sequence[beam.DoFn], spill: beam.DoFn):
+        super().__init__((read, *steps, spill))
         self._work = work
-        self._fns = (read, *steps, spill)
         self._resumed = beam.metrics.Metrics.counter("pretokenize", "units_resumed")
         self._processed = beam.metrics.Metrics.counter("pretokenize", "units_processed")
 
     def setup(self):
-        # A worker process of its own (multi-process runners) exits as quickly as the launcher.
-        freeze_at_exit()
         # The steps (a tokenizer among them) are set up for the first unit that is not done: a
         # worker that only replays markers never loads them.
-        self._ready = False
+        super().setup()
         self._fs, self._root = storage.filesystem(self._work.url)
-
-    def _set_up_steps(self):
-        if not self._ready:
-            for fn in self._fns:
-                fn.setup()
-            self._ready = True
-
-    def teardown(self):
-        if self._ready:
-            for fn in self._fns:
-                fn.teardown()
 
     def process(self, element):
         index, unit, done = element
@@ -396,41 +382,22 @@ class ProcessUnitsFn(beam.DoFn):
                 self._resumed.inc()
                 yield from saved.emit()
                 return
-        self._set_up_steps()
         spill = self._fns[-1]
         main: list = []
         side: dict[str, list] = collections.defaultdict(list)
-        for fn in self._fns:
-            fn.start_bundle()
-        self._run(0, unit, main, side)
+        for out in self.unit_outputs(unit):
+            if isinstance(out, beam.pvalue.TaggedOutput):
+                side[out.tag].append(out.value)
+            else:
+                main.append(out)
         # 1. The unit's files are closed (whole, or uploaded), 2. then its marker is written in one
         # piece, 3. then its outputs leave: no marker ever points at a file still being written.
-        for step, fn in enumerate(self._fns):
-            for out in fn.finish_bundle() or ():
-                self._route(step, out, main, side)
         files = {path: self._fs.size(path) for path in spill.written_files()}
         saved = UnitOutputs(main, dict(side), files)
         storage.write_atomic(self._work.marker_url(index), saved.to_bytes(self._root))
         self._processed.inc()
         progress.flush_all()  # the launcher's display sees the whole unit (transforms.core.progress)
         yield from saved.emit()
-
-    def _run(self, step: int, element, main: list, side: dict) -> None:
-        for out in self._fns[step].process(element) or ():
-            self._route(step, out, main, side)
-
-    def _route(self, step: int, out, main: list, side: dict) -> None:
-        """One output of step ``step``: kept as a side output, kept as the unit's output (the last
-        step's), or given to the next step."""
-        if isinstance(out, beam.pvalue.TaggedOutput):
-            value = out.value.value if isinstance(out.value, WindowedValue) else out.value
-            side[out.tag].append(value)
-            return
-        out = out.value if isinstance(out, WindowedValue) else out
-        if step == len(self._fns) - 1:
-            main.append(out)
-        else:
-            self._run(step + 1, out, main, side)
 
 
 class ProcessUnits(beam.PTransform):

@@ -10,7 +10,10 @@ for a bool), its choices and help the ``setting`` that declared it::
         input: str
         seed: int = setting(0, "seed of the order inside each partition")
 
-A field declared without ``setting`` has no generated flag (the job adds its own, or none).
+A field declared without ``setting`` has no generated flag (the job adds its own, or none). A
+field whose default is ``REQUIRED`` is a required flag; ``flags`` spells the flag another way
+(``("--id",)``, or an alias), and ``flags=()`` makes it a positional argument (``many``: one or more
+values, a tuple of them).
 """
 
 from __future__ import annotations
@@ -19,14 +22,19 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-HELP, CHOICES, SPELLED = "help", "choices", "spelled"
+HELP, CHOICES, SPELLED, FLAGS, METAVAR, MANY = "help", "choices", "spelled", "flags", "metavar", "many"
+REQUIRED = dataclasses.MISSING  # the default of a field whose flag must be given
 
 
-def setting(default: Any, help: str, choices: Sequence[str] | None = None, spelled: type | None = None):
+def setting(default: Any, help: str, choices: Sequence[str] | None = None, spelled: type | None = None, *,
+            flags: Sequence[str] | None = None, metavar: str | None = None, many: bool = False):
     """A settings field with its default and its flag's ``help`` and ``choices``; ``spelled``: the
     type the flag is parsed as when it differs from the field's (``float`` for an int given as
-    1.5e9, converted to int before the settings are built)."""
-    metadata = {HELP: help, CHOICES: tuple(choices) if choices is not None else None, SPELLED: spelled}
+    1.5e9, converted to int before the settings are built). ``flags``: the flag's spellings when
+    they are not the field's name with dashes (``()``: a positional argument); ``metavar``: the
+    value's name in --help; ``many``: one or more values."""
+    metadata = {HELP: help, CHOICES: tuple(choices) if choices is not None else None, SPELLED: spelled,
+                FLAGS: tuple(flags) if flags is not None else None, METAVAR: metavar, MANY: many}
     return dataclasses.field(default=default, metadata=metadata)
 
 

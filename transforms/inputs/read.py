@@ -134,7 +134,11 @@ class ReadDocuments(beam.PTransform):
         self._progress_dir = progress_dir  # Progress: a local directory all workers share, or None
         self.units = plan_input(config)
         self.planned = planned_work(self.units)
-        log.info("input: %d units of work from %s (%s %s)", len(self.units), config.pattern,
+
+    def log_planned(self) -> None:
+        """Logs the input's units and rows. A job calls it once the launch checks that follow the
+        planning (its tokenizer loads) have passed: a launch error is then the only line it says."""
+        log.info("input: %d units of work from %s (%s %s)", len(self.units), self._config.pattern,
                  f"{self.planned.total:,}", self.planned.what)
 
     def expand(self, pbegin):

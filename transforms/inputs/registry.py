@@ -30,21 +30,24 @@ JSON_VALUES_SUFFIXES = tuple(".json" + ext for ext in COMPRESSIONS)
 
 class Registered(NamedTuple):
     """One input format: its kind, the (lower-case) endings it reads, its module, the ReadConfig
-    option it needs (None: always), and how a message lists its endings ("" for a format whose
-    endings another entry lists)."""
+    option it needs (None: always), how a message lists its endings ("" for a format whose
+    endings another entry lists), and its name in a flag's help."""
 
     kind: str
     suffixes: tuple[str, ...]
     module: str
     option: str | None = None
     described: str = ""
+    title: str = ""
 
 
 FORMATS: tuple[Registered, ...] = (
-    Registered("parquet", PARQUET_SUFFIXES, "transforms.inputs.parquet", described=" or ".join(PARQUET_SUFFIXES)),
-    Registered("json", JSON_VALUES_SUFFIXES, "transforms.inputs.json_text", option="json_values"),
+    Registered("parquet", PARQUET_SUFFIXES, "transforms.inputs.parquet", described=" or ".join(PARQUET_SUFFIXES),
+               title="parquet"),
+    Registered("json", JSON_VALUES_SUFFIXES, "transforms.inputs.json_text", option="json_values", title="JSON text"),
     Registered("jsonl", JSONL_SUFFIXES, "transforms.inputs.jsonl",
-               described=f"{', '.join(JSON_BASES)}, plain or {', '.join(filter(None, COMPRESSIONS))}"),
+               described=f"{', '.join(JSON_BASES)}, plain or {', '.join(filter(None, COMPRESSIONS))}",
+               title="JSON lines"),
 )
 
 
@@ -65,6 +68,25 @@ def is_input_file(path: str) -> bool:
 def unknown_type() -> str:
     """The problem of a file no format reads, listing the endings that are read."""
     return f"unknown file type; expected {', or '.join(e.described for e in FORMATS if e.described)}"
+
+
+def input_help(options: tuple[str, ...] = ()) -> str:
+    """The files a job reads, for its ``--input`` help: each format that reads files when the
+    ReadConfig ``options`` are set (in the table's order), with the endings it is the first to
+    read, compressed ones folded: ``.parquet/.pq (parquet) or .jsonl/... (JSON lines, plain or .gz/...)``."""
+    packed = tuple(filter(None, COMPRESSIONS))
+    claimed: set[str] = set()
+    parts = []
+    for entry in FORMATS:
+        if entry.option is not None and entry.option not in options:
+            continue
+        mine = [s for s in entry.suffixes if s not in claimed]
+        claimed.update(mine)
+        plain = [s for s in mine if not s.endswith(packed)]
+        folded = [c for c in packed if any(s.endswith(c) for s in mine)]
+        also = f", plain or {'/'.join(folded)}" if folded else ""
+        parts.append(f"{'/'.join(plain)} ({entry.title or entry.kind}{also})")
+    return parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])} or {parts[-1]}"
 
 
 def _load(entry: Registered) -> InputFormat:

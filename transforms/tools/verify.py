@@ -459,6 +459,7 @@ class VerifyOutput(beam.PTransform):
             self._tokenizer = TokenizerConfig(spec=stats.tokenizer, dtype=stats.dtype, backend=backend,
                                               special_tokens=stats.special_tokens)
             self.retokenizer = self._tokenizer.load().library
+            self._read.log_planned()
 
     def _source_problems(self, pbegin, stored_tokens) -> list:
         """With --input: the bad records of the source against the stats' drops, and the sampled
