@@ -41,10 +41,10 @@ class RemovalSources:
     def read(cls, output: str, options: BucketedSettings) -> RemovalSources:
         """The sources a run into ``output`` reads ids from; a ValueError naming the source whose
         ids are values of another field than the run's --id-field."""
-        from transforms.tools.surgery import load_journal, read_tree_log
+        from transforms.tools.surgery import load_journal, scan_tree_log
 
         pending = load_journal(output) if tree.read_record(output) is not None else None
-        tree_log = read_tree_log(output)
+        tree_log = scan_tree_log(output)  # strictly, streamed: only its id field is needed here
         if tree_log is not None:
             check_id_field(tree_log.id_field or tree_id_field(_stats_text(output)),
                            storage.join(output, REMOVALS_NAME), options.id_field)

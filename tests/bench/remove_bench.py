@@ -86,6 +86,11 @@ def main(argv: list[str] | None = None) -> int:
     kept = sum(1 for _ in open(tree / "processed_spec.txt", encoding="utf-8")) - 1
     if args.list_lengths:
         return by_list_length(base, tree, ids, [int(n) for n in args.list_lengths.split(",")], env, kept)
+    return by_repeat(args, base, tree, flagged, ids, env, kept)
+
+
+def by_repeat(args, base: Path, tree: Path, flagged: Path, ids: list[str], env: dict, kept: int) -> int:
+    """verify, remove of the ids, verify again, on a fresh copy of the tree each repeat."""
     print(f"tree: {kept:,} documents; removing {len(ids):,} ids; load average before: {os.getloadavg()}")
     best = None
     for r in range(args.repeats):

@@ -47,11 +47,9 @@ from shards.manifest import DatasetStats
 from shards.removal import (
     DEFAULT_ID_FIELD,
     REMOVALS_NAME,
-    RemovalLog,
     format_removal_line,
     iter_log_lines,
     log_ids,
-    read_log,
     scan_log,
     tree_id_field,
 )
@@ -626,14 +624,9 @@ def rewrite_description(output: str, stats: DatasetStats) -> None:
         write_description(output, "bucketed", description_files(bucketed_document(provenance, stats)))
 
 
-def read_tree_log(output: str) -> RemovalLog | None:
-    """The tree's removals.txt, read strictly as its audit log (None when it has none); a ValueError
-    naming the line that is not a log line."""
-    return read_log(storage.join(output, REMOVALS_NAME)) if _tree_log_exists(output) else None
-
-
 def scan_tree_log(output: str) -> removal_names.LogHead | None:
-    """read_tree_log's checks, streamed, holding no id: the log's id field and runs (None without a log)."""
+    """The tree's removals.txt, read through once strictly as its audit log, holding no id: its id
+    field and runs (None when it has none); a ValueError naming the line that is not a log line."""
     return scan_log(storage.join(output, REMOVALS_NAME)) if _tree_log_exists(output) else None
 
 
@@ -657,7 +650,7 @@ def logged_count(output: str) -> int:
 
 def _existing_log(output: str) -> Callable[[], Iterator[str]] | None:
     """The tree's removals.txt (None without one), checked strictly before any change, as its
-    lines afresh for each call: decoded as the launch check (read_tree_log) decodes them."""
+    lines afresh for each call: decoded as the launch check (scan_tree_log) decodes them."""
     if not _tree_log_exists(output):
         return None
     url = storage.join(output, REMOVALS_NAME)
