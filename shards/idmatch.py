@@ -13,9 +13,9 @@ The partition files live in a Scratch: a directory under the tree's temporary di
 through the tree layer (shards.tree.Tree: no link on the way, each file created exclusively, never
 through a link planted at its name), or a local directory of the caller's (a dry run writes nothing
 into the tree). They are deleted when the match is done, and on any error; a kill leaves them in a
-directory the owning command clears before it writes there again. A line is the ordinal, a tab and
-the id (or the id alone): an id holds no line break (the list is read with universal newlines, the
-manifest refuses them), so ``\\n`` ends it; a tab in an id is kept (the first tab ends the ordinal).
+directory the owning command clears before it writes there again. A record is an id (its UTF-8
+bytes, whatever they hold), after its ordinal when the order matters, in bytes that hold no text
+(_line): verify's search for a removed id's text never finds one there.
 """
 
 from __future__ import annotations
@@ -120,11 +120,35 @@ def partitions_for(ids: int) -> int:
     return min(MAX_PARTITIONS, max(2, math.ceil(2 * ids / id_bound())))
 
 
+# A partition file's bytes are all in 0xE0-0xFF: each hex digit of a field as one of 0xE0-0xEF, 0xFE
+# between fields, 0xFF after a record. No UTF-8 text but the empty string is found in such bytes (an
+# ASCII byte or a continuation byte 0x80-0xBF would be needed), so verify, which flags any file under
+# the tree holding a removed id's text, never finds one in them: a kill leaves no id readable there.
+_TO_FILE = bytes.maketrans(b"0123456789abcdef", bytes(range(0xE0, 0xF0)))
+_FROM_FILE = bytes.maketrans(bytes(range(0xE0, 0xF0)), b"0123456789abcdef")
+_FIELD, _END = b"\xfe", b"\xff"
+READ_CHUNK = 1 << 20
+
+
 def _line(doc_id: str, ordinal: int | None = None) -> bytes:
-    if "\n" in doc_id:  # no id read here can hold one (see the module's docstring); never written ambiguous
-        raise ValueError(f"an id holds a line break: {doc_id[:80]!r}")
-    text = doc_id if ordinal is None else f"{ordinal}\t{doc_id}"
-    return (text + "\n").encode("utf-8")
+    """One record: the id's UTF-8 bytes (exactly: any id, any character), after its ordinal when given."""
+    encoded = doc_id.encode("utf-8").hex().encode("ascii").translate(_TO_FILE)
+    if ordinal is None:
+        return encoded + _END
+    return format(ordinal, "x").encode("ascii").translate(_TO_FILE) + _FIELD + encoded + _END
+
+
+def _records(f) -> Iterator[bytes]:
+    rest = b""
+    while chunk := f.read(READ_CHUNK):
+        *whole, rest = (rest + chunk).split(_END)
+        yield from whole
+    if rest:
+        raise ValueError("a partition file ends inside a record")
+
+
+def _id_of(field: bytes) -> str:
+    return bytes.fromhex(field.translate(_FROM_FILE).decode("ascii")).decode("utf-8")
 
 
 def write_partitions(scratch: Scratch, prefix: str, k: int, ids: Iterable[str], numbered: bool = True) -> int:
@@ -142,15 +166,15 @@ def write_partitions(scratch: Scratch, prefix: str, k: int, ids: Iterable[str], 
 
 def read_numbered(scratch: Scratch, part: str) -> Iterator[tuple[int, str]]:
     with scratch.open(part) as f:
-        for raw in f:
-            ordinal, _, doc_id = raw.rstrip(b"\n").partition(b"\t")
-            yield int(ordinal), doc_id.decode("utf-8")
+        for record in _records(f):
+            ordinal, _, doc_id = record.partition(_FIELD)
+            yield int(ordinal.translate(_FROM_FILE), 16), _id_of(doc_id)
 
 
 def read_plain(scratch: Scratch, part: str) -> Iterator[str]:
     with scratch.open(part) as f:
-        for raw in f:
-            yield raw.rstrip(b"\n").decode("utf-8")
+        for record in _records(f):
+            yield _id_of(record)
 
 
 def count_distinct(ids: Callable[[], Iterable[str]], scratch: Scratch) -> int:
