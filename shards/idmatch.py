@@ -7,7 +7,7 @@ the bound; then one partition at a time, the list's ids (a dict: exact string eq
 place each is listed) are matched against that partition's rows. What the join finds is written back
 in the order it was read (the rows' ordinals, the list's), so merging the partitions' results
 (heapq.merge, K files open, one line each held) gives it in file order: the caller streams its rows
-again and asks, row by row, whether it is a hit. Memory: one partition's ids, whatever the lengths.
+again and asks, a run of rows at a time, which are hits. Memory: one partition's ids, whatever the lengths.
 
 The partition files live in a Scratch: a directory under the tree's temporary directory, reached
 through the tree layer (shards.tree.Tree: no link on the way, each file created exclusively, never
@@ -219,12 +219,13 @@ class InMemory:
         self._wanted = set(ids)
         self._found: set[str] = set()
 
-    def hit(self, ordinal: int, doc_id: str) -> bool:
-        """Whether the row holds a listed id (asked once per row, in the rows' order)."""
-        if doc_id in self._wanted:
-            self._found.add(doc_id)
-            return True
-        return False
+    def hits(self, first: int, ids: list[str]) -> list[bool]:
+        """Whether each of the rows ``first``, ``first + 1``, ... (their ids ``ids``) holds a listed
+        id: asked of every row once, in the rows' order, a run of rows at a time."""
+        marks = [doc_id in self._wanted for doc_id in ids]
+        if True in marks:
+            self._found.update(doc_id for doc_id, mark in zip(ids, marks, strict=True) if mark)
+        return marks
 
     def result(self) -> Matches:
         """Once every row was asked about."""
@@ -241,11 +242,12 @@ class Partitioned:
         self._matches, self._hits, self._scratch = matches, hits, scratch
         self._next = next(hits, None)
 
-    def hit(self, ordinal: int, doc_id: str) -> bool:
-        if self._next is None or self._next[0] != ordinal:
-            return False
-        self._next = next(self._hits, None)
-        return True
+    def hits(self, first: int, ids: list[str]) -> list[bool]:
+        marks = [False] * len(ids)
+        while self._next is not None and self._next[0] < first + len(ids):
+            marks[self._next[0] - first] = True
+            self._next = next(self._hits, None)
+        return marks
 
     def result(self) -> Matches:
         self._scratch.clear()
@@ -266,9 +268,9 @@ def match_ids(listed: Callable[[], Iterable[str]], logged: Callable[[], Iterable
               rows: Callable[[], Iterable[str]], scratch: Scratch) -> InMemory | Partitioned:
     """A matcher of the ids ``listed()`` yields (in list order, repeats allowed) against the ids of
     the rows ``rows()`` yields; ``logged()`` yields the ids the audit log lists. In memory when list
-    and log fit the bound together (``rows`` is not called: the caller's one pass asks ``hit``);
+    and log fit the bound together (``rows`` is not called: the caller's one pass asks ``hits``);
     else partitioned (each callable called again, yielding the same ids; ``rows`` read before this
-    returns). The caller then reads its rows, asking ``hit`` of each in order, then ``result()``;
+    returns). The caller then reads its rows, asking ``hits`` of each run of them in order, then ``result()``;
     on an error it calls scratch.clear()."""
     bound = id_bound()
     ids = _held(listed(), bound)

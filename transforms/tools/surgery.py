@@ -301,7 +301,7 @@ def _plan_files(output: str, recorded: set[str], matcher, plan_url: str) -> list
     ordinal = 0
     with fs.open(posixpath.join(root, layout.MANIFEST_NAME), "r", encoding="utf-8") as f:
         for rel, rows in _manifest_files(f):
-            hits = [matcher.hit(ordinal + k, doc_id) for k, (doc_id, _) in enumerate(rows)]
+            hits = matcher.hits(ordinal, [doc_id for doc_id, _ in rows])
             ordinal += len(rows)
             if any(hits):
                 shard_path(output, rel)  # before anything changes: a row naming a file outside is refused
