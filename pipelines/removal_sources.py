@@ -90,7 +90,7 @@ class RemovalSources:
             sources.append(self._write_pending_list(shards.run_id, scratch))
             shards = dataclasses.replace(shards, pending_removal=self.pending.run)
             log.warning("%s has an unfinished removal (run %s, %d documents): they stay out, and this run "
-                        "records them in %s", self.output, self.pending.run, len(self.pending.removed_rows),
+                        "records them in %s", self.output, self.pending.run, self.pending.removed_documents,
                         REMOVALS_NAME)
         return tuple(sources), shards
 

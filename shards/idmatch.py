@@ -35,8 +35,12 @@ ID_BOUND_ENV = "PRETOKENIZE_ID_BOUND"
 # The ids held in memory at once (a list's and the log's, or one partition's of a longer one): about
 # 100 bytes each in a Python set or dict, so 500,000 is some 50 MiB.
 ID_BOUND = 500_000
-MAX_PARTITIONS = 1024  # files open at once; beyond ID_BOUND * 512 ids a partition holds more than the bound
+# Partition files open at once (well under 1,024, the usual limit of open files): past ID_BOUND * 128
+# ids (64M) a partition holds more than half the bound.
+MAX_PARTITIONS = 256
 SAMPLE = 20  # the ids not found a report names
+# Each partition file open has a buffer this size: K of them are open at once (writing, merging).
+BUFFER = 64 << 10
 
 
 def id_bound() -> int:
@@ -91,14 +95,14 @@ class Scratch:
         if self._tree is not None and not self._tree.local:
             return self._tree.fs.open(path, "wb")
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        return os.fdopen(fd, "wb", buffering=1 << 20)
+        return os.fdopen(fd, "wb", buffering=BUFFER)
 
     def open(self, part: str):
         path = self._path(part)
         if self._tree is not None and not self._tree.local:
             return self._tree.fs.open(path, "rb")
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        return os.fdopen(fd, "rb", buffering=1 << 20)
+        return os.fdopen(fd, "rb", buffering=BUFFER)
 
     def clear(self) -> None:
         """The directory goes, links in it removed as links, never followed (once ready: nothing was written before)."""
@@ -127,7 +131,6 @@ def partitions_for(ids: int) -> int:
 _TO_FILE = bytes.maketrans(b"0123456789abcdef", bytes(range(0xE0, 0xF0)))
 _FROM_FILE = bytes.maketrans(bytes(range(0xE0, 0xF0)), b"0123456789abcdef")
 _FIELD, _END = b"\xfe", b"\xff"
-READ_CHUNK = 1 << 20
 
 
 def _line(doc_id: str, ordinal: int | None = None) -> bytes:
@@ -140,7 +143,7 @@ def _line(doc_id: str, ordinal: int | None = None) -> bytes:
 
 def _records(f) -> Iterator[bytes]:
     rest = b""
-    while chunk := f.read(READ_CHUNK):
+    while chunk := f.read(BUFFER):
         *whole, rest = (rest + chunk).split(_END)
         yield from whole
     if rest:
