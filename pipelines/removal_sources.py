@@ -41,10 +41,10 @@ class RemovalSources:
     def read(cls, output: str, options: BucketedSettings) -> RemovalSources:
         """The sources a run into ``output`` reads ids from; a ValueError naming the source whose
         ids are values of another field than the run's --id-field."""
-        from transforms.tools.surgery import load_journal, read_tree_log
+        from transforms.tools.surgery import load_journal, scan_tree_log
 
         pending = load_journal(output) if tree.read_record(output) is not None else None
-        tree_log = read_tree_log(output)
+        tree_log = scan_tree_log(output)  # strictly, streamed: only its id field is needed here
         if tree_log is not None:
             check_id_field(tree_log.id_field or tree_id_field(_stats_text(output)),
                            storage.join(output, REMOVALS_NAME), options.id_field)
@@ -90,7 +90,7 @@ class RemovalSources:
             sources.append(self._write_pending_list(shards.run_id, scratch))
             shards = dataclasses.replace(shards, pending_removal=self.pending.run)
             log.warning("%s has an unfinished removal (run %s, %d documents): they stay out, and this run "
-                        "records them in %s", self.output, self.pending.run, len(self.pending.removed_rows),
+                        "records them in %s", self.output, self.pending.run, self.pending.removed_documents,
                         REMOVALS_NAME)
         return tuple(sources), shards
 

@@ -22,7 +22,7 @@ from pipelines.flags import add_break_lock_flag, add_setting_flags, add_workers_
 from pipelines.run_mode import end_dry_run, is_dry_run
 from shards import layout, lock, storage, tree
 from shards.manifest import DatasetStats
-from shards.removal import REMOVALS_NAME, check_id_field, read_removal_source, tree_id_field
+from shards.removal import REMOVALS_NAME, check_id_field, removal_source, tree_id_field
 from transforms.core.records import BadInputError, UsageError
 from transforms.core.settings import REQUIRED, setting
 
@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # Beam and the steps are imported once the flags are read: --
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
+    from shards.idmatch import Matches
     from transforms.tools.surgery import RemovalPlan
 
 log = logging.getLogger(__name__)
@@ -67,9 +68,9 @@ def prepare(options: RemoveSettings, write: bool = True, plan_url: str | None = 
     dataset_stats.txt removed before any shard changes. Without ``write`` (a dry run) the same
     reading and checks, and nothing is written in the tree (the plan's rows go to ``plan_url``).
     """
-    from transforms.tools.surgery import check_plan, load_journal, read_tree_log, write_journal
+    from transforms.tools.surgery import check_plan, load_journal, scan_tree_log, write_journal
 
-    audit = read_tree_log(options.output)  # a log it cannot read stops the removal here, naming the line
+    audit = scan_tree_log(options.output)  # a log it cannot read stops the removal here, naming the line
     plan = load_journal(options.output)
     if plan is not None:
         print(
@@ -97,7 +98,7 @@ def _new_plan(options: RemoveSettings, audit, plan_url: str | None) -> RemovalPl
     tree. A list or log of ids of another field than the tree's is refused."""
     from transforms.tools.surgery import check_plan, make_plan
 
-    ids, list_field = read_removal_source(options.removal_list)
+    ids, list_field = removal_source(options.removal_list)
     out = tree.OutputTree.open(options.output)
     id_field = tree_id_field(out.stats_text)
     if audit is not None and id_field is not None:
@@ -107,7 +108,7 @@ def _new_plan(options: RemoveSettings, audit, plan_url: str | None) -> RemovalPl
         check_id_field(list_field, f"--removal-list {options.removal_list}", id_field, flag="the tree's id field")
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     plan = make_plan(options.output, ids, run=uuid.uuid4().hex[:12], utc_time=now, plan_url=plan_url)
-    _report_not_found(plan, len(ids), set(audit.ids) if audit is not None else set())
+    _report_not_found(plan.matches)
     if not plan.files:
         return None
     check_plan(options.output, plan)
@@ -130,16 +131,13 @@ def _delete_stale(output: str) -> None:
               "again once the removal is done", flush=True)
 
 
-def _report_not_found(plan: RemovalPlan, listed: int, already: set[str]) -> None:
-    gone = [i for i in plan.not_found if i in already]
-    missing = [i for i in plan.not_found if i not in already]
-    found = listed - len(plan.not_found)
-    print(f"removal list: {listed} ids, {found} found in the manifest, {len(gone)} already removed "
-          f"({REMOVALS_NAME} lists them), {len(missing)} not found", flush=True)
-    for doc_id in missing[:20]:
+def _report_not_found(matches: Matches) -> None:
+    print(f"removal list: {matches.listed} ids, {matches.found} found in the manifest, {matches.gone} already removed "
+          f"({REMOVALS_NAME} lists them), {matches.missing} not found", flush=True)
+    for doc_id in matches.sample:
         print(f"  not found: {doc_id}", flush=True)
-    if len(missing) > 20:
-        print(f"  ... and {len(missing) - 20} more", flush=True)
+    if matches.missing > len(matches.sample):
+        print(f"  ... and {matches.missing - len(matches.sample)} more", flush=True)
 
 
 def build(pipeline: beam.Pipeline, options: RemoveSettings, plan: RemovalPlan):

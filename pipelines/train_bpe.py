@@ -37,8 +37,8 @@ from shards import lock, storage, tree
 from shards.removal import (
     check_id_field,
     is_tree_source,
+    log_ids,
     log_url_of,
-    read_log,
     read_removal_list,
     read_removal_source,
 )
@@ -171,11 +171,15 @@ def removal_record(options: TrainBpeSettings) -> dict | None:
     check_id_field(id_field, f"--removal-list {url}", options.id_field)
     listed = log_url_of(url) if is_tree_source(url) else url
     fs, path = storage.filesystem(listed)
+    digest = hashlib.sha256()
     with storage.reaching(listed):
         # A tree's unfinished removal (shards.removal.pending_removal) may come before its first log.
-        data = fs.cat_file(path) if listed == url or fs.exists(path) else b""
-    digest = hashlib.sha256(data)
-    if listed != url and len(ids) > len(read_log(listed).ids if data else ()):
+        logged = listed == url or fs.exists(path)
+        if logged:
+            with fs.open(path, "rb") as f:  # its bytes streamed, never held whole
+                while chunk := f.read(1 << 20):
+                    digest.update(chunk)
+    if listed != url and len(ids) > (len(set(log_ids(listed))) if logged else 0):
         digest.update("".join(f"{i}\n" for i in ids).encode())  # the ids its journal adds to the log
     return {"source": url, "sha256": digest.hexdigest(), "ids": len(ids)}
 

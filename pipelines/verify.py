@@ -25,7 +25,7 @@ from pipelines.errors import launching
 from pipelines.flags import add_setting_flags, add_workers_flag, parse_settings, tool_parser
 from pipelines.run_mode import end_dry_run, is_dry_run
 from shards import kinds, layout, lock, scaffold_verify, storage
-from shards.removal import DEFAULT_ID_FIELD, REMOVALS_NAME, read_log, read_removal_list
+from shards.removal import DEFAULT_ID_FIELD, REMOVALS_NAME, iter_log_lines, open_log, read_removal_list
 from shards.tree import IncompleteTreeError, OutputTree, UnreadableStatsError
 from transforms.core.records import UsageError
 from transforms.core.settings import REQUIRED, setting
@@ -101,12 +101,13 @@ def _removed_ids(output: str, removal_list: str | None, id_field: str) -> tuple[
     fs, path = storage.filesystem(log_url)
     if fs.exists(path):
         try:
-            audit = read_log(log_url)
+            audit_field, entries = open_log(iter_log_lines(log_url), where=log_url)
+            logged = dict.fromkeys((doc_id for _, doc_id in entries), REMOVALS_NAME)  # streamed: no lines held
         except ValueError as e:
             return removed, [f"{REMOVALS_NAME}: unreadable: {e}"]
-        removed.update(dict.fromkeys(audit.ids, REMOVALS_NAME))
-        if audit.id_field is not None and audit.id_field != id_field:
-            return removed, [f"{REMOVALS_NAME}: lists values of the input field {audit.id_field!r}, but the tree's ids "
+        removed.update(logged)
+        if audit_field is not None and audit_field != id_field:
+            return removed, [f"{REMOVALS_NAME}: lists values of the input field {audit_field!r}, but the tree's ids "
                              f"are values of {id_field!r}: removed documents may be stored under other ids"]
     return removed, []
 

@@ -28,8 +28,9 @@ means that tree's removals.txt, read as its log, so a log can be applied to anot
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import fsspec
 
@@ -52,7 +53,12 @@ class RemovalLog:
 
 def parse_removal_list(lines: Iterable[str], where: str = "the removal list") -> list[str]:
     """The distinct ids of a plain removal list, in the order they first appear: every non-blank line, stripped."""
-    ids = []
+    return list(dict.fromkeys(iter_removal_list(lines, where)))
+
+
+def iter_removal_list(lines: Iterable[str], where: str = "the removal list") -> Iterator[str]:
+    """The ids of a plain removal list as they come (an id listed twice comes twice): every
+    non-blank line, stripped; a ValueError at a line holding ``|``."""
     for n, line in enumerate(lines, 1):
         doc_id = line.strip()
         if "|" in doc_id:
@@ -61,51 +67,95 @@ def parse_removal_list(lines: Iterable[str], where: str = "the removal list") ->
                 f"directory as the list to apply its {REMOVALS_NAME}): {doc_id[:80]!r}"
             )
         if doc_id:
-            ids.append(doc_id)
-    return list(dict.fromkeys(ids))
-
+            yield doc_id
 
 def id_field_line(id_field: str) -> str:
     return ID_FIELD_PREFIX + json.dumps(id_field) + "\n"
 
 
-def parse_removal_log(lines: list[str], where: str = REMOVALS_NAME) -> RemovalLog:
+def parse_removal_log(lines: Iterable[str], where: str = REMOVALS_NAME) -> RemovalLog:
     """An audit log's lines (BOM and line ends removed), strictly: ValueError naming the line."""
-    if not lines or lines[0].strip() != REMOVALS_HEADER:
-        raise ValueError(f"{where} does not start with the removals.txt header {REMOVALS_HEADER!r}")
-    id_field, body = None, 1
-    if len(lines) > 1 and lines[1].startswith(ID_FIELD_PREFIX):
-        try:
-            id_field = json.loads(lines[1][len(ID_FIELD_PREFIX):])
-        except ValueError:
-            id_field = None
-        if not isinstance(id_field, str) or not id_field:
-            raise ValueError(f"{where} line 2: not an id field line: {lines[1][:80]!r}")
-        body = 2
+    id_field, entries = open_log(lines, where)
     ids, runs = [], set()
-    for n, line in enumerate(lines[body:], body + 1):
+    for run, doc_id in entries:
+        ids.append(doc_id)
+        runs.add(run)
+    return RemovalLog(tuple(dict.fromkeys(ids)), frozenset(runs), id_field)
+
+
+def open_log(lines: Iterable[str], where: str = REMOVALS_NAME) -> tuple[str | None, Iterator[tuple[str, str]]]:
+    """An audit log read as it comes: its id field (None: not recorded), and (run, id) of each
+    line after, as they come (an id removed twice comes twice); a ValueError naming the line that
+    is not a log line, when it is reached."""
+    it = iter(lines)
+    first = next(it, None)
+    if first is None or first.strip() != REMOVALS_HEADER:
+        raise ValueError(f"{where} does not start with the removals.txt header {REMOVALS_HEADER!r}")
+    second = next(it, None)
+    if second is None or not second.startswith(ID_FIELD_PREFIX):
+        body = it if second is None else itertools.chain([second], it)
+        return None, _log_entries(body, 2, where)
+    try:
+        id_field = json.loads(second[len(ID_FIELD_PREFIX):])
+    except ValueError:
+        id_field = None
+    if not isinstance(id_field, str) or not id_field:
+        raise ValueError(f"{where} line 2: not an id field line: {second[:80]!r}")
+    return id_field, _log_entries(it, 3, where)
+
+
+def _log_entries(lines: Iterable[str], first: int, where: str) -> Iterator[tuple[str, str]]:
+    for n, line in enumerate(lines, first):
         if not line.strip():
             continue
         try:
             _, run, doc_id, _, _ = parse_removal_line(line)
         except ValueError as e:
             raise ValueError(f"{where} line {n}: {e}") from None
-        ids.append(doc_id)
-        runs.add(run)
-    return RemovalLog(tuple(dict.fromkeys(ids)), frozenset(runs), id_field)
+        yield run, doc_id
 
 
-def _read_lines(url: str, what: str) -> list[str]:
+@dataclasses.dataclass(frozen=True)
+class LogHead:
+    """What an audit log says but its ids: the input field they are values of, and the runs that wrote lines."""
+
+    id_field: str | None
+    runs: frozenset[str]
+
+
+def scan_log(url: str) -> LogHead:
+    """The audit log at ``url`` read through once, strictly (ValueError naming the file and line),
+    holding no id: the common reading of every command that needs no more of it."""
+    id_field, entries = open_log(iter_log_lines(url), where=url)
+    return LogHead(id_field, frozenset(run for run, _ in entries))
+
+
+def log_ids(url: str) -> Iterator[str]:
+    """The ids of the audit log at ``url``, as they come (one a line: an id logged twice comes twice), strictly."""
+    return (doc_id for _, doc_id in open_log(iter_log_lines(url), where=url)[1])
+
+
+def iter_log_lines(url: str) -> Iterator[str]:
+    """The audit log's lines decoded as read_log_lines decodes them, one at a time."""
+    return _iter_lines(url, "removal log")
+
+
+def _iter_lines(url: str, what: str) -> Iterator[str]:
     from shards import storage
 
     try:
         with storage.reaching(url), fsspec.open(url, "rt", encoding="utf-8-sig", compression="infer",
                                                 newline=None) as f:
-            return [line.rstrip("\n") for line in f]  # universal newlines: \r\n and \r arrive as \n
+            for line in f:  # universal newlines: \r\n and \r arrive as \n
+                yield line.rstrip("\n")
     except FileNotFoundError:
         raise FileNotFoundError(f"{what} not found: {url}") from None
     except UnicodeDecodeError as e:
         raise ValueError(f"{what} {url} is not UTF-8 text ({e.reason} at byte {e.start})") from None
+
+
+def _read_lines(url: str, what: str) -> list[str]:
+    return list(_iter_lines(url, what))
 
 
 def log_url_of(tree_url: str) -> str:
@@ -203,6 +253,27 @@ def read_removal_source(url: str) -> tuple[list[str], str | None]:
     return parse_removal_list(_read_lines(url, "removal list"), where=url), None
 
 
+def removal_source(url: str) -> tuple[Callable[[], Iterator[str]], str | None]:
+    """A --removal-list read as it comes, for a reader that holds no more of it than it must: a
+    callable giving its ids afresh each time (in order, repeats allowed; the same ids as
+    read_removal_source, which holds them) and the id field they are values of when it says. A
+    tree's log is read through once here, strictly, before anything else; its pending removal's ids
+    (its journal, read first as read_removal_source does) are held: they are one removal's rows."""
+    if not is_tree_source(url):
+        return (lambda: iter_removal_list(_iter_lines(url, "removal list"), where=url)), None
+    pending = pending_removal(url)
+    if pending is not None and not _log_exists(url):
+        return (lambda: iter(pending[0])), pending[1]
+    log_url = log_url_of(url)
+    head = scan_log(log_url)
+    if pending is None:
+        return (lambda: log_ids(log_url)), head.id_field
+    if head.id_field is not None and pending[1] is not None and pending[1] != head.id_field:
+        raise ValueError(f"{url}: its {REMOVALS_NAME} lists ids of the field {head.id_field!r}, its unfinished "
+                         f"removal ids of {pending[1]!r}; run pretokenize verify")
+    return (lambda: itertools.chain(log_ids(log_url), pending[0])), head.id_field or pending[1]
+
+
 def _log_exists(tree_url: str) -> bool:
     from shards import storage
 
@@ -215,27 +286,6 @@ def _log_exists(tree_url: str) -> bool:
 def read_removal_list(url: str) -> list[str]:
     """The ids in the removal list at ``url`` (local path or fsspec URL), or in the log of the tree it names."""
     return read_removal_source(url)[0]
-
-
-def log_chunks(existing: str | None, id_field: str, lines: Iterable[str]) -> Iterator[str]:
-    """removals.txt with ``lines`` appended, piece by piece (the new lines as they come): a new log
-    gets its header and id field line; a log written before the id field was recorded gets the
-    line now (every other line kept as it was)."""
-    if existing is None:
-        yield REMOVALS_HEADER + "\n" + id_field_line(id_field)
-    else:
-        head, _, rest = existing.partition("\n")
-        if not rest.startswith(ID_FIELD_PREFIX):
-            rest = id_field_line(id_field) + rest
-        if rest and not rest.endswith("\n"):
-            rest += "\n"
-        yield head + "\n" + rest
-    yield from lines
-
-
-def log_text(existing: str | None, id_field: str, lines: Iterable[str]) -> str:
-    """removals.txt with ``lines`` appended, whole (log_chunks)."""
-    return "".join(log_chunks(existing, id_field, lines))
 
 
 def check_id_field(log_id_field: str | None, where: str, id_field: str, flag: str = "--id-field") -> None:

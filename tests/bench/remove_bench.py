@@ -9,6 +9,10 @@ each run (monitor.py), the ratio remove / verify, and the load average around th
 
     .venv/bin/python tests/bench/remove_bench.py                       # 2,000,000 rows, 1,000 ids
     .venv/bin/python tests/bench/remove_bench.py --rows 200000 --ids 1000 --repeats 2
+    .venv/bin/python tests/bench/remove_bench.py --rows 200000 --list-lengths 1000,100000,1000000
+
+With ``--list-lengths``, one `remove` per length instead, of a list that long: the ``--ids`` ids spread
+over the tree and generated ids no document has (how peak RSS grows with the list's length).
 
 Targets (issue 23): peak RSS of every process < 600 MiB; remove's wall time <= 1.5x verify's.
 """
@@ -61,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rows", type=int, default=2_000_000, help="corpus rows (about half are kept)")
     p.add_argument("--ids", type=int, default=1000)
     p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--list-lengths", default="", help="comma-separated list lengths: one remove of each")
     p.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "beam-pretokenize" / "bench")
     args = p.parse_args(argv)
     env = {"PYTHONPATH": str(REPO)}
@@ -79,6 +84,13 @@ def main(argv: list[str] | None = None) -> int:
     flagged = base / "flagged.txt"
     flagged.write_text("\n".join(ids) + "\n")
     kept = sum(1 for _ in open(tree / "processed_spec.txt", encoding="utf-8")) - 1
+    if args.list_lengths:
+        return by_list_length(base, tree, ids, [int(n) for n in args.list_lengths.split(",")], env, kept)
+    return by_repeat(args, base, tree, flagged, ids, env, kept)
+
+
+def by_repeat(args, base: Path, tree: Path, flagged: Path, ids: list[str], env: dict, kept: int) -> int:
+    """verify, remove of the ids, verify again, on a fresh copy of the tree each repeat."""
     print(f"tree: {kept:,} documents; removing {len(ids):,} ids; load average before: {os.getloadavg()}")
     best = None
     for r in range(args.repeats):
@@ -103,6 +115,39 @@ def main(argv: list[str] | None = None) -> int:
         best = ratio if best is None else min(best, ratio)
         shutil.rmtree(copy, ignore_errors=True)
     print(f"best remove / verify wall: {best:.2f}x (target <= 1.5x); every peak RSS target < 600 MiB")
+    return 0
+
+
+def long_list(path: Path, ids: list[str], length: int) -> None:
+    """``ids`` spread among ``length - len(ids)`` generated ids that no document has."""
+    step = max(1, length // max(1, len(ids)))
+    with open(path, "w", encoding="utf-8") as f:
+        real = iter(ids)
+        for k in range(length):
+            doc_id = next(real, None) if k % step == 0 else None
+            f.write(f"{doc_id if doc_id is not None else f'absent-{k:010d}-opt-out'}\n")
+
+
+def by_list_length(base: Path, tree: Path, ids: list[str], lengths: list[int], env: dict, kept: int) -> int:
+    """One remove of a list of each length on a copy of the tree: wall time and peak RSS."""
+    print(f"tree: {kept:,} documents; {len(ids):,} listed ids are in it; load average before: {os.getloadavg()}")
+    for length in lengths:
+        listed = base / f"list-{length}.txt"
+        long_list(listed, ids, length)
+        copy = base / "copy-list"
+        shutil.rmtree(copy, ignore_errors=True)
+        subprocess.run(["cp", "-al", str(tree), str(copy)], check=True)
+        removal = monitor.run(cli("remove", "--output", str(copy), "--removal-list", str(listed), RUNNER), env=env,
+                              cwd=str(REPO))
+        if removal.returncode:
+            print(removal.stdout[-2000:], removal.stderr[-3000:])
+            return 1
+        peak = max(p.peak_rss for p in removal.processes)
+        print(describe(f"{length}", removal))
+        print(f"list of {length:,} ids: remove wall {removal.wall_seconds:.1f} s, peak RSS of any process "
+              f"{peak / MIB:.0f} MiB; load average after: {os.getloadavg()}")
+        shutil.rmtree(copy, ignore_errors=True)
+        listed.unlink()
     return 0
 
 

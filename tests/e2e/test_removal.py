@@ -66,7 +66,7 @@ def test_both_ways_give_the_same_shards_and_every_other_document(original, sourc
     shutil.copytree(original, surgical)
     before = tree_hashes(surgical)
     plan = remove.run(["--output", str(surgical), "--removal-list", removal_list, *RUNNER])
-    assert plan.not_found == ("never-stored-id",)
+    assert (plan.matches.missing, plan.matches.sample) == (1, ["never-stored-id"])
     after = tree_hashes(surgical)
 
     # Both trees record the request in removals.txt: verify needs no list, and re-runs keep them out.

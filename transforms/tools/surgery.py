@@ -37,23 +37,20 @@ import logging
 import os
 import posixpath
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import apache_beam as beam
 
-from shards import layout, manifest, storage, tree
+from shards import idmatch, layout, manifest, storage, tree
 from shards import removal as removal_names
 from shards.manifest import DatasetStats
 from shards.removal import (
     DEFAULT_ID_FIELD,
     REMOVALS_NAME,
-    RemovalLog,
     format_removal_line,
-    log_chunks,
-    log_text,
-    parse_removal_log,
-    read_log,
-    read_log_lines,
+    iter_log_lines,
+    log_ids,
+    scan_log,
     tree_id_field,
 )
 from transforms.core.progress import Progress
@@ -64,6 +61,8 @@ JOURNAL_DIR = tree.Tree.JOURNAL_DIR
 PLAN_NAME = removal_names.JOURNAL_PLAN_NAME
 FILES_DIR = removal_names.JOURNAL_FILES_DIR  # in the plan's directory: one file's rows each
 COPY_CHUNK = 16 << 20
+COUNT_DIR = "distinct"  # in the journal's directory: the partition files counting a long log's ids
+MATCH_DIR = "match"  # in the plan's directory: the partition files of a long list's match (shards/idmatch.py)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,9 +113,11 @@ class RemovalPlan:
     utc_time: str
     stats_before: str
     files: tuple[FileSummary, ...]
-    not_found: tuple[str, ...]
     plan_url: str = ""
     resumed: bool = False  # read from a journal an interrupted run left (not written)
+    # What matching the list found, for the report (not written: a resumed plan has none). Counts
+    # and the first ids not found, never the list: it may be far longer than the tree.
+    matches: idmatch.Matches | None = None
 
     def to_json(self) -> str:
         return json.dumps(
@@ -125,7 +126,6 @@ class RemovalPlan:
                 "utc_time": self.utc_time,
                 "stats_before": self.stats_before,
                 "files": [dataclasses.asdict(f) for f in self.files],
-                "not_found": list(self.not_found),
             }
         )
 
@@ -134,7 +134,7 @@ class RemovalPlan:
         d = json.loads(text)
         files = tuple(FileSummary(str(f["rel_path"]), int(f["tokens_before"]), int(f["tokens_after"]),
                                   int(f["removed"])) for f in d["files"])
-        return cls(d["run"], d["utc_time"], d["stats_before"], files, tuple(d["not_found"]), plan_url)
+        return cls(d["run"], d["utc_time"], d["stats_before"], files, plan_url)  # an older journal's not_found: unused
 
     def file_plan(self, k: int) -> FilePlan:
         """The rows of the plan's k-th file, read from its directory."""
@@ -256,13 +256,16 @@ def _manifest_files(lines: Iterable[str]) -> Iterator[tuple[str, list[tuple[str,
         yield current, rows
 
 
-def make_plan(output: str, removal_ids: Iterable[str], run: str, utc_time: str,
+def make_plan(output: str, removal_ids: Iterable[str] | Callable[[], Iterable[str]], run: str, utc_time: str,
               plan_url: str | None = None) -> RemovalPlan:
-    """Find the files that hold a flagged id, streaming the manifest once; each affected file's
-    rows go to ``plan_url`` (the journal's directory unless given: a dry run's is a scratch
-    directory) as soon as its rows are read, so only one file's rows are ever held. The tree must
-    be a finished bucketed one whose stats parse (IncompleteTreeError, UnreadableStatsError
-    otherwise): they are rewritten when the removal finishes."""
+    """Find the files that hold a flagged id, streaming the manifest; each affected file's rows go
+    to ``plan_url`` (the journal's directory unless given: a dry run's is a scratch directory) as
+    soon as its rows are read, so only one file's rows are ever held. ``removal_ids`` (or a
+    callable giving them afresh: a list longer than the bound is read more than once) are matched
+    through shards.idmatch, in memory bounded whatever their number; its partition files, if any,
+    live beside the plan and are gone before this returns. The tree must be a finished bucketed one
+    whose stats parse (IncompleteTreeError, UnreadableStatsError otherwise): they are rewritten
+    when the removal finishes."""
     out = tree.OutputTree.open(output)
     if out.tree_kind is None or not out.tree_kind.removes_in_place:
         raise ValueError(f"{output} is a {out.kind} tree; documents are removed from bucketed trees only")
@@ -270,31 +273,62 @@ def make_plan(output: str, removal_ids: Iterable[str], run: str, utc_time: str,
     recorded = set(tree.owned(output, "bucketed").files)
     in_journal = plan_url is None
     if in_journal:  # no plan.json (load_journal found none): a plan begun by a run that died; nothing started
-        clear_unplanned_journal(output)
-        plan_url = journal_url(output)
-    fs, root = storage.filesystem(output)
-    removal_ids = list(removal_ids)
-    wanted = set(removal_ids)
-    found: set[str] = set()
-    files = []
+        plan_url = journal_url(output)  # cleared before anything is written there (the scratch's prepare)
+        scratch = idmatch.Scratch(output, _journal_name(MATCH_DIR), prepare=lambda: clear_unplanned_journal(output))
+    else:
+        scratch = idmatch.Scratch(None, os.path.join(plan_url, MATCH_DIR))
+    listed = removal_ids if callable(removal_ids) else (lambda ids=list(removal_ids): iter(ids))
     try:
-        with fs.open(posixpath.join(root, layout.MANIFEST_NAME), "r", encoding="utf-8") as f:
-            for rel, rows in _manifest_files(f):
-                hits = [doc_id in wanted for doc_id, _ in rows]
-                if any(hits):
-                    shard_path(output, rel)  # before anything changes: a row naming a file outside is refused
-                    check_recorded(output, recorded, rel)  # and one naming a file the tool did not write
-                    plan = FilePlan(rel, tuple((d, n, h) for (d, n), h in zip(rows, hits, strict=True)))
-                    url = storage.join(plan_url, FILES_DIR, f"{len(files):06d}.json")
-                    storage.write_atomic(url, plan.to_json().encode("utf-8"))
-                    files.append(plan.summary())
-                    found.update(d for (d, _), h in zip(rows, hits, strict=True) if h)
+        matcher = idmatch.match_ids(listed, lambda: _logged_ids(output), lambda: _manifest_ids(output), scratch)
+        scratch.ready()  # a list held in memory was read whole, and the log: now the plan's rows are written
+        files = _plan_files(output, recorded, matcher, plan_url)
+        matches = matcher.result()
+        if in_journal and not files and scratch.wrote:  # only the match's files were written: no trace left
+            delete_journal(output)
     except BaseException:
-        if in_journal:  # the plan's rows written so far go (no plan.json yet): the tree is as it was
+        scratch.clear()
+        if in_journal and scratch.was_ready:  # the rows written so far go (no plan.json yet): the tree is as it was
             delete_journal(output)
         raise
-    not_found = tuple(i for i in removal_ids if i not in found)
-    return RemovalPlan(run, utc_time, out.stats_text, tuple(files), not_found, plan_url)
+    return RemovalPlan(run, utc_time, out.stats_text, tuple(files), plan_url, matches=matches)
+
+
+def _plan_files(output: str, recorded: set[str], matcher, plan_url: str) -> list[FileSummary]:
+    """The manifest streamed once, asking ``matcher`` of each row; each affected file's rows written
+    to ``plan_url`` as it is read. The summaries of the affected files."""
+    fs, root = storage.filesystem(output)
+    files = []
+    ordinal = 0
+    with fs.open(posixpath.join(root, layout.MANIFEST_NAME), "r", encoding="utf-8") as f:
+        for rel, rows in _manifest_files(f):
+            hits = matcher.hits(ordinal, [doc_id for doc_id, _ in rows])
+            ordinal += len(rows)
+            if any(hits):
+                shard_path(output, rel)  # before anything changes: a row naming a file outside is refused
+                check_recorded(output, recorded, rel)  # and one naming a file the tool did not write
+                plan = FilePlan(rel, tuple((d, n, h) for (d, n), h in zip(rows, hits, strict=True)))
+                url = storage.join(plan_url, FILES_DIR, f"{len(files):06d}.json")
+                storage.write_atomic(url, plan.to_json().encode("utf-8"))
+                files.append(plan.summary())
+    return files
+
+
+def _manifest_ids(output: str) -> Iterator[str]:
+    """The manifest's ids in row order, read as _plan_files reads them (the same checks)."""
+    fs, root = storage.filesystem(output)
+    with fs.open(posixpath.join(root, layout.MANIFEST_NAME), "r", encoding="utf-8") as f:
+        for _, rows in _manifest_files(f):
+            yield from (doc_id for doc_id, _ in rows)
+
+
+def _logged_ids(output: str) -> Iterator[str]:
+    """The ids the tree's removals.txt lists (none without one), as they come."""
+    fs, root = storage.filesystem(output)
+    with storage.reaching(output):
+        if not fs.exists(posixpath.join(root, REMOVALS_NAME)):
+            return iter(())
+    tree.Tree(output).writable(REMOVALS_NAME, "removal log")  # a log that is a link out of the tree is refused
+    return log_ids(storage.join(output, REMOVALS_NAME))
 
 
 def check_recorded(output: str, recorded: set[str], rel: str) -> None:
@@ -463,7 +497,7 @@ def finish_removal(output: str, plan: RemovalPlan, sums: dict[str, str | None] |
     update_checksums(output, sums or {})
     drop_emptied(output, plan)
     append_audit_lines(output, plan)
-    stats = stats_after(plan, len(read_tree_log(output).ids))
+    stats = stats_after(plan, logged_count(output))
     rewrite_description(output, stats)
     tree.write_file(output, layout.STATS_NAME, stats.to_text().encode("utf-8"))
     delete_journal(output)
@@ -590,33 +624,63 @@ def rewrite_description(output: str, stats: DatasetStats) -> None:
         write_description(output, "bucketed", description_files(bucketed_document(provenance, stats)))
 
 
-def read_tree_log(output: str) -> RemovalLog | None:
-    """The tree's removals.txt, read strictly as its audit log (None when it has none); a ValueError
-    naming the line that is not a log line."""
+def scan_tree_log(output: str) -> removal_names.LogHead | None:
+    """The tree's removals.txt, read through once strictly as its audit log, holding no id: its id
+    field and runs (None when it has none); a ValueError naming the line that is not a log line."""
+    return scan_log(storage.join(output, REMOVALS_NAME)) if _tree_log_exists(output) else None
+
+
+def _tree_log_exists(output: str) -> bool:
     fs, root = storage.filesystem(output)
     with storage.reaching(output):
         exists = fs.exists(posixpath.join(root, REMOVALS_NAME))
     if exists:  # a log that is a link out of the tree is refused here, before any command changes a byte
         tree.Tree(output).writable(REMOVALS_NAME, "removal log")
-    return read_log(storage.join(output, REMOVALS_NAME)) if exists else None
+    return exists
 
 
-def _existing_log(output: str) -> str | None:
-    fs, root = storage.filesystem(output)
-    log_path = posixpath.join(root, REMOVALS_NAME)
-    if not fs.exists(log_path):
+def logged_count(output: str) -> int:
+    """The distinct ids the tree's removals.txt lists, streamed (shards.idmatch.count_distinct,
+    its partitions in the journal's directory): the stats' removal_list_ids."""
+    if not _tree_log_exists(output):
+        return 0
+    url = storage.join(output, REMOVALS_NAME)
+    return idmatch.count_distinct(lambda: log_ids(url), idmatch.Scratch(output, _journal_name(COUNT_DIR)))
+
+
+def _existing_log(output: str) -> Callable[[], Iterator[str]] | None:
+    """The tree's removals.txt (None without one), checked strictly before any change, as its
+    lines afresh for each call: decoded as the launch check (scan_tree_log) decodes them."""
+    if not _tree_log_exists(output):
         return None
     url = storage.join(output, REMOVALS_NAME)
-    lines = read_log_lines(url)  # decoded as the launch check (read_tree_log) decodes it: the two agree
-    parse_removal_log(lines, where=url)  # strictly, before any change
-    return "".join(line + "\n" for line in lines)
+    scan_log(url)  # strictly, before any change
+    return lambda: iter_log_lines(url)
+
+
+def log_chunks(existing: Callable[[], Iterator[str]] | None, id_field: str, lines: Iterable[str]) -> Iterator[str]:
+    """removals.txt with ``lines`` appended, piece by piece (the old lines and the new as they
+    come): a new log gets its header and id field line; a log written before the id field was
+    recorded gets the line now (every other line kept as it was, each ending in a line break)."""
+    if existing is None:
+        yield removal_names.REMOVALS_HEADER + "\n" + removal_names.id_field_line(id_field)
+    else:
+        old = existing()
+        yield next(old) + "\n"  # the header (scan_log checked it)
+        second = next(old, None)
+        if second is None or not second.startswith(removal_names.ID_FIELD_PREFIX):
+            yield removal_names.id_field_line(id_field)
+        if second is not None:
+            yield second + "\n"
+        yield from (line + "\n" for line in old)
+    yield from lines
 
 
 def append_audit_lines(output: str, plan: RemovalPlan) -> None:
-    """One removals.txt line per document the plan takes out, once per removal run; the new lines
-    are written as each affected file's rows are read, never gathered."""
+    """One removals.txt line per document the plan takes out, once per removal run; the old lines
+    are copied and the new written as each affected file's rows are read, never gathered."""
     existing = _existing_log(output)
-    runs = set() if existing is None else parse_removal_log(existing.splitlines()).runs
+    runs = set() if existing is None else scan_log(storage.join(output, REMOVALS_NAME)).runs
     if plan.run not in runs:
         lines = (format_removal_line(plan.utc_time, plan.run, d, rel, n) for rel, d, n in plan.iter_removed_rows())
         id_field = tree_id_field(plan.stats_before) or DEFAULT_ID_FIELD
@@ -632,11 +696,11 @@ def record_removal_list(output: str, ids: list[str], run: str, utc_time: str, id
     ``-``, tokens 0: left out before tokenizing), so that every later run keeps it out too; the
     ids are values of ``id_field``, the run's --id-field. Returns how many lines were added."""
     existing = _existing_log(output)
-    known = set() if existing is None else set(parse_removal_log(existing.splitlines()).ids)
+    known = set() if existing is None else set(log_ids(storage.join(output, REMOVALS_NAME)))
     new = [i for i in ids if i not in known]
     if new:
         lines = [format_removal_line(utc_time, run, i, NOT_STORED, 0) for i in new]
-        tree.write_file(output, REMOVALS_NAME, log_text(existing, id_field, lines).encode("utf-8"))
+        tree.write_file(output, REMOVALS_NAME, "".join(log_chunks(existing, id_field, lines)).encode("utf-8"))
     return len(new)
 
 
