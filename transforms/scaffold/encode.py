@@ -41,7 +41,7 @@ from transforms.core.batches import DocBatch, TokenBatch
 from transforms.core.drops import Drops
 from transforms.core.progress import Progress
 from transforms.core.records import Document
-from transforms.scaffold.settings import DEFAULT_MAX_WORD_CHARS, LONG_DOC_POLICIES
+from transforms.scaffold.defaults import DEFAULT_MAX_WORD_CHARS, LONG_DOC_POLICIES
 from transforms.tokenizers.encoder import Encoder
 from transforms.tokenizers.load import check_unchanged, load_encoder
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from shards import layout, llmc, storage
 from transforms.core.settings import setting, shared
+from transforms.scaffold.defaults import DEFAULT_MAX_WORD_CHARS, DEFAULT_ORDER_RANGES, LONG_DOC_POLICIES
 
 if TYPE_CHECKING:  # the steps' own configs are imported where they are built: --help imports no Beam
     from transforms.inputs.fields import ReadConfig
@@ -19,9 +20,6 @@ if TYPE_CHECKING:  # the steps' own configs are imported where they are built: -
 
 ANNOTATED_FIELD = "content-ff"
 PLAIN_FIELD = "text"
-LONG_DOC_POLICIES = ("skip", "chunk")  # what --long-docs does with a document over 1,000 words
-DEFAULT_MAX_WORD_CHARS = 1000  # longer words are dropped, counted (transforms.scaffold.encode)
-DEFAULT_ORDER_RANGES = 1024  # pieces each split's ordering is cut into (transforms.scaffold.write)
 
 
 @dataclasses.dataclass(frozen=True)

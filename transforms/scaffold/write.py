@@ -56,8 +56,8 @@ from transforms.core.progress import Progress
 from transforms.core.publish import PublishOutput, RunPaths, UnaccountedDocumentsError
 from transforms.core.records import DROPPED
 from transforms.core.spill import AtomicFile, SpillReader, SpillTokensFn, load_refs
+from transforms.scaffold.defaults import DEFAULT_ORDER_RANGES
 from transforms.scaffold.encode import COUNTS, DocumentCounts, sum_counts
-from transforms.scaffold.settings import DEFAULT_ORDER_RANGES
 
 log = logging.getLogger(__name__)
 

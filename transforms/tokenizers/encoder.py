@@ -12,14 +12,11 @@ from __future__ import annotations
 import dataclasses
 import importlib.metadata
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from transforms.tokenizers.long_text import CutRules, LongTextSplitter
+from transforms.tokenizers.long_text import CutRules, LongTextSplitter
 
-EncodeOne = Callable[[str], np.ndarray]
 EncodeFlat = Callable[[Sequence[str]], tuple[np.ndarray, np.ndarray]]
 
 # What an added-token string inside a text becomes: text (the default), or its id, as the tokenizer's

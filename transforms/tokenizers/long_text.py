@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
 
 import numpy as np
 
-from transforms.tokenizers.encoder import EncodeOne
+# What a splitter is given to encode one piece: the backend's own call on one text.
+EncodeOne = Callable[[str], np.ndarray]
 
 # These tokenizers split text with a regex into pre-tokens and run BPE inside each pre-token alone, so a
 # text cut where a pre-token ends encodes, piece by piece, to the same ids as whole, provided the regex
