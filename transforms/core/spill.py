@@ -6,7 +6,7 @@
                   RefBatch (ids, lengths, offsets, sort keys) per stretch in a references file
                   beside it; only a pointer to that RefBatch is emitted
     SpillReader   reads documents back from the spill files in the order a writer asks for, a
-                  bounded chunk at a time: gathered with numpy from memory maps on a local disk;
+                  bounded chunk at a time: read (preadv) from the spill files on a local disk;
                   on an object store fetched first, a stretch per range request, into a local
                   scratch file
     AtomicFile    a file that appears whole or not at all
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import posixpath
 import tempfile
 import uuid
@@ -416,7 +417,8 @@ def emit_at_finish(value) -> WindowedValue:
 class SpillReader:
     """Documents' tokens back from the spill files, in the order given, ``chunk_tokens`` at a time.
 
-    On a local disk each chunk is gathered from memory maps of the spill files. On an object store
+    On a local disk each chunk is read from the spill files (os.preadv: a stretch of documents back
+    to back in a file is one call, scattered into the chunk's buffer). On an object store
     a range request per document would cost a request (and a millisecond of client CPU) per
     document, so the documents a writer needs are first fetched into a local scratch file
     (``stage``): sorted by where they are, neighbours merged into ranges (each (flush, group)
@@ -498,30 +500,26 @@ class SpillReader:
                                    on_error="raise", **concurrency)
 
     def _gather(self, refs: Refs, index: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        # Read with preadv into the chunk's buffer, not mapped: nothing of a spill file stays in
+        # this process's memory after the chunk, so memory is bounded by the chunk, not by the
+        # spill files' size (and a read costs no map and unmap per spill file and chunk).
         itemsize = self._dtype.itemsize
-        total = int(lengths.sum())
-        out = np.empty(total, dtype=self._dtype)
-        dst = np.cumsum(lengths) - lengths
+        out = np.empty(int(lengths.sum()), dtype=self._dtype)
+        dst = (np.cumsum(lengths) - lengths) * itemsize
         if not self._local:
             self.stage(refs, index)
-            # Mapped for this chunk only, as a local spill file is (below).
-            mm = np.memmap(self._scratch, dtype=self._dtype, mode="r")
-            _copy_documents(out, mm, dst, self._staged_at[index] // itemsize, lengths)
-            mm._mmap.close()
-            del mm
+            _read_ranges(self._scratch.fileno(), "scratch file", out, dst, self._staged_at[index], lengths * itemsize)
             return out
-        src = refs.offsets[index] // itemsize
         spill = refs.spill[index]
+        src = refs.offsets[index]
         for s in np.unique(spill).tolist():
-            # Mapped for this chunk only: the pages a chunk touched leave this process's memory
-            # with the map, so memory stays bounded by the chunk, not by the spill files' size.
-            mm = np.memmap(refs.spill_paths[s], dtype=self._dtype, mode="r")
             sel = np.flatnonzero(spill == s)
-            if int((src[sel] + lengths[sel]).max()) > len(mm):
-                raise OSError(f"spill file {refs.spill_paths[s]} is short: it holds {len(mm)} tokens")
-            _copy_documents(out, mm, dst[sel], src[sel], lengths[sel])
-            mm._mmap.close()
-            del mm
+            path = refs.spill_paths[s]
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+            try:
+                _read_ranges(fd, f"spill file {path}", out, dst[sel], src[sel], lengths[sel] * itemsize)
+            finally:
+                os.close(fd)
         return out
 
     def close(self):
@@ -567,17 +565,45 @@ def coalesce(spill: np.ndarray, starts: np.ndarray, stops: np.ndarray,
     return ranges, member
 
 
-def _copy_documents(out: np.ndarray, mm: np.ndarray, dst: np.ndarray, src: np.ndarray, lengths: np.ndarray) -> None:
-    """``out[dst[i]:dst[i] + lengths[i]] = mm[src[i]:src[i] + lengths[i]]`` for each i."""
-    if not len(lengths):
+# The most buffers one preadv call takes (POSIX's IOV_MAX; Linux: 1024).
+IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") and "SC_IOV_MAX" in os.sysconf_names else 16
+
+
+def _read_ranges(fd: int, what: str, out: np.ndarray, dst: np.ndarray, src: np.ndarray, nbytes: np.ndarray) -> None:
+    """``out``'s bytes ``dst[i]:dst[i] + nbytes[i]`` = the file's bytes ``src[i]:src[i] + nbytes[i]``
+    for each i: ranges back to back in the file are read by one preadv call, scattered into ``out``
+    (a stretch of a spill file is one call, whatever order its documents go out in)."""
+    if not len(nbytes):
         return
-    if len(lengths) <= 64 or int(lengths.sum()) > 64 * len(lengths):
-        for a, b, m in zip(dst.tolist(), src.tolist(), lengths.tolist(), strict=True):
-            out[a:a + m] = mm[b:b + m]
-    else:
-        # Many short documents: one fancy-indexed copy instead of a Python loop.
-        within = np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-        out[np.repeat(dst, lengths) + within] = mm[np.repeat(src, lengths) + within]
+    at = np.argsort(src, kind="stable")
+    dst, src, nbytes = dst[at].tolist(), src[at].tolist(), nbytes[at].tolist()
+    view = memoryview(out).cast("B")
+    start, buffers, expect = src[0], [], 0
+    for a, b, n in zip(dst, src, nbytes, strict=True):
+        if b != start + expect or len(buffers) == IOV_MAX:
+            _preadv(fd, what, buffers, start, expect)
+            start, buffers, expect = b, [], 0
+        buffers.append(view[a:a + n])
+        expect += n
+    _preadv(fd, what, buffers, start, expect)
+
+
+def _preadv(fd: int, what: str, buffers: list[memoryview], offset: int, expect: int) -> None:
+    """Fill ``buffers`` from the file's bytes at ``offset`` on; an OSError when the file ends first."""
+    got = os.preadv(fd, buffers, offset) if hasattr(os, "preadv") else 0
+    while got < expect:  # a short read (or no preadv): the rest, buffer by buffer
+        skip = got
+        for buf in buffers:
+            if skip >= len(buf):
+                skip -= len(buf)
+                continue
+            n = os.pread(fd, len(buf) - skip, offset + got)
+            if not n:
+                size = os.fstat(fd).st_size
+                raise OSError(f"{what} is short: needed {expect} bytes at {offset}, it holds {size}")
+            buf[skip:skip + len(n)] = n
+            got += len(n)
+            break
 
 
 class AtomicFile:
