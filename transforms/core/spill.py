@@ -627,9 +627,14 @@ class AtomicFile:
         self._fs, self.path = fs, path
         local = storage.renames_atomically(fs)
         self._tmp = f"{path}.partial-{uuid.uuid4().hex[:12]}" if local else path
-        if storage.has_directories(fs):
-            fs.makedirs(posixpath.dirname(path), exist_ok=True)
-        self.file = fs.open(self._tmp, "wb")
+        if local:
+            # The OS's own file, not fsspec's wrapper of it: the path is a local one already.
+            os.makedirs(posixpath.dirname(path), exist_ok=True)
+            self.file = open(self._tmp, "wb")  # closed by commit or abort
+        else:
+            if storage.has_directories(fs):
+                fs.makedirs(posixpath.dirname(path), exist_ok=True)
+            self.file = fs.open(self._tmp, "wb")
         self._digest = hashlib.sha256()
 
     def write(self, data) -> None:
@@ -648,7 +653,7 @@ class AtomicFile:
     def commit(self) -> None:
         self.file.close()
         if self._tmp != self.path:
-            self._fs.mv(self._tmp, self.path)
+            os.replace(self._tmp, self.path)  # local: an atomic rename
 
     def abort(self) -> None:
         discard = getattr(self.file, "discard", None)
