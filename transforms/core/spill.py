@@ -127,15 +127,10 @@ class SpillTokensFn(beam.DoFn):
             return []
         if self._file is None:
             self._open()
-        stretches: dict = {}
-        for b, batch in enumerate(batches):
-            keys, sort_keys = self._key_fn(batch, self._config)
-            for i, key in enumerate(keys):
-                stretches.setdefault((key, batch.source), []).append((b, i))
-            batches[b] = (batch, np.asarray(sort_keys, np.int64), np.cumsum(batch.lengths) - batch.lengths)
+        held = _Held(batches, [self._key_fn(batch, self._config) for batch in batches])
         out = []
-        for (key, source), members in sorted(stretches.items(), key=lambda kv: (repr(kv[0][0]), kv[0][1])):
-            ref, tokens = _stretch(batches, members, self._path, source, self._offset)
+        for (key, source), members in sorted(held.stretches.items(), key=lambda kv: (repr(kv[0][0]), kv[0][1])):
+            ref, tokens = held.stretch(np.asarray(members, np.int64), self._path, source, self._offset)
             self._file.write(memoryview(tokens).cast("B"))
             self._offset += tokens.nbytes
             out.append((key, self._write_ref(ref)))
@@ -164,32 +159,45 @@ class SpillTokensFn(beam.DoFn):
         return list(self._written)
 
 
-def _stretch(held: list, members: list[tuple[int, int]], spill_path: str, source: str,
-             offset: int) -> tuple[RefBatch, np.ndarray]:
-    """One group's documents of one input file, from the held ``(batch, sort keys, starts)``:
-    their tokens end to end, in the order they came, and their RefBatch, with offsets counted
-    from ``offset`` bytes into the spill file."""
-    which = np.fromiter((b for b, _ in members), np.int64, len(members))
-    within = np.fromiter((i for _, i in members), np.int64, len(members))
-    ids: list[str] = []
-    columns: dict[str, list] = {"lengths": [], "sort_keys": [], "rows": [], "tokens": []}
-    extra: dict[str, list] = {}
-    for b in dict.fromkeys(which.tolist()):  # the held batches in order, as members has them
-        batch, sort_keys, starts = held[b]
-        index = within[which == b]
-        ids += [batch.ids[i] for i in index.tolist()]
-        columns["lengths"].append(batch.lengths[index])
-        columns["sort_keys"].append(sort_keys[index])
-        columns["rows"].append(batch.rows[index])
-        columns["tokens"].append(gather_ranges(batch.tokens, starts[index], batch.lengths[index]))
-        for name, values in batch.extra.items():
-            extra.setdefault(name, []).append(values[index])
-    lengths = np.concatenate(columns["lengths"])
-    tokens = np.concatenate(columns["tokens"])
-    offsets = offset + (np.cumsum(lengths) - lengths) * tokens.dtype.itemsize
-    ref = RefBatch(spill_path, source, ids, np.concatenate(columns["sort_keys"]), lengths, offsets,
-                   np.concatenate(columns["rows"]), {k: np.concatenate(v) for k, v in extra.items()})
-    return ref, tokens
+class _Held:
+    """The batches a flush writes, as columns over all their documents end to end (a document's
+    index there: its place in its batch, counted on from the batches before it), and the documents
+    of each stretch, keyed by (group key, input file), in the order they came."""
+
+    def __init__(self, batches: list[TokenBatch], keyed: list[tuple[list, np.ndarray]]):
+        self.batches = batches
+        self.stretches: dict = {}
+        base = 0
+        for batch, (keys, _) in zip(batches, keyed, strict=True):
+            source = batch.source
+            for i, key in enumerate(keys, base):
+                self.stretches.setdefault((key, source), []).append(i)
+            base += batch.size
+        sizes = [batch.size for batch in batches]
+        self.batch_of = np.repeat(np.arange(len(batches), dtype=np.int64), sizes)
+        self.ids = [doc_id for batch in batches for doc_id in batch.ids]
+        self.lengths = np.concatenate([batch.lengths for batch in batches])
+        self.starts = np.concatenate([np.cumsum(batch.lengths) - batch.lengths for batch in batches])
+        self.sort_keys = np.concatenate([np.asarray(sort_keys, np.int64) for _, sort_keys in keyed])
+        self.rows = np.concatenate([batch.rows for batch in batches])
+        self.extra = {name: np.concatenate([batch.extra[name] for batch in batches]) for name in batches[0].extra}
+
+    def stretch(self, index: np.ndarray, spill_path: str, source: str, offset: int) -> tuple[RefBatch, np.ndarray]:
+        """One stretch's documents (``index``, ascending): their tokens end to end, in the order
+        they came, and their RefBatch, with offsets counted from ``offset`` bytes into the spill file."""
+        lengths = self.lengths[index]
+        which = self.batch_of[index]
+        if which[0] == which[-1]:  # all from one batch
+            pieces = [index]
+        else:
+            pieces = np.split(index, np.flatnonzero(np.diff(which)) + 1)
+        parts = [gather_ranges(self.batches[int(self.batch_of[piece[0]])].tokens, self.starts[piece],
+                               self.lengths[piece]) for piece in pieces]
+        tokens = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        offsets = offset + (np.cumsum(lengths) - lengths) * tokens.dtype.itemsize
+        ref = RefBatch(spill_path, source, [self.ids[i] for i in index.tolist()], self.sort_keys[index], lengths,
+                       offsets, self.rows[index], {name: values[index] for name, values in self.extra.items()})
+        return ref, tokens
 
 
 def load_refs(fs, pointers, connections: int = DEFAULT_CONNECTIONS) -> list[RefBatch]:
