@@ -108,7 +108,8 @@ class Refs(NamedTuple):
         def cat(arrays, dtype):
             return np.concatenate(arrays).astype(dtype, copy=False) if arrays else np.zeros(0, dtype)
 
-        ids = np.empty(sum(b.size for b in batches), dtype=object)
+        sizes = np.asarray([b.size for b in batches], np.int64)
+        ids = np.empty(int(sizes.sum()), dtype=object)
         at = 0
         for b in batches:
             ids[at:at + b.size] = b.ids
@@ -120,8 +121,8 @@ class Refs(NamedTuple):
             lengths=cat([b.lengths for b in batches], np.int64),
             offsets=cat([b.offsets for b in batches], np.int64),
             rows=cat([b.rows for b in batches], np.int64),
-            spill=cat([np.full(b.size, path_index[b.spill_path], np.int32) for b in batches], np.int32),
-            source=cat([np.full(b.size, source_index[b.source], np.int32) for b in batches], np.int32),
+            spill=np.repeat(np.asarray([path_index[b.spill_path] for b in batches], np.int32), sizes),
+            source=np.repeat(np.asarray([source_index[b.source] for b in batches], np.int32), sizes),
             spill_paths=paths,
             sources=sources,
             extra={k: cat([b.extra[k] for b in batches], batches[0].extra[k].dtype) for k in extra_names},

@@ -6,7 +6,7 @@
                   RefBatch (ids, lengths, offsets, sort keys) per stretch in a references file
                   beside it; only a pointer to that RefBatch is emitted
     SpillReader   reads documents back from the spill files in the order a writer asks for, a
-                  bounded chunk at a time: gathered with numpy from memory maps on a local disk;
+                  bounded chunk at a time: read (preadv) from the spill files on a local disk;
                   on an object store fetched first, a stretch per range request, into a local
                   scratch file
     AtomicFile    a file that appears whole or not at all
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import posixpath
 import tempfile
 import uuid
@@ -126,15 +127,10 @@ class SpillTokensFn(beam.DoFn):
             return []
         if self._file is None:
             self._open()
-        stretches: dict = {}
-        for b, batch in enumerate(batches):
-            keys, sort_keys = self._key_fn(batch, self._config)
-            for i, key in enumerate(keys):
-                stretches.setdefault((key, batch.source), []).append((b, i))
-            batches[b] = (batch, np.asarray(sort_keys, np.int64), np.cumsum(batch.lengths) - batch.lengths)
+        held = _Held(batches, [self._key_fn(batch, self._config) for batch in batches])
         out = []
-        for (key, source), members in sorted(stretches.items(), key=lambda kv: (repr(kv[0][0]), kv[0][1])):
-            ref, tokens = _stretch(batches, members, self._path, source, self._offset)
+        for (key, source), members in sorted(held.stretches.items(), key=lambda kv: (repr(kv[0][0]), kv[0][1])):
+            ref, tokens = held.stretch(np.asarray(members, np.int64), self._path, source, self._offset)
             self._file.write(memoryview(tokens).cast("B"))
             self._offset += tokens.nbytes
             out.append((key, self._write_ref(ref)))
@@ -163,32 +159,45 @@ class SpillTokensFn(beam.DoFn):
         return list(self._written)
 
 
-def _stretch(held: list, members: list[tuple[int, int]], spill_path: str, source: str,
-             offset: int) -> tuple[RefBatch, np.ndarray]:
-    """One group's documents of one input file, from the held ``(batch, sort keys, starts)``:
-    their tokens end to end, in the order they came, and their RefBatch, with offsets counted
-    from ``offset`` bytes into the spill file."""
-    which = np.fromiter((b for b, _ in members), np.int64, len(members))
-    within = np.fromiter((i for _, i in members), np.int64, len(members))
-    ids: list[str] = []
-    columns: dict[str, list] = {"lengths": [], "sort_keys": [], "rows": [], "tokens": []}
-    extra: dict[str, list] = {}
-    for b in dict.fromkeys(which.tolist()):  # the held batches in order, as members has them
-        batch, sort_keys, starts = held[b]
-        index = within[which == b]
-        ids += [batch.ids[i] for i in index.tolist()]
-        columns["lengths"].append(batch.lengths[index])
-        columns["sort_keys"].append(sort_keys[index])
-        columns["rows"].append(batch.rows[index])
-        columns["tokens"].append(gather_ranges(batch.tokens, starts[index], batch.lengths[index]))
-        for name, values in batch.extra.items():
-            extra.setdefault(name, []).append(values[index])
-    lengths = np.concatenate(columns["lengths"])
-    tokens = np.concatenate(columns["tokens"])
-    offsets = offset + (np.cumsum(lengths) - lengths) * tokens.dtype.itemsize
-    ref = RefBatch(spill_path, source, ids, np.concatenate(columns["sort_keys"]), lengths, offsets,
-                   np.concatenate(columns["rows"]), {k: np.concatenate(v) for k, v in extra.items()})
-    return ref, tokens
+class _Held:
+    """The batches a flush writes, as columns over all their documents end to end (a document's
+    index there: its place in its batch, counted on from the batches before it), and the documents
+    of each stretch, keyed by (group key, input file), in the order they came."""
+
+    def __init__(self, batches: list[TokenBatch], keyed: list[tuple[list, np.ndarray]]):
+        self.batches = batches
+        self.stretches: dict = {}
+        base = 0
+        for batch, (keys, _) in zip(batches, keyed, strict=True):
+            source = batch.source
+            for i, key in enumerate(keys, base):
+                self.stretches.setdefault((key, source), []).append(i)
+            base += batch.size
+        sizes = [batch.size for batch in batches]
+        self.batch_of = np.repeat(np.arange(len(batches), dtype=np.int64), sizes)
+        self.ids = [doc_id for batch in batches for doc_id in batch.ids]
+        self.lengths = np.concatenate([batch.lengths for batch in batches])
+        self.starts = np.concatenate([np.cumsum(batch.lengths) - batch.lengths for batch in batches])
+        self.sort_keys = np.concatenate([np.asarray(sort_keys, np.int64) for _, sort_keys in keyed])
+        self.rows = np.concatenate([batch.rows for batch in batches])
+        self.extra = {name: np.concatenate([batch.extra[name] for batch in batches]) for name in batches[0].extra}
+
+    def stretch(self, index: np.ndarray, spill_path: str, source: str, offset: int) -> tuple[RefBatch, np.ndarray]:
+        """One stretch's documents (``index``, ascending): their tokens end to end, in the order
+        they came, and their RefBatch, with offsets counted from ``offset`` bytes into the spill file."""
+        lengths = self.lengths[index]
+        which = self.batch_of[index]
+        if which[0] == which[-1]:  # all from one batch
+            pieces = [index]
+        else:
+            pieces = np.split(index, np.flatnonzero(np.diff(which)) + 1)
+        parts = [gather_ranges(self.batches[int(self.batch_of[piece[0]])].tokens, self.starts[piece],
+                               self.lengths[piece]) for piece in pieces]
+        tokens = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        offsets = offset + (np.cumsum(lengths) - lengths) * tokens.dtype.itemsize
+        ref = RefBatch(spill_path, source, [self.ids[i] for i in index.tolist()], self.sort_keys[index], lengths,
+                       offsets, self.rows[index], {name: values[index] for name, values in self.extra.items()})
+        return ref, tokens
 
 
 def load_refs(fs, pointers, connections: int = DEFAULT_CONNECTIONS) -> list[RefBatch]:
@@ -199,18 +208,18 @@ def load_refs(fs, pointers, connections: int = DEFAULT_CONNECTIONS) -> list[RefB
         return []
     if storage.renames_atomically(fs):
         out = []
-        handle, current = None, None
+        fd, current = None, None
         try:
             for p in pointers:
                 if p.path != current:
-                    if handle is not None:
-                        handle.close()
-                    handle, current = open(p.path, "rb"), p.path
-                handle.seek(p.offset)
-                out.append(decode_refs(handle.read(p.size), p))
+                    if fd is not None:
+                        os.close(fd)
+                    fd, current = None, p.path
+                    fd = os.open(p.path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+                out.append(decode_refs(os.pread(fd, p.size, p.offset), p))
         finally:
-            if handle is not None:
-                handle.close()
+            if fd is not None:
+                os.close(fd)
         return out
     return [decode_refs(d, p) for d, p in zip(_read_pointed(fs, pointers, connections), pointers, strict=True)]
 
@@ -354,13 +363,22 @@ def _check_columns(numbers: dict[str, np.ndarray], strings: dict[str, list], n: 
     if any(not name.startswith(EXTRA_PREFIX) for name in [*numbers, *strings] if name not in (*REFS_NUMBERS, "ids")):
         raise _BadRefs("an unknown column")
     if n:
-        lengths, offsets = numbers["lengths"], numbers["offsets"]
-        if not (1 <= int(lengths.min()) and int(lengths.max()) <= MAX_LENGTH):
+        lengths, offsets = _low_high(numbers["lengths"]), _low_high(numbers["offsets"])
+        if not (1 <= lengths[0] and lengths[1] <= MAX_LENGTH):
             raise _BadRefs("a length out of range")
-        if not (0 <= int(offsets.min()) and int(offsets.max()) <= MAX_OFFSET):
+        if not (0 <= offsets[0] and offsets[1] <= MAX_OFFSET):
             raise _BadRefs("an offset out of range")
-        if int(numbers["rows"].min()) < 0 or int(numbers["sort_keys"].min()) < 0:
+        if _low_high(numbers["rows"])[0] < 0 or _low_high(numbers["sort_keys"])[0] < 0:
             raise _BadRefs("a negative row or sort key")
+
+
+def _low_high(values: np.ndarray) -> tuple[int, int]:
+    """(min, max) of a non-empty int64 column: through Python for a few values (most RefBatches
+    hold a document or two, where a numpy reduction costs ten times as much), numpy for many."""
+    if len(values) <= 64:
+        listed = values.tolist()
+        return min(listed), max(listed)
+    return int(values.min()), int(values.max())
 
 
 def _entries(value, width: int) -> list:
@@ -416,7 +434,8 @@ def emit_at_finish(value) -> WindowedValue:
 class SpillReader:
     """Documents' tokens back from the spill files, in the order given, ``chunk_tokens`` at a time.
 
-    On a local disk each chunk is gathered from memory maps of the spill files. On an object store
+    On a local disk each chunk is read from the spill files (os.preadv: a stretch of documents back
+    to back in a file is one call, scattered into the chunk's buffer). On an object store
     a range request per document would cost a request (and a millisecond of client CPU) per
     document, so the documents a writer needs are first fetched into a local scratch file
     (``stage``): sorted by where they are, neighbours merged into ranges (each (flush, group)
@@ -498,30 +517,26 @@ class SpillReader:
                                    on_error="raise", **concurrency)
 
     def _gather(self, refs: Refs, index: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        # Read with preadv into the chunk's buffer, not mapped: nothing of a spill file stays in
+        # this process's memory after the chunk, so memory is bounded by the chunk, not by the
+        # spill files' size (and a read costs no map and unmap per spill file and chunk).
         itemsize = self._dtype.itemsize
-        total = int(lengths.sum())
-        out = np.empty(total, dtype=self._dtype)
-        dst = np.cumsum(lengths) - lengths
+        out = np.empty(int(lengths.sum()), dtype=self._dtype)
+        dst = (np.cumsum(lengths) - lengths) * itemsize
         if not self._local:
             self.stage(refs, index)
-            # Mapped for this chunk only, as a local spill file is (below).
-            mm = np.memmap(self._scratch, dtype=self._dtype, mode="r")
-            _copy_documents(out, mm, dst, self._staged_at[index] // itemsize, lengths)
-            mm._mmap.close()
-            del mm
+            _read_ranges(self._scratch.fileno(), "scratch file", out, dst, self._staged_at[index], lengths * itemsize)
             return out
-        src = refs.offsets[index] // itemsize
         spill = refs.spill[index]
+        src = refs.offsets[index]
         for s in np.unique(spill).tolist():
-            # Mapped for this chunk only: the pages a chunk touched leave this process's memory
-            # with the map, so memory stays bounded by the chunk, not by the spill files' size.
-            mm = np.memmap(refs.spill_paths[s], dtype=self._dtype, mode="r")
             sel = np.flatnonzero(spill == s)
-            if int((src[sel] + lengths[sel]).max()) > len(mm):
-                raise OSError(f"spill file {refs.spill_paths[s]} is short: it holds {len(mm)} tokens")
-            _copy_documents(out, mm, dst[sel], src[sel], lengths[sel])
-            mm._mmap.close()
-            del mm
+            path = refs.spill_paths[s]
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+            try:
+                _read_ranges(fd, f"spill file {path}", out, dst[sel], src[sel], lengths[sel] * itemsize)
+            finally:
+                os.close(fd)
         return out
 
     def close(self):
@@ -567,17 +582,45 @@ def coalesce(spill: np.ndarray, starts: np.ndarray, stops: np.ndarray,
     return ranges, member
 
 
-def _copy_documents(out: np.ndarray, mm: np.ndarray, dst: np.ndarray, src: np.ndarray, lengths: np.ndarray) -> None:
-    """``out[dst[i]:dst[i] + lengths[i]] = mm[src[i]:src[i] + lengths[i]]`` for each i."""
-    if not len(lengths):
+# The most buffers one preadv call takes (POSIX's IOV_MAX; Linux: 1024).
+IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") and "SC_IOV_MAX" in os.sysconf_names else 16
+
+
+def _read_ranges(fd: int, what: str, out: np.ndarray, dst: np.ndarray, src: np.ndarray, nbytes: np.ndarray) -> None:
+    """``out``'s bytes ``dst[i]:dst[i] + nbytes[i]`` = the file's bytes ``src[i]:src[i] + nbytes[i]``
+    for each i: ranges back to back in the file are read by one preadv call, scattered into ``out``
+    (a stretch of a spill file is one call, whatever order its documents go out in)."""
+    if not len(nbytes):
         return
-    if len(lengths) <= 64 or int(lengths.sum()) > 64 * len(lengths):
-        for a, b, m in zip(dst.tolist(), src.tolist(), lengths.tolist(), strict=True):
-            out[a:a + m] = mm[b:b + m]
-    else:
-        # Many short documents: one fancy-indexed copy instead of a Python loop.
-        within = np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-        out[np.repeat(dst, lengths) + within] = mm[np.repeat(src, lengths) + within]
+    at = np.argsort(src, kind="stable")
+    dst, src, nbytes = dst[at].tolist(), src[at].tolist(), nbytes[at].tolist()
+    view = memoryview(out).cast("B")
+    start, buffers, expect = src[0], [], 0
+    for a, b, n in zip(dst, src, nbytes, strict=True):
+        if b != start + expect or len(buffers) == IOV_MAX:
+            _preadv(fd, what, buffers, start, expect)
+            start, buffers, expect = b, [], 0
+        buffers.append(view[a:a + n])
+        expect += n
+    _preadv(fd, what, buffers, start, expect)
+
+
+def _preadv(fd: int, what: str, buffers: list[memoryview], offset: int, expect: int) -> None:
+    """Fill ``buffers`` from the file's bytes at ``offset`` on; an OSError when the file ends first."""
+    got = os.preadv(fd, buffers, offset) if hasattr(os, "preadv") else 0
+    while got < expect:  # a short read (or no preadv): the rest, buffer by buffer
+        skip = got
+        for buf in buffers:
+            if skip >= len(buf):
+                skip -= len(buf)
+                continue
+            n = os.pread(fd, len(buf) - skip, offset + got)
+            if not n:
+                size = os.fstat(fd).st_size
+                raise OSError(f"{what} is short: needed {expect} bytes at {offset}, it holds {size}")
+            buf[skip:skip + len(n)] = n
+            got += len(n)
+            break
 
 
 class AtomicFile:
@@ -592,9 +635,14 @@ class AtomicFile:
         self._fs, self.path = fs, path
         local = storage.renames_atomically(fs)
         self._tmp = f"{path}.partial-{uuid.uuid4().hex[:12]}" if local else path
-        if storage.has_directories(fs):
-            fs.makedirs(posixpath.dirname(path), exist_ok=True)
-        self.file = fs.open(self._tmp, "wb")
+        if local:
+            # The OS's own file, not fsspec's wrapper of it: the path is a local one already.
+            os.makedirs(posixpath.dirname(path), exist_ok=True)
+            self.file = open(self._tmp, "wb")  # closed by commit or abort
+        else:
+            if storage.has_directories(fs):
+                fs.makedirs(posixpath.dirname(path), exist_ok=True)
+            self.file = fs.open(self._tmp, "wb")
         self._digest = hashlib.sha256()
 
     def write(self, data) -> None:
@@ -613,7 +661,7 @@ class AtomicFile:
     def commit(self) -> None:
         self.file.close()
         if self._tmp != self.path:
-            self._fs.mv(self._tmp, self.path)
+            os.replace(self._tmp, self.path)  # local: an atomic rename
 
     def abort(self) -> None:
         discard = getattr(self.file, "discard", None)

@@ -3,6 +3,8 @@ chunk; roll cuts documents into files as the writers always have."""
 
 from __future__ import annotations
 
+import os
+
 import fsspec
 import fsspec.implementations.memory
 import numpy as np
@@ -104,6 +106,37 @@ def test_the_reader_gathers_exactly_what_is_asked_in_chunks(tmp_path, where, lay
         np.testing.assert_array_equal(tokens, np.concatenate([docs[i] for i in order[first:end]]))
     if chunk_tokens == 700:
         assert len(chunks) > 1
+
+
+@pytest.mark.parametrize("where", ["local", "memory"])
+def test_reads_cut_at_iov_max_and_partial_reads_still_give_every_token(tmp_path, monkeypatch, where):
+    """Documents back to back in a spill file (or the scratch file) are read by one preadv call of at
+    most IOV_MAX buffers; a call that reads less than asked is finished buffer by buffer."""
+    import transforms.core.spill as spill
+
+    if where == "local":
+        fs, root = LocalFileSystem(), str(tmp_path)
+    else:
+        fs, root = fsspec.filesystem("memory"), f"/spilliov/{tmp_path.name}"
+    refs, docs = _spill(fs, root, np.uint16, {"a.bin": [1, 2, 3, 4] * 10, "b.bin": [5] * 7}, seed=3)
+    calls = []
+
+    def partial_preadv(fd, buffers, offset):  # at most 3 bytes a call, as a signal could leave it
+        calls.append(len(buffers))
+        data = os.pread(fd, 3, offset)
+        buffers[0][:len(data)] = data[:len(buffers[0])]
+        return min(len(data), len(buffers[0]))
+
+    monkeypatch.setattr(spill, "IOV_MAX", 4)
+    monkeypatch.setattr(spill.os, "preadv", partial_preadv)
+    order = np.random.default_rng(5).permutation(refs.size)
+    reader = SpillReader(fs, np.dtype(np.uint16))
+    try:
+        (first, end, tokens), = list(reader.chunks(refs, order))
+    finally:
+        reader.close()
+    np.testing.assert_array_equal(tokens, np.concatenate([docs[i] for i in order]))
+    assert calls and max(calls) == 4  # back-to-back documents in one call, cut at IOV_MAX
 
 
 @pytest.mark.parametrize("where", ["local", "memory"])
