@@ -39,7 +39,7 @@ from typing import NamedTuple, TextIO
 
 import numpy as np
 
-from pipelines.flags import add_setting_flags
+from pipelines.flags import add_setting_flags, parse_plain_settings
 from pipelines.help_format import DefaultsHelpFormatter
 from shards import layout, llmc, storage
 from shards.reading.opening import open_tree
@@ -346,10 +346,7 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def parse_args(argv: list[str]) -> DecodeSettings:
-    try:
-        return DecodeSettings(**vars(make_parser().parse_args(argv)))
-    except ValueError as e:  # said as it always was: one line, exit status 1
-        raise SystemExit(f"pretokenize decode: {e}") from None
+    return parse_plain_settings(make_parser(), argv, DecodeSettings)  # a bad value: exit 2, as every tool
 
 
 def run(argv: list[str] | None = None) -> int:

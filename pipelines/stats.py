@@ -52,6 +52,8 @@ class StatsSettings:
         object.__setattr__(self, "output", storage.normalize(self.output))
         if self.bins < 1:
             raise ValueError("--bins must be at least 1")
+        if not 0.0 <= self.val_fraction < 1.0:  # NaN too: it is no fraction
+            raise ValueError(f"--val-fraction must be at least 0 and below 1, got {self.val_fraction}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -33,6 +33,9 @@ def id_problem(doc_id: str) -> str | None:
         return "the id contains a line break"
     if doc_id != doc_id.strip():
         return "the id has leading or trailing whitespace"
+    if doc_id.startswith("\ufeff"):
+        # A removal list's first line could not name it: a UTF-8 byte order mark is those bytes.
+        return "the id starts with U+FEFF, which on a removal list's first line reads as a byte order mark"
     if has_lone_surrogate(doc_id):
         return "the id holds a lone UTF-16 surrogate, which no UTF-8 file can store"
     return None

@@ -2,7 +2,7 @@
 
 A removal list holds original ids, one per line. It has no comment syntax: every line that is not
 blank, stripped of surrounding whitespace, is an id, so ``#tag-1`` is the id ``#tag-1``. Stripping
-loses nothing, because the job refuses ids with surrounding whitespace (and ids holding ``|`` or a
+loses nothing, because the job refuses ids with surrounding whitespace or U+FEFF first (and ids holding ``|`` or a
 line break: see ``shards.manifest.id_problem``). Lines end at ``\\n``, ``\\r\\n`` or ``\\r``; a UTF-8
 byte order mark at the start of the file is not part of the first id. An id listed twice counts once.
 A line holding ``|`` names no document any job stores, so a list with one is refused, naming the

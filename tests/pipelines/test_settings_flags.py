@@ -143,7 +143,13 @@ def test_a_tool_flag_spelled_its_own_way_sets_its_setting():
      "pretokenize stats: error: argument --split: invalid choice: 'test' (choose from 'train', 'val', 'all')", 2),
     (["remove", "--output", "out"], "pretokenize remove: error: the following arguments are required: --removal-list",
      2),
-], ids=["verify-sample", "stats-bins", "export-mount", "stats-split", "remove-required"])
+    (["stats", "--output", "out", "--val-fraction", "2"],
+     "pretokenize stats: error: --val-fraction must be at least 0 and below 1, got 2.0", 2),
+    (["stats", "--output", "out", "--val-fraction", "nan"],
+     "pretokenize stats: error: --val-fraction must be at least 0 and below 1, got nan", 2),
+    (["decode", "out", "--docs", "-1"], "pretokenize decode: error: --docs must be >= 0", 2),
+], ids=["verify-sample", "stats-bins", "export-mount", "stats-split", "remove-required", "stats-val-fraction",
+        "stats-val-fraction-nan", "decode-docs"])
 def test_a_tool_says_a_bad_value_in_one_line(capsys, argv, line, code):
     try:
         status = cli.main(argv)
@@ -151,12 +157,6 @@ def test_a_tool_says_a_bad_value_in_one_line(capsys, argv, line, code):
         status = e.code
     assert status == code
     assert capsys.readouterr().err.strip().splitlines()[-1] == line
-
-
-def test_decode_says_a_negative_docs_as_it_always_has():
-    with pytest.raises(SystemExit) as stopped:
-        cli.main(["decode", "out", "--docs", "-1"])
-    assert stopped.value.code == "pretokenize decode: --docs must be >= 0"
 
 
 def _input_help(module) -> str:

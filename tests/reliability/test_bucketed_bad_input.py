@@ -79,6 +79,8 @@ ROW_CASES = {
     "id_with_pipe": (jsonl_line(finepdfs_row("a|b", "text")), "bad_id", "contains '|'"),
     "id_with_newline": (jsonl_line(finepdfs_row("a\nb", "text")), "bad_id", "line break"),
     "id_with_spaces": (jsonl_line(finepdfs_row(" padded ", "text")), "bad_id", "leading or trailing whitespace"),
+    # A removal list's first line could not name it (its UTF-8 byte order mark is read as one).
+    "id_with_bom": (jsonl_line(finepdfs_row("\ufeffr", "text")), "bad_id", "starts with U+FEFF"),
     "text_wrong_type": (jsonl_line(finepdfs_row("x", 42)), "wrong_type", "'text' is int 42, expected string"),
     "invalid_utf8": (b'{"id": "x", "text": "caf\xe9"}\n', "invalid_utf8", "is not valid UTF-8"),
     "not_json": (b"{this is not json\n", "invalid_json", "is not JSON"),
@@ -214,6 +216,15 @@ def test_50_mb_documents_with_and_without_whitespace_come_out_whole(big_document
     for doc_id, text in texts.items():
         assert docs[doc_id].tolist() == encoder.encode_batch([text])[0] + [EOS], doc_id
         assert layout.bucket_name(len(docs[doc_id])) == "beyond"
+
+
+def test_an_id_starting_with_a_byte_order_mark_is_a_bad_id_in_parquet_too(tmp_path, good_only):
+    """The Arrow path (parquet) refuses it as the row path does: ``\ufeffr`` is no id a removal list can
+    name (its first line's mark is dropped, so it would name ``r``), whatever file it came from."""
+    _parquet(tmp_path / "a.parquet", GOOD + [finepdfs_row("\ufeffr", "text")])
+    out = tmp_path / "out"
+    assert run_cli(tmp_path / "a.parquet", out, "--on-bad-record", "skip") == 0
+    assert stats(out).drops == {"bad_id": 1} and shard_hashes(out) == shard_hashes(good_only)
 
 
 @pytest.mark.parametrize("field, reason", [("id", "bad_id"), ("text", "invalid_utf8")])

@@ -38,9 +38,9 @@ _ARROW_TYPES = {"string": pa.string(), "number": pa.float64(), "integer": pa.int
 # Python's whitespace (str.isspace: what str.strip removes), as an RE2 class.
 _SPACE = (r"\t\n\x0b\x0c\r\x1c-\x20\x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}"
           r"\x{205f}\x{3000}")
-# An id manifest.id_problem refuses: a '|' or a line break anywhere, or whitespace at either end
-# (an empty id is checked by its length). The rows it matches go through the exact per-row check.
-_SUSPECT_ID = rf"[|\n\r\x0b\x0c\x1c\x1d\x1e\x{{85}}\x{{2028}}\x{{2029}}]|^[{_SPACE}]|[{_SPACE}]$"
+# An id manifest.id_problem refuses: a '|' or a line break anywhere, whitespace at either end, U+FEFF
+# first (an empty id is checked by its length). The rows it matches go through the exact per-row check.
+_SUSPECT_ID = rf"[|\n\r\x0b\x0c\x1c\x1d\x1e\x{{85}}\x{{2028}}\x{{2029}}]|^[{_SPACE}\x{{feff}}]|[{_SPACE}]$"
 
 
 def _arrow_kind_ok(arrow_type: pa.DataType, kind: str) -> bool:
