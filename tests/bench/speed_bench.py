@@ -82,15 +82,15 @@ def best_job(name: str, corpus: Path, output: Path, extra: list[str], cores: int
 
 
 def measure(cache: Path, target_mb: float, repeats: int) -> dict:
-    corpus_mod.build(cache, target_mb)
-    x4 = four_times(cache)
-    work = cache / "speed-runs"
-    texts = kept_texts(cache / "base")
+    corpus_dir, _ = corpus_mod.ensure(cache, target_mb)  # built once, as run_bench.py's
+    x4 = four_times(corpus_dir)
+    work = corpus_dir / "speed-runs"
+    texts = kept_texts(corpus_dir / "base")
     text_bytes = sum(len(t.encode()) for t in texts)
     print("quicktok encode_batch over the kept texts ...", flush=True)
     quick = quicktok_row(texts, text_bytes, repeats)
     print("the job, 1x, one worker ...", flush=True)
-    one, _ = best_job("bucketed job, 1x, 1 worker", cache / "base", work / "x1", [], 1, repeats)
+    one, _ = best_job("bucketed job, 1x, 1 worker", corpus_dir / "base", work / "x1", [], 1, repeats)
     print("the job, 4x, one worker ...", flush=True)
     four, digest1 = best_job("bucketed job, 4x, 1 worker", x4, work / "x4-1", [], 1, repeats)
     print("the job, 4x, two workers ...", flush=True)
