@@ -61,3 +61,27 @@ def test_transform_batches_and_flushes_every_document():
                                              for (i, t, _), r in zip(sequences_of(b), b.rows, strict=True)])
         assert_that(rows, equal_to(expected))
     assert expected[0][3] == [9707, 1879, 151643]
+
+
+def test_join_with_eos_places_each_id_and_one_eos_after_each_document():
+    """Both ways of copying (a slice a document, one mask a call), documents of no ids, calls of no
+    documents and a narrower dtype give exactly the ids with an EOS appended after each document."""
+    from transforms.bucketed.tokenize import SLICE_COPY_TOKENS, join_with_eos
+
+    rng = np.random.default_rng(7)
+    for trial in range(60):
+        parts, expected, lengths = [], [], []
+        for _ in range(int(rng.integers(0, 5))):
+            mean = [3, SLICE_COPY_TOKENS * 4][trial % 2]
+            docs = rng.integers(0, 2 * mean, int(rng.integers(0, 6)))
+            tokens = rng.integers(0, 50_000, int(docs.sum())).astype(np.uint32)
+            parts.append((tokens, np.concatenate([[0], np.cumsum(docs)]).astype(np.int64)))
+            at = 0
+            for n in docs.tolist():
+                expected += [*tokens[at:at + n].tolist(), 50256]
+                lengths.append(n + 1)
+                at += n
+        for dtype in (np.dtype("<u4"), np.dtype("<u2")):
+            got_lengths, got = join_with_eos(parts, 50256, dtype)
+            assert got.dtype == dtype and got.tolist() == expected
+            assert got_lengths.dtype == np.int64 and got_lengths.tolist() == lengths
