@@ -50,11 +50,8 @@ def quicktok_tokenizer(ranks: dict[bytes, int], eos_id: int, scanner: str):
 
     name = "beam-pretokenize"
     with tempfile.TemporaryDirectory(prefix="quicktok-") as data_dir:
-        records = [struct.pack("<I", len(ranks))]
-        for token, rank in sorted(ranks.items(), key=lambda item: item[1]):
-            records.append(struct.pack("<H", len(token)) + token + struct.pack("<I", rank))
         with open(os.path.join(data_dir, f"{name}.vocab"), "wb") as f:
-            f.write(b"".join(records))  # one write: 151,643 small ones cost half a second
+            f.write(vocab_records(ranks))
         eos = ENDOFTEXT.encode()
         with open(os.path.join(data_dir, f"{name}.special"), "wb") as f:
             f.write(struct.pack("<IIH", 1, eos_id, len(eos)) + eos)
@@ -64,6 +61,32 @@ def quicktok_tokenizer(ranks: dict[bytes, int], eos_id: int, scanner: str):
         with importlib.resources.as_file(tables) as path:
             shutil.copyfile(path, os.path.join(data_dir, "uniclass.bin"))
         return quicktok.Tokenizer(name, data_dir)  # reads everything now: the directory can go
+
+
+def vocab_records(ranks: dict[bytes, int]) -> bytes:
+    """quicktok's NAME.vocab: the count (uint32), then per token in rank order its length (uint16),
+    bytes and rank (uint32), little-endian. Packed by numpy: a struct call per token, 151,643 of
+    them, cost a tenth of a second of every load."""
+    tokens = list(ranks)
+    n = len(tokens)
+    values = np.fromiter(ranks.values(), np.int64, n)
+    lengths = np.fromiter(map(len, tokens), np.int64, n)
+    if n and (lengths.max() > 0xFFFF or values.min() < 0 or values.max() > 0xFFFFFFFF):
+        raise ValueError("a token longer than 65,535 bytes or a rank outside uint32 cannot be given to quicktok")
+    token_starts = np.cumsum(lengths) - lengths  # in ``blob``: the tokens end to end as the dict holds them
+    blob = np.frombuffer(b"".join(tokens), np.uint8)
+    order = np.argsort(values, kind="stable")
+    lengths, values, token_starts = lengths[order], values[order], token_starts[order]
+    record_starts = 4 + np.cumsum(lengths + 6) - (lengths + 6)
+    out = np.empty(4 + int((lengths + 6).sum()), np.uint8)
+    out[:4] = np.frombuffer(struct.pack("<I", n), np.uint8)
+    for j, byte in enumerate(np.asarray(lengths, "<u2").view(np.uint8).reshape(-1, 2).T):
+        out[record_starts + j] = byte
+    within = np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    out[np.repeat(record_starts + 2, lengths) + within] = blob[np.repeat(token_starts, lengths) + within]
+    for j, byte in enumerate(np.asarray(values, "<u4").view(np.uint8).reshape(-1, 4).T):
+        out[record_starts + 2 + lengths + j] = byte
+    return out.tobytes()
 
 
 def encodes(spec: TokenizerSpec) -> bool:

@@ -87,10 +87,20 @@ def qwen2_ranks(ranks_path: str) -> Ranks:
 
 def token_bytes(lengths: dict[int, int], size: int) -> np.ndarray:
     """``table[id]``: the length in bytes of token ``id`` (0 for ids not in ``lengths``)."""
+    ids = np.fromiter(lengths.keys(), np.int64, len(lengths))
+    return _table(ids, np.fromiter(lengths.values(), np.int64, len(lengths)), size)
+
+
+def ranks_token_bytes(ranks: dict[bytes, int]) -> np.ndarray:
+    """token_bytes of a ranks dict (rank -> its token's length), without a dict of its own."""
+    ids = np.fromiter(ranks.values(), np.int64, len(ranks))
+    return _table(ids, np.fromiter(map(len, ranks), np.int64, len(ranks)), len(ranks))
+
+
+def _table(ids: np.ndarray, lengths: np.ndarray, size: int) -> np.ndarray:
     table = np.zeros(size, dtype=np.int64)
-    for token, n in lengths.items():
-        if token < size:
-            table[token] = n
+    keep = ids < size
+    table[ids[keep]] = lengths[keep]
     return table
 
 

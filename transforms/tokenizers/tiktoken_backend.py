@@ -13,7 +13,7 @@ import numpy as np
 from shards.tokenizer_spec import TokenizerSpec
 from transforms.tokenizers.encoder import BpeVocabulary, Encoder, library_version, replace_surrogates
 from transforms.tokenizers.long_text import LongTextSplitter
-from transforms.tokenizers.ranks import token_bytes
+from transforms.tokenizers.ranks import ranks_token_bytes
 from transforms.tokenizers.vocabularies import ENDOFTEXT
 
 NAME = "tiktoken"
@@ -45,7 +45,7 @@ def build(vocabulary: BpeVocabulary, threads: int = 1) -> Encoder:
 
     v = vocabulary
     enc = tiktoken.Encoding(v.name, pat_str=v.pattern, mergeable_ranks=v.ranks, special_tokens={ENDOFTEXT: v.eos_id})
-    splitter = LongTextSplitter(v.cuts, token_bytes({rank: len(b) for b, rank in v.ranks.items()}, len(v.ranks)))
+    splitter = LongTextSplitter(v.cuts, ranks_token_bytes(v.ranks))
     return _from_tiktoken(v.spec, enc, v.eos_id, v.vocab_size, v.nfc, splitter, v.files)
 
 

@@ -174,3 +174,13 @@ def test_no_code_or_test_reads_files_outside_the_repository():
         if OUTSIDE_PATHS.search(line)
     ]
     assert offending == [], "these lines read files from outside the repository:\n" + "\n".join(offending)
+
+
+def test_the_token_length_tables_are_each_tokens_byte_count():
+    from transforms.tokenizers.ranks import load_ranks, qwen_ranks_path, ranks_token_bytes, token_bytes
+
+    ranks = load_ranks(qwen_ranks_path())
+    table = ranks_token_bytes(ranks)
+    assert table.tolist() == [len(t) for t, _ in sorted(ranks.items(), key=lambda item: item[1])]
+    assert token_bytes({0: 3, 2: 5, 9: 7}, 4).tolist() == [3, 0, 5, 0]  # ids past the size are left out
+    assert token_bytes({}, 2).tolist() == [0, 0]

@@ -222,3 +222,29 @@ def test_more_threads_give_the_same_ids(both):
     threaded = load_encoder("jet-nemotron", backend="quicktok", threads=2)
     got, want = threaded.encode_tokens(texts), both[0].encode_tokens(texts)
     assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+
+
+def _struct_records(ranks: dict[bytes, int]) -> bytes:
+    """quicktok's NAME.vocab as its format says it, a struct call per token (the reference)."""
+    import struct
+
+    out = [struct.pack("<I", len(ranks))]
+    for token, rank in sorted(ranks.items(), key=lambda item: item[1]):
+        out.append(struct.pack("<H", len(token)) + token + struct.pack("<I", rank))
+    return b"".join(out)
+
+
+def test_the_vocabulary_quicktok_reads_is_packed_exactly_as_its_format_says():
+    from transforms.tokenizers.ranks import load_ranks, qwen_ranks_path
+
+    rng = random.Random(5)
+    cases = [load_ranks(qwen_ranks_path()), {}, {b"a": 0}, {b"": 1, b"x" * 300: 0}]
+    for _ in range(20):  # the dict's order is not the ranks' order, and ranks may skip
+        tokens = list({rng.randbytes(rng.randint(0, 40)) for _ in range(rng.randint(1, 200))})
+        ranks = rng.sample(range(1 << 32), len(tokens))
+        cases.append(dict(zip(tokens, ranks, strict=True)))
+    for ranks in cases:
+        assert quicktok_backend.vocab_records(ranks) == _struct_records(ranks)
+    for bad in ({b"x" * 65536: 0}, {b"a": -1}, {b"a": 1 << 32}):
+        with pytest.raises(ValueError, match="quicktok"):
+            quicktok_backend.vocab_records(bad)
