@@ -1,12 +1,16 @@
 """Profile the bucketed job on the benchmark corpus with py-spy and print where its time goes.
 
-    python tests/bench/profile_job.py [--workers 2] [--cache DIR] [--target-mb 160]
+    python tests/bench/profile_job.py [--workers 2] [--corpus x4] [--cache DIR] [--target-mb 160]
+    python tests/bench/profile_job.py --summarize RAW        # the summary of samples taken before
 
 py-spy samples every thread of the job (and, with --workers 2, of its worker processes) 200 times a
-second. Samples of threads that only wait (a lock, an event, a sleeping thread's loop) are left out,
-so the shares are of time spent working. Two lists: the functions the samples were in (self), and
-the functions of this project, tiktoken and pyarrow the samples were under (inclusive). The raw
-samples stay in the cache directory, for flamegraph.pl or speedscope.
+second. Samples of threads that only wait (a lock, an event, a sleeping thread's loop, the progress
+and lock-heartbeat threads) are left out, so the shares are of time spent working. Three lists: the
+stages of the job (STAGES: the run's fixed cost, then each step of the steady state, with each
+steady stage's share of the steady state), the functions the samples were in (self), and the
+functions of this project, tiktoken and pyarrow the samples were under (inclusive). The raw
+samples stay in the cache directory, for flamegraph.pl or speedscope. ``--corpus x4`` (the base
+files and the 3x corpus's, as speed_bench.py runs them) makes the steady state most of the run.
 """
 
 from __future__ import annotations
@@ -26,6 +30,28 @@ from run_bench import JOB, TWO_WORKERS  # noqa: E402
 
 FRAME = re.compile(r"^(?P<func>.*) \((?P<file>.*?)(?::(?P<line>\d+))?\)$")
 WAITING = re.compile(r"^(Condition\.wait|Event\.wait|Thread\.run|_worker|select|poll|sleep|Queue\.get)\b")
+# Threads that only sleep between small chores (py-spy shows them in their own frame, not in sleep).
+IDLE_THREADS = ("share_changed", "JobDisplay._loop", "Lock._beat")
+# (stage, a regex a sample's stack must match), first match wins. The fixed stages come first: a
+# frame of theirs anywhere in the stack puts the sample there.
+FIXED = "fixed: "
+STAGES = [
+    (FIXED + "imports", r"_find_and_load"),
+    (FIXED + "tokenizer load and probe", r"TokenizerConfig\.load|load_encoder"),
+    (FIXED + "flags, pipeline build", r"parse_settings|_built \("),
+    ("read (parquet, Arrow)", r"ReadUnitFn"),
+    ("tokenizer call (quicktok/tiktoken)", r"encode_flat \([^;]*$|encode_one \([^;]*$"),
+    ("NFC", r"prepare \(|encode_text \([^;]*$"),
+    ("text to Python strings", r"DocBatch\.column"),
+    ("filter (LID, removals)", r"filter\.py|removal\.py|DocBatch\.filter"),
+    ("EOS, token batches", r"encode_batch \(transforms/bucketed|join_with_eos"),
+    ("spill write", r"SpillTokensFn"),
+    ("shard write and sha256", r"AtomicFile\.write \([^;]*$"),
+    ("gather from spill files", r"SpillReader|gather_ranges"),
+    ("references, plan", r"load_refs|decode_refs|plan_partition|Refs\.concat"),
+    ("publish, manifest, stats", r"publish\.py|PublishOutput|manifest|index\.py"),
+    ("the runner (Beam), rest", r"."),
+]
 OURS = re.compile(r"(transforms|pipelines|shards)/|tiktoken|pyarrow|unicodedata")
 
 
@@ -38,9 +64,18 @@ def short(frame: str) -> str:
     return f"{m.group('func')} ({path})"
 
 
+def stage_of(frames: list[str]) -> str:
+    stack = ";".join(frames)
+    return next(name for name, pattern in STAGE_RES if pattern.search(stack))
+
+
+STAGE_RES = [(name, re.compile(pattern)) for name, pattern in STAGES]
+
+
 def summarize(raw: Path, top: int) -> str:
     self_time: collections.Counter = collections.Counter()
     inclusive: collections.Counter = collections.Counter()
+    stages: collections.Counter = collections.Counter()
     total = idle = 0
     for line in raw.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
@@ -48,14 +83,22 @@ def summarize(raw: Path, top: int) -> str:
             continue
         n = int(count)
         frames = [short(f) for f in stack.split(";")]
-        if WAITING.match(frames[-1]):
+        if WAITING.match(frames[-1]) or any(f.startswith(IDLE_THREADS) for f in frames):
             idle += n
             continue
         total += n
+        stages[stage_of(frames)] += n
         self_time[frames[-1]] += n
         for name in set(frames):
             inclusive[name] += n
-    lines = [f"{total:,} working samples ({idle:,} waiting samples left out)", "", "self:"]
+    steady = sum(n for name, n in stages.items() if not name.startswith(FIXED)) or 1
+    lines = [f"{total:,} working samples ({idle:,} waiting samples left out)", "",
+             "stages (share of all working samples; of the steady state):"]
+    for name, _ in STAGES:
+        n = stages.get(name, 0)
+        of_steady = "" if name.startswith(FIXED) else f"  {n / steady:6.1%}"
+        lines.append(f"  {n / max(total, 1):6.1%}{of_steady}  {name}")
+    lines += ["", "self:"]
     lines += [f"  {n / total:6.1%}  {name}" for name, n in self_time.most_common(top)]
     lines += ["", "inclusive (this project, tiktoken, pyarrow):"]
     ours = [(name, n) for name, n in inclusive.most_common() if OURS.search(name)]
@@ -69,16 +112,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--target-mb", type=float, default=160.0)
     p.add_argument("--workers", type=int, choices=(1, 2), default=1)
     p.add_argument("--top", type=int, default=20)
+    p.add_argument("--corpus", choices=("base", "x4"), default="base")
+    p.add_argument("--summarize", type=Path, help="only summarize these raw samples (an earlier run's)")
     args = p.parse_args(argv)
+    if args.summarize:
+        print(summarize(args.summarize, args.top))
+        return 0
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     corpus_dir, _ = corpus_mod.ensure(args.cache, args.target_mb)
+    if args.corpus == "x4":
+        from speed_bench import four_times
+
+        corpus_dir = four_times(corpus_dir)
+    else:
+        corpus_dir = corpus_dir / "base"
     output = args.cache / "runs" / "profile"
     shutil.rmtree(output, ignore_errors=True)
-    raw = args.cache / f"profile-{args.workers}w.txt"
+    raw = args.cache / f"profile-{args.workers}w-{args.corpus}.txt"
     extra = TWO_WORKERS if args.workers == 2 else []
     cmd = [py_spy, "record", "--rate", "200", "--format", "raw", "--output", str(raw)]
     cmd += ["--subprocesses"] if args.workers == 2 else []
-    cmd += ["--", *JOB, "--input", str(corpus_dir / "base"), "--output", str(output), "--runner=FnApiRunner", *extra]
+    cmd += ["--", *JOB, "--input", str(corpus_dir), "--output", str(output), "--runner=FnApiRunner", *extra]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     shutil.rmtree(output, ignore_errors=True)
     print(summarize(raw, args.top))
