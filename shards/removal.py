@@ -28,6 +28,8 @@ means that tree's removals.txt, read as its log, so a log can be applied to anot
 from __future__ import annotations
 
 import dataclasses
+import errno
+import io
 import itertools
 import json
 from collections.abc import Callable, Iterable, Iterator
@@ -152,6 +154,13 @@ def _iter_lines(url: str, what: str) -> Iterator[str]:
         raise FileNotFoundError(f"{what} not found: {url}") from None
     except UnicodeDecodeError as e:
         raise ValueError(f"{what} {url} is not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except (io.UnsupportedOperation, OSError) as e:
+        # A pipe, a terminal or /dev/stdin given a pipe: a list is read more than once (its ids
+        # counted, then matched), and a second reading of a pipe would find nothing.
+        if isinstance(e, io.UnsupportedOperation) or e.errno == errno.ESPIPE:
+            raise ValueError(f"{what} {url} is a pipe or a terminal, which can be read only once: write the "
+                             "ids to a file and give its path") from None
+        raise
 
 
 def _read_lines(url: str, what: str) -> list[str]:

@@ -261,3 +261,30 @@ def test_a_damaged_plan_file_of_a_pending_removal_is_one_line_and_changes_nothin
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and str(damaged) in err[0] and "journal is damaged" in err[0], err
     assert tree_hashes(out) == before
+
+
+def test_a_removal_list_given_as_a_pipe_is_refused_naming_it_and_changes_nothing(source, tmp_path):
+    """A list is read more than once (its ids counted, then matched): a pipe's second reading would
+    find nothing. `remove --removal-list /dev/stdin` fed by a pipe, and the bucketed re-run's, are one
+    line naming the list, exit 2, and the tree's files as they were; a file redirected to stdin is read."""
+    out = tmp_path / "out"
+    assert bucketed(source, out) == 0
+    before = files_outside_temp(out)
+    hashes = {rel: h for rel, h in tree_hashes(out).items() if rel in before}
+    for command in (["remove", "--output", str(out)],
+                    ["bucketed", "--input", str(source), "--output", str(out), *RUNNER]):
+        cmd = [sys.executable, "-c", "import sys; from pipelines.cli import main; sys.exit(main())",
+               *command, "--removal-list", "/dev/stdin"]
+        proc = subprocess.run(cmd, cwd=REPO, input="doc-03\n", capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 2, proc.stderr
+        last = proc.stderr.strip().splitlines()[-1]
+        assert "removal list /dev/stdin is a pipe or a terminal" in last and "Traceback" not in proc.stderr
+        assert {rel: h for rel, h in tree_hashes(out).items() if rel in before} == hashes
+    listed = tmp_path / "flagged.txt"
+    listed.write_text("doc-03\n")
+    with open(listed) as stdin:
+        proc = subprocess.run([sys.executable, "-c", "import sys; from pipelines.cli import main; sys.exit(main())",
+                               "remove", "--output", str(out), "--removal-list", "/dev/stdin"],
+                              cwd=REPO, stdin=stdin, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "doc-03" not in {doc_id for _, doc_id, _ in rows_of(out)}
