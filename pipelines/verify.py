@@ -174,7 +174,7 @@ def run(argv: list[str] | None = None) -> int:
     try:
         stats = tree.stats()
     except (IncompleteTreeError, UnreadableStatsError) as e:
-        print(f"  {e.problem}\nverify: FAILED, 1 problem in {output}", flush=True)
+        print(f"  {_unfinished_problem(output, e)}\nverify: FAILED, 1 problem in {output}", flush=True)
         return 1
     with launching():
         config, units, launch_problems, removed = _plan_checks(output, stats, args)
@@ -206,6 +206,22 @@ def run(argv: list[str] | None = None) -> int:
     finally:
         _remove_scratch(scratch)
     return _said(result, output, args.sample if source else None)
+
+
+def _unfinished_problem(output: str, error: IncompleteTreeError | UnreadableStatsError) -> str:
+    """The report's line for a tree without readable stats; for one a removal left unfinished (its
+    journal holds the plan), what finishes it."""
+    from transforms.tools.surgery import load_journal
+
+    try:
+        pending = load_journal(output) if isinstance(error, IncompleteTreeError) else None
+    except ValueError:  # a journal it refuses to read (a link in it): the plain line
+        pending = None
+    if pending is None:
+        return error.problem
+    return (f"{layout.STATS_NAME}: missing: the removal {pending.run} (started {pending.utc_time}) is journalled "
+            f"and unfinished; run pretokenize remove --output {output} --removal-list LIST to finish it (it is "
+            "finished first, then LIST is applied; a bucketed re-run into this output finishes it too)")
 
 
 def _say_retokenizer(retokenizer: str, stats) -> None:

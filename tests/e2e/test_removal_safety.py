@@ -288,3 +288,18 @@ def test_a_removal_list_given_as_a_pipe_is_refused_naming_it_and_changes_nothing
                               cwd=REPO, stdin=stdin, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "doc-03" not in {doc_id for _, doc_id, _ in rows_of(out)}
+
+
+def test_verify_of_a_tree_a_removal_left_unfinished_says_what_finishes_it(source, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert bucketed(source, out) == 0
+    plan = journal_removal(out, ["doc-05"], tmp_path)
+    capsys.readouterr()
+    assert cli.main(["verify", "--output", str(out), *RUNNER]) == 1
+    said = capsys.readouterr().out
+    assert f"the removal {plan.run}" in said and f"run pretokenize remove --output {out} --removal-list" in said
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    assert cli.main(["remove", "--output", str(out), "--removal-list", str(empty), *RUNNER]) == 0  # as it says
+    assert cli.main(["verify", "--output", str(out), *RUNNER]) == 0
+    assert "doc-05" not in {doc_id for _, doc_id, _ in rows_of(out)}
