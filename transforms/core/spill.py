@@ -352,6 +352,33 @@ def _parse_refs(data: bytes, documents: int):
     return source, numbers, strings
 
 
+def refs_file_ids(data: bytes) -> Iterator[str]:
+    """The ids of every RefBatch of a whole references file, record by record, each checked as
+    parse_refs checks one: a _BadRefs (a ValueError) for bytes that are not such a file."""
+    at = 0
+    while at < len(data):
+        start = at + len(REFS_MAGIC) + 4
+        if data[at:at + len(REFS_MAGIC)] != REFS_MAGIC or start > len(data):
+            raise _BadRefs("no references header")
+        end = start + int.from_bytes(data[at + len(REFS_MAGIC):start], "little")
+        header = json.loads(data[start:end].decode("utf-8"))
+        if not isinstance(header, dict) or type(header.get("documents")) is not int:
+            raise _BadRefs("an unknown header")
+        n = header["documents"]
+        size = end - at
+        for _, dtype in _entries(header.get("numbers"), 2):
+            if dtype not in NUMBER_DTYPES:
+                raise _BadRefs("a bad type")
+            size += n * NUMBER_DTYPES[dtype].itemsize
+        for _, _, nbytes in _entries(header.get("strings"), 3):
+            if type(nbytes) is not int or nbytes < 0:
+                raise _BadRefs("a bad size")
+            size += nbytes
+        _, _, strings = _parse_refs(data[at:at + size], n)
+        yield from strings["ids"]
+        at += size
+
+
 def _check_columns(numbers: dict[str, np.ndarray], strings: dict[str, list], n: int) -> None:
     """The columns a record must have (ids, the int64 REFS_NUMBERS; others only as extras), and
     its numbers in range."""

@@ -40,8 +40,10 @@ import numpy as np
 import pyarrow as pa
 
 from shards import layout, manifest, storage, tree
+from shards.card import CARD_NAME
 from shards.index import INDEX_NAME
 from shards.manifest import DatasetStats
+from shards.provenance import STATS_JSON_NAME
 from transforms.bucketed.filter import LidFilterConfig, drop_masks
 from transforms.bucketed.removal import REMOVED
 from transforms.bucketed.settings import BucketedSettings
@@ -234,6 +236,9 @@ SCAN_CHUNK = 8 << 20
 # The reader index holds exactly the manifest's ids (index_problems checks it against the manifest),
 # so a stored id is reported once, from the manifest's rows, not again from the index.
 NOT_SCANNED = {"removals.txt", layout.CHECKSUMS_NAME, tree.RECORD_NAME, INDEX_NAME}
+# The stats and the dataset card made from them are written from counts and settings, never from an
+# id; a short id (a number, say) is in their text by chance. Not scanned either.
+FROM_COUNTS = {layout.STATS_NAME, STATS_JSON_NAME, CARD_NAME}
 
 
 def files_holding_ids(output: str, removed: Mapping[str, str], shards: set[str]) -> list[str]:
@@ -253,10 +258,14 @@ def files_holding_ids(output: str, removed: Mapping[str, str], shards: set[str])
     problems = []
     for path in sorted(fs.find(root)):
         rel = posixpath.relpath(path, root.rstrip("/") or "/")
-        if rel in shards or rel in NOT_SCANNED or rel == layout.MANIFEST_NAME:
+        if rel in shards or rel in NOT_SCANNED or rel in FROM_COUNTS or rel == layout.MANIFEST_NAME:
             continue
         if storage.renames_atomically(fs) and os.path.islink(path):
             continue  # never followed (it may point outside the tree)
+        saved = _saved_work_ids(fs, path, rel, removed)
+        if saved is not None:
+            problems += [f"{rel}: holds the id {doc_id}, which {removed[doc_id]} lists as removed" for doc_id in saved]
+            continue
         with fs.open(path, "rb") as f:
             tail = b""
             while chunk := f.read(SCAN_CHUNK):
@@ -267,6 +276,29 @@ def files_holding_ids(output: str, removed: Mapping[str, str], shards: set[str])
                     break
                 tail = (tail + chunk)[-overlap:] if overlap else b""
     return problems
+
+
+def _saved_work_ids(fs, path: str, rel: str, removed: Mapping[str, str]) -> list[str] | None:
+    """For a job's saved work in the temporary directory, the removed ids it holds, read as what it
+    is: a spill file's tokens hold no id (its references file names its documents), a references
+    file's ids are its records' id columns, matched whole (a removed ``doc-1`` is not ``doc-10``,
+    nor a ``3`` in a number). None for any other file, or a references file that does not parse:
+    its bytes are searched instead."""
+    if not rel.startswith(layout.TEMP_DIR_NAME + "/"):
+        return None
+    if rel.endswith(".bin"):
+        return []
+    if not rel.endswith(".refs"):
+        return None
+    from transforms.core.spill import refs_file_ids
+
+    with fs.open(path, "rb") as f:
+        data = f.read()
+    try:
+        held = [doc_id for doc_id in refs_file_ids(data) if doc_id in removed]
+    except (ValueError, TypeError, KeyError):
+        return None
+    return sorted(set(held))[:1]
 
 
 def check_file(unit: FileUnit, config: VerifyConfig) -> Iterator[tuple[str, object]]:
