@@ -58,7 +58,9 @@ def test_the_ids_of_a_references_file_are_its_records_id_columns():
     data = _refs(["a", "b\tc"]) + _refs([]) + _refs(["é", "a"])
     assert list(refs_file_ids(data)) == ["a", "b\tc", "é", "a"]
     assert list(refs_file_ids(b"")) == []
-    for bad in (data[:-1], data + b"x", b"PTREFS1\n" + data):
+    header = b'{"source": "x", "documents": -1, "numbers": [], "strings": []}'
+    negative = b"PTREFS1\n" + len(header).to_bytes(4, "little") + header  # would never move on
+    for bad in (data[:-1], data + b"x", b"PTREFS1\n" + data, negative):
         try:
             list(refs_file_ids(bad))
         except ValueError:

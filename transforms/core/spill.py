@@ -362,7 +362,7 @@ def refs_file_ids(data: bytes) -> Iterator[str]:
             raise _BadRefs("no references header")
         end = start + int.from_bytes(data[at + len(REFS_MAGIC):start], "little")
         header = json.loads(data[start:end].decode("utf-8"))
-        if not isinstance(header, dict) or type(header.get("documents")) is not int:
+        if not isinstance(header, dict) or type(header.get("documents")) is not int or header["documents"] < 0:
             raise _BadRefs("an unknown header")
         n = header["documents"]
         size = end - at
