@@ -210,13 +210,21 @@ def run(argv: list[str] | None = None) -> int:
 
 def _unfinished_problem(output: str, error: IncompleteTreeError | UnreadableStatsError) -> str:
     """The report's line for a tree without readable stats; for one a removal left unfinished (its
-    journal holds the plan), what finishes it."""
-    from transforms.tools.surgery import load_journal
+    journal holds the plan), what finishes it, or why its journal cannot be read."""
+    from transforms.tools.surgery import PLAN_NAME, journal_url, load_journal
 
+    if not isinstance(error, IncompleteTreeError):
+        return error.problem
     try:
-        pending = load_journal(output) if isinstance(error, IncompleteTreeError) else None
-    except ValueError:  # a journal it refuses to read (a link in it): the plain line
-        pending = None
+        plan_url = storage.join(journal_url(output), PLAN_NAME)
+        fs, path = storage.filesystem(plan_url)
+        if not fs.exists(path):
+            return error.problem
+        if not fs.isfile(path):  # a directory, a pipe: never opened (a pipe would block)
+            raise ValueError(f"{plan_url} is not a file")
+        pending = load_journal(output)
+    except (ValueError, OSError) as e:
+        return f"{error.problem}; its removal journal cannot be read: {e}"
     if pending is None:
         return error.problem
     return (f"{layout.STATS_NAME}: missing: the removal {pending.run} (started {pending.utc_time}) is journalled "

@@ -32,6 +32,7 @@ import errno
 import io
 import itertools
 import json
+import os
 from collections.abc import Callable, Iterable, Iterator
 
 import fsspec
@@ -146,6 +147,7 @@ def _iter_lines(url: str, what: str) -> Iterator[str]:
     from shards import storage
 
     try:
+        _refuse_pipe(url, what)  # before it is opened: opening a pipe no one writes to would wait forever
         with storage.reaching(url), fsspec.open(url, "rt", encoding="utf-8-sig", compression="infer",
                                                 newline=None) as f:
             for line in f:  # universal newlines: \r\n and \r arrive as \n
@@ -155,12 +157,33 @@ def _iter_lines(url: str, what: str) -> Iterator[str]:
     except UnicodeDecodeError as e:
         raise ValueError(f"{what} {url} is not UTF-8 text ({e.reason} at byte {e.start})") from None
     except (io.UnsupportedOperation, OSError) as e:
-        # A pipe, a terminal or /dev/stdin given a pipe: a list is read more than once (its ids
+        # A terminal, or a pipe the check below missed: a list is read more than once (its ids
         # counted, then matched), and a second reading of a pipe would find nothing.
         if isinstance(e, io.UnsupportedOperation) or e.errno == errno.ESPIPE:
-            raise ValueError(f"{what} {url} is a pipe or a terminal, which can be read only once: write the "
-                             "ids to a file and give its path") from None
+            raise ValueError(_pipe_message(url, what)) from None
         raise
+
+
+def _refuse_pipe(url: str, what: str) -> None:
+    """A ValueError for a local path that is a pipe (a FIFO, /dev/stdin fed by one) or a socket."""
+    import stat
+
+    from shards import storage
+
+    fs, path = storage.filesystem(url)
+    if not storage.renames_atomically(fs):
+        return
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return  # opening it says what is wrong
+    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+        raise ValueError(_pipe_message(url, what))
+
+
+def _pipe_message(url: str, what: str) -> str:
+    return (f"{what} {url} is a pipe or a terminal, which can be read only once: write the ids to a file and "
+            "give its path")
 
 
 def _read_lines(url: str, what: str) -> list[str]:

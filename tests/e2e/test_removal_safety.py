@@ -303,3 +303,38 @@ def test_verify_of_a_tree_a_removal_left_unfinished_says_what_finishes_it(source
     assert cli.main(["remove", "--output", str(out), "--removal-list", str(empty), *RUNNER]) == 0  # as it says
     assert cli.main(["verify", "--output", str(out), *RUNNER]) == 0
     assert "doc-05" not in {doc_id for _, doc_id, _ in rows_of(out)}
+
+
+@pytest.mark.parametrize("damage", ["plan_is_a_directory", "plan_is_a_fifo", "files_gone", "plan_garbage"])
+def test_verify_of_a_tree_whose_removal_journal_is_damaged_is_one_line(source, tmp_path, capsys, damage):
+    """No traceback and no wait: verify names the journal and what is wrong with it."""
+    from transforms.tools.surgery import PLAN_NAME
+
+    out = tmp_path / "out"
+    assert bucketed(source, out) == 0
+    journal_removal(out, ["doc-05"], tmp_path)
+    journal = journal_url(str(out))
+    plan = os.path.join(journal, PLAN_NAME)
+    if damage == "files_gone":
+        shutil.rmtree(os.path.join(journal, "files"))
+    elif damage == "plan_garbage":
+        with open(plan, "w") as f:
+            f.write("{not json")
+    else:
+        os.unlink(plan)
+        os.mkdir(plan) if damage == "plan_is_a_directory" else os.mkfifo(plan)
+    capsys.readouterr()
+    assert cli.main(["verify", "--output", str(out), *RUNNER]) == 1
+    said = capsys.readouterr().out
+    assert "its removal journal cannot be read" in said and "Traceback" not in said, said
+
+
+def test_a_removal_list_that_is_a_fifo_no_one_writes_to_is_refused_at_once(source, tmp_path):
+    out = tmp_path / "out"
+    assert bucketed(source, out) == 0
+    fifo = tmp_path / "ids.fifo"
+    os.mkfifo(fifo)
+    cmd = [sys.executable, "-c", "import sys; from pipelines.cli import main; sys.exit(main())",
+           "remove", "--output", str(out), "--removal-list", str(fifo)]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)  # opened, it would wait forever
+    assert proc.returncode == 2 and f"removal list {fifo} is a pipe or a terminal" in proc.stderr, proc.stderr

@@ -1,24 +1,33 @@
-"""verify's search for removed ids in the tree's other files, with ids that are short or prefixes of
-others (numbers, say): a removed ``3`` is not in the stats' numbers, nor ``1`` in ``10``'s saved work."""
+"""verify's search for removed ids in the tree's other files: ids that are numbers or prefixes of
+others (a removed ``3`` is not in the stats' numbers, nor ``1`` in ``10``'s saved work), and the
+files a job's saved work or a person may leave holding one, which it still finds."""
 
 from __future__ import annotations
 
+import os
+import shutil
+
 import numpy as np
+import pytest
 from conftest import finepdfs_row
 
 from pipelines import cli
 from shards import layout
+from shards.card import CARD_NAME
 from transforms.core.batches import RefBatch
-from transforms.core.spill import encode_refs, refs_file_ids
+from transforms.core.spill import encode_refs, refs_file_strings
+from transforms.tools import verify as verify_tool
 
 RUNNER = ["--runner=FnApiRunner"]
 ROWS = [finepdfs_row(str(i), f"Line {i} of a short document. " * (3 + i % 7)) for i in range(40)]
+ROWS += [finepdfs_row(f"<urn:uuid:{i:04d}>", f"Another document, {i}. " * 4) for i in range(5)]
 
 
-def _refs(ids: list[str]) -> bytes:
+def _refs(ids: list[str], source: str = "docs.jsonl", **extra: list[str]) -> bytes:
     n = len(ids)
     ones = np.ones(n, np.int64)
-    return encode_refs(RefBatch("x.bin", "docs.jsonl", ids, ones, ones, np.arange(n, dtype=np.int64), ones))
+    columns = {name: np.array(values, dtype=object) for name, values in extra.items()}
+    return encode_refs(RefBatch("x.bin", source, ids, ones, ones, np.arange(n, dtype=np.int64), ones, columns))
 
 
 def _verify(out, capsys) -> tuple[int, str]:
@@ -27,42 +36,72 @@ def _verify(out, capsys) -> tuple[int, str]:
     return code, capsys.readouterr().out
 
 
-def test_a_removed_number_is_not_found_in_the_stats_or_the_card(source, tmp_path, capsys):
-    out = tmp_path / "out"
+@pytest.fixture(scope="module")
+def removed_tree(source, tmp_path_factory):
+    out = tmp_path_factory.mktemp("short") / "out"
     assert cli.main(["bucketed", "--input", str(source), "--output", str(out), *RUNNER]) == 0
-    listed = tmp_path / "flagged.txt"
-    listed.write_text("3\n1\n")
+    listed = out.parent / "flagged.txt"
+    listed.write_text("3\n1\n<urn:uuid:0002>\n")
     assert cli.main(["remove", "--output", str(out), "--removal-list", str(listed), *RUNNER]) == 0
-    assert b"3" in (out / layout.STATS_NAME).read_bytes()  # the premise: the number is in their text
-    code, said = _verify(out, capsys)
+    return out
+
+
+@pytest.fixture
+def tree(removed_tree, tmp_path):
+    copy = tmp_path / "out"
+    shutil.copytree(removed_tree, copy, symlinks=True)
+    return copy
+
+
+def test_a_removed_number_is_not_found_in_the_stats_or_the_card(tree, capsys):
+    assert b"3" in (tree / layout.STATS_NAME).read_bytes()  # the premise: the number is in their text
+    code, said = _verify(tree, capsys)
     assert code == 0, said
-    # Saved work put in the temporary directory: references naming 10 and 13 are not 1's or 3's, a
-    # spill file's tokens hold no id; references naming 3 are found, by their ids, not their bytes.
-    saved = out / layout.TEMP_DIR_NAME / "work-x" / "spill"
+
+
+def test_a_removed_id_written_into_the_card_or_the_stats_is_found(tree, capsys):
+    with open(tree / CARD_NAME, "a") as f:
+        f.write("\nA note: <urn:uuid:0002> was taken out.\n")
+    code, said = _verify(tree, capsys)
+    assert code == 1 and f"{CARD_NAME}: holds the id <urn:uuid:0002>, which" in said, said
+
+
+def test_saved_work_is_read_as_what_it_is(tree, capsys):
+    saved = tree / layout.TEMP_DIR_NAME / "work-x" / "spill"
     saved.mkdir(parents=True)
-    (saved / "a.refs").write_bytes(_refs(["10", "13"]) + _refs(["31"]))
+    # References naming 10 and 13 are not 1's or 3's; a spill file (beside its references) holds tokens.
+    (saved / "a.refs").write_bytes(_refs(["10", "13"]) + _refs(["31"], doc_id=["13"]))
     (saved / "a.bin").write_bytes(np.arange(3, 400, dtype=np.uint32).tobytes() + b"3 1 3")
-    code, said = _verify(out, capsys)
+    code, said = _verify(tree, capsys)
     assert code == 0, said
-    (saved / "b.refs").write_bytes(_refs(["12"]) + _refs(["7", "3"]))
-    code, said = _verify(out, capsys)
-    assert code == 1 and f"{layout.TEMP_DIR_NAME}/work-x/spill/b.refs: holds the id 3, which" in said, said
-    assert "a.refs" not in said and "a.bin" not in said
-    # A file that is not a references file under that name is searched byte by byte, as before.
-    (saved / "b.refs").write_bytes(b"not references: 3")
-    code, said = _verify(out, capsys)
-    assert code == 1 and "b.refs: holds the id 3" in said
+    # A removed id among a record's ids, in an extra string column (the scaffold's doc_id) or as its
+    # source is found; so is one in a .bin that is no spill file, and in a file it cannot parse.
+    cases = {"b.refs": _refs(["12"]) + _refs(["7", "3"]), "c.refs": _refs(["12"], doc_id=["1"]),
+             "d.refs": _refs(["12"], source="3"), "notes.bin": b"ids removed: 3\n",
+             "e.refs": b"PTREFS1\n" + (200_000).to_bytes(4, "little") + b"[" * 200_000 + b"3"}
+    for name, data in cases.items():
+        (saved / name).write_bytes(data)
+        code, said = _verify(tree, capsys)
+        assert code == 1 and f"work-x/spill/{name}: holds the id " in said and "Traceback" not in said, said
+        os.unlink(saved / name)
 
 
-def test_the_ids_of_a_references_file_are_its_records_id_columns():
-    data = _refs(["a", "b\tc"]) + _refs([]) + _refs(["é", "a"])
-    assert list(refs_file_ids(data)) == ["a", "b\tc", "é", "a"]
-    assert list(refs_file_ids(b"")) == []
+def test_a_references_file_too_large_to_parse_is_searched_by_its_bytes(tree, capsys, monkeypatch):
+    saved = tree / layout.TEMP_DIR_NAME / "work-x" / "spill"
+    saved.mkdir(parents=True)
+    (saved / "a.refs").write_bytes(_refs(["10", "13"]))
+    monkeypatch.setattr(verify_tool, "MAX_PARSED_REFS", 16)
+    code, said = _verify(tree, capsys)
+    assert code == 1 and "a.refs: holds the id 1" in said, said  # by its bytes: "1" is in "10"
+
+
+def test_the_strings_of_a_references_file_are_its_records_strings():
+    data = _refs(["a", "b\tc"]) + _refs([]) + _refs(["é", "a\0z"], source="s", note=["n1", "n2"])
+    assert list(refs_file_strings(data)) == ["docs.jsonl", "a", "b\tc", "docs.jsonl", "s", "note", "é", "a\0z",
+                                             "n1", "n2"]
+    assert list(refs_file_strings(b"")) == []
     header = b'{"source": "x", "documents": -1, "numbers": [], "strings": []}'
     negative = b"PTREFS1\n" + len(header).to_bytes(4, "little") + header  # would never move on
     for bad in (data[:-1], data + b"x", b"PTREFS1\n" + data, negative):
-        try:
-            list(refs_file_ids(bad))
-        except ValueError:
-            continue
-        raise AssertionError(f"{bad[:20]!r}... was read as a references file")
+        with pytest.raises(ValueError):
+            list(refs_file_strings(bad))

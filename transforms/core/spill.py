@@ -352,9 +352,10 @@ def _parse_refs(data: bytes, documents: int):
     return source, numbers, strings
 
 
-def refs_file_ids(data: bytes) -> Iterator[str]:
-    """The ids of every RefBatch of a whole references file, record by record, each checked as
-    parse_refs checks one: a _BadRefs (a ValueError) for bytes that are not such a file."""
+def refs_file_strings(data: bytes) -> Iterator[str]:
+    """Every string of a whole references file, record by record (each record checked as parse_refs
+    checks one): its source, its extra columns' names, and the values of its string columns, the ids
+    among them. A _BadRefs (a ValueError) for bytes that are not such a file."""
     at = 0
     while at < len(data):
         start = at + len(REFS_MAGIC) + 4
@@ -374,8 +375,13 @@ def refs_file_ids(data: bytes) -> Iterator[str]:
             if type(nbytes) is not int or nbytes < 0:
                 raise _BadRefs("a bad size")
             size += nbytes
-        _, _, strings = _parse_refs(data[at:at + size], n)
-        yield from strings["ids"]
+        source, numbers, strings = _parse_refs(data[at:at + size], n)
+        yield source
+        for name in [*numbers, *strings]:
+            if name.startswith(EXTRA_PREFIX):
+                yield name[len(EXTRA_PREFIX):]
+        for values in strings.values():
+            yield from values
         at += size
 
 

@@ -32,6 +32,7 @@ import dataclasses
 import hashlib
 import json
 import posixpath
+import re
 from collections.abc import Iterator, Mapping
 from typing import NamedTuple
 
@@ -236,35 +237,43 @@ SCAN_CHUNK = 8 << 20
 # The reader index holds exactly the manifest's ids (index_problems checks it against the manifest),
 # so a stored id is reported once, from the manifest's rows, not again from the index.
 NOT_SCANNED = {"removals.txt", layout.CHECKSUMS_NAME, tree.RECORD_NAME, INDEX_NAME}
-# The stats and the dataset card made from them are written from counts and settings, never from an
-# id; a short id (a number, say) is in their text by chance. Not scanned either.
+# The stats and the dataset card made from them are written from counts and settings: a removed id
+# that is a number (a row id, say) is in their text by chance, so there such ids are not searched.
 FROM_COUNTS = {layout.STATS_NAME, STATS_JSON_NAME, CARD_NAME}
+NUMBER_ID = re.compile(r"[0-9][0-9.,_]*")
+# A references file larger than this is searched by its bytes (in chunks) rather than parsed whole.
+MAX_PARSED_REFS = 64 << 20
 
 
 def files_holding_ids(output: str, removed: Mapping[str, str], shards: set[str]) -> list[str]:
     """A problem for each file under the tree, its temporary directory included, that holds a
     removed id's text, but the shards (their documents are checked through the manifest), the
     manifest (scan_manifest checks each row) and the files of NOT_SCANNED. A removed document's
-    saved work (spill references, markers) or a description that names it is found this way.
-    Every byte of those files is read: the temporary directory's size is the cost."""
+    saved work (spill references, markers) or a description that names it is found this way:
+    every byte of a file is searched, but for a job's own saved work, read as what it is
+    (_saved_work_ids), and ids that are numbers in the stats and the card (FROM_COUNTS). The
+    temporary directory's size is the cost."""
     import os
-    import re
 
     if not removed:
         return []
     fs, root = storage.filesystem(output)
-    pattern = re.compile(b"|".join(re.escape(i.encode("utf-8")) for i in sorted(removed, key=len, reverse=True)))
+    everywhere = _id_pattern(removed)
+    in_counts = _id_pattern({i: w for i, w in removed.items() if not NUMBER_ID.fullmatch(i)})
     overlap = max(len(i.encode("utf-8")) for i in removed) - 1
     problems = []
     for path in sorted(fs.find(root)):
         rel = posixpath.relpath(path, root.rstrip("/") or "/")
-        if rel in shards or rel in NOT_SCANNED or rel in FROM_COUNTS or rel == layout.MANIFEST_NAME:
+        if rel in shards or rel in NOT_SCANNED or rel == layout.MANIFEST_NAME:
             continue
         if storage.renames_atomically(fs) and os.path.islink(path):
             continue  # never followed (it may point outside the tree)
         saved = _saved_work_ids(fs, path, rel, removed)
         if saved is not None:
             problems += [f"{rel}: holds the id {doc_id}, which {removed[doc_id]} lists as removed" for doc_id in saved]
+            continue
+        pattern = in_counts if rel in FROM_COUNTS else everywhere
+        if pattern is None:
             continue
         with fs.open(path, "rb") as f:
             tail = b""
@@ -278,27 +287,34 @@ def files_holding_ids(output: str, removed: Mapping[str, str], shards: set[str])
     return problems
 
 
+def _id_pattern(ids) -> re.Pattern | None:
+    """One regex matching any of ``ids``' UTF-8 bytes, the longest first; None for no ids."""
+    if not ids:
+        return None
+    return re.compile(b"|".join(re.escape(i.encode("utf-8")) for i in sorted(ids, key=len, reverse=True)))
+
+
 def _saved_work_ids(fs, path: str, rel: str, removed: Mapping[str, str]) -> list[str] | None:
     """For a job's saved work in the temporary directory, the removed ids it holds, read as what it
-    is: a spill file's tokens hold no id (its references file names its documents), a references
-    file's ids are its records' id columns, matched whole (a removed ``doc-1`` is not ``doc-10``,
-    nor a ``3`` in a number). None for any other file, or a references file that does not parse:
-    its bytes are searched instead."""
+    is: a spill file (``NAME.bin`` beside its ``NAME.refs``) holds tokens and no id; a references
+    file's strings (its source, its columns' names, the ids and every string column) are matched
+    whole: a removed ``doc-1`` is not ``doc-10``, nor a ``3`` in a number. None for any other file,
+    or a references file too large or that does not parse: its bytes are searched instead."""
     if not rel.startswith(layout.TEMP_DIR_NAME + "/"):
         return None
-    if rel.endswith(".bin"):
+    if rel.endswith(".bin") and fs.isfile(path[:-len(".bin")] + ".refs"):
         return []
-    if not rel.endswith(".refs"):
+    if not rel.endswith(".refs") or fs.size(path) > MAX_PARSED_REFS:
         return None
-    from transforms.core.spill import refs_file_ids
+    from transforms.core.spill import refs_file_strings
 
     with fs.open(path, "rb") as f:
         data = f.read()
     try:
-        held = [doc_id for doc_id in refs_file_ids(data) if doc_id in removed]
-    except (ValueError, TypeError, KeyError):
+        held = {text for text in refs_file_strings(data) if text in removed}
+    except Exception:  # noqa: BLE001 - anything it cannot read as references (a crafted file) is searched as bytes
         return None
-    return sorted(set(held))[:1]
+    return sorted(held)[:1]
 
 
 def check_file(unit: FileUnit, config: VerifyConfig) -> Iterator[tuple[str, object]]:
