@@ -152,7 +152,7 @@ def run(argv: list[str] | None = None) -> RemovalPlan | None:
     return _run(argv or [])
 
 
-def _run(argv: list[str]) -> RemovalPlan | None:
+def _run(argv: list[str], resumed: bool = False) -> RemovalPlan | None:
     """remove, in the scope of its lock (taken once, for the whole command: an interrupted removal
     it finishes and then its own list)."""
     with launching():
@@ -172,7 +172,10 @@ def _run(argv: list[str]) -> RemovalPlan | None:
         with noting_interrupts(interrupted):
             plan = prepare(options, write=not dry_run, plan_url=scratch.name if scratch else None)
             if plan is None:
-                print("nothing to remove: no listed id is in the output; nothing was changed", flush=True)
+                # After an interrupted removal was finished (``resumed``), only this list's part is nothing.
+                print("nothing more to remove: no listed id is left in the output; nothing else was changed"
+                      if resumed else "nothing to remove: no listed id is in the output; nothing was changed",
+                      flush=True)
                 return None
             import apache_beam as beam
 
@@ -196,7 +199,7 @@ def _run(argv: list[str]) -> RemovalPlan | None:
         return plan
     if plan.resumed:  # an interrupted removal is finished: now the list this command was given
         _summary(plan)
-        return _run(argv) or plan
+        return _run(argv, resumed=True) or plan
     _summary(plan)
     return plan
 

@@ -300,7 +300,10 @@ def test_verify_of_a_tree_a_removal_left_unfinished_says_what_finishes_it(source
     assert f"the removal {plan.run}" in said and f"run pretokenize remove --output {out} --removal-list" in said
     empty = tmp_path / "empty.txt"
     empty.write_text("")
+    capsys.readouterr()
     assert cli.main(["remove", "--output", str(out), "--removal-list", str(empty), *RUNNER]) == 0  # as it says
+    said = capsys.readouterr().out
+    assert "removed 1 documents" in said and "nothing more to remove" in said and "nothing was changed" not in said
     assert cli.main(["verify", "--output", str(out), *RUNNER]) == 0
     assert "doc-05" not in {doc_id for _, doc_id, _ in rows_of(out)}
 
