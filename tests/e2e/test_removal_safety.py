@@ -308,7 +308,8 @@ def test_verify_of_a_tree_a_removal_left_unfinished_says_what_finishes_it(source
     assert "doc-05" not in {doc_id for _, doc_id, _ in rows_of(out)}
 
 
-@pytest.mark.parametrize("damage", ["plan_is_a_directory", "plan_is_a_fifo", "files_gone", "plan_garbage"])
+@pytest.mark.parametrize("damage", ["plan_is_a_directory", "plan_is_a_fifo", "files_gone", "plan_garbage",
+                                    "plan_nested_deep", "file_plan_is_a_fifo"])
 def test_verify_of_a_tree_whose_removal_journal_is_damaged_is_one_line(source, tmp_path, capsys, damage):
     """No traceback and no wait: verify names the journal and what is wrong with it."""
     from transforms.tools.surgery import PLAN_NAME
@@ -323,6 +324,21 @@ def test_verify_of_a_tree_whose_removal_journal_is_damaged_is_one_line(source, t
     elif damage == "plan_garbage":
         with open(plan, "w") as f:
             f.write("{not json")
+    elif damage == "plan_nested_deep":  # json's RecursionError
+        with open(plan, "w") as f:
+            f.write("[" * 100_000 + "]" * 100_000)
+    elif damage == "file_plan_is_a_fifo":  # only remove reads these: it must refuse, not wait
+        first = os.path.join(journal, "files", "000000.json")
+        os.unlink(first)
+        os.mkfifo(first)
+        listed = tmp_path / "more.txt"
+        listed.write_text("doc-06\n")
+        cmd = [sys.executable, "-c", "import sys; from pipelines.cli import main; sys.exit(main())",
+               "remove", "--output", str(out), "--removal-list", str(listed)]
+        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert proc.returncode != 0 and "is not a regular file: the journal is damaged" in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr
+        return
     else:
         os.unlink(plan)
         os.mkdir(plan) if damage == "plan_is_a_directory" else os.mkfifo(plan)

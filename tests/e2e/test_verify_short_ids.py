@@ -21,6 +21,7 @@ from transforms.tools import verify as verify_tool
 RUNNER = ["--runner=FnApiRunner"]
 ROWS = [finepdfs_row(str(i), f"Line {i} of a short document. " * (3 + i % 7)) for i in range(40)]
 ROWS += [finepdfs_row(f"<urn:uuid:{i:04d}>", f"Another document, {i}. " * 4) for i in range(5)]
+ROWS += [finepdfs_row(doc_id, f"A document named {doc_id}. " * 4) for doc_id in ("-1", "total", "tokens")]
 
 
 def _refs(ids: list[str], source: str = "docs.jsonl", **extra: list[str]) -> bytes:
@@ -41,7 +42,7 @@ def removed_tree(source, tmp_path_factory):
     out = tmp_path_factory.mktemp("short") / "out"
     assert cli.main(["bucketed", "--input", str(source), "--output", str(out), *RUNNER]) == 0
     listed = out.parent / "flagged.txt"
-    listed.write_text("3\n1\n<urn:uuid:0002>\n")
+    listed.write_text("3\n1\n-1\ntotal\n<urn:uuid:0002>\n")
     assert cli.main(["remove", "--output", str(out), "--removal-list", str(listed), *RUNNER]) == 0
     return out
 
@@ -54,9 +55,19 @@ def tree(removed_tree, tmp_path):
 
 
 def test_a_removed_number_is_not_found_in_the_stats_or_the_card(tree, capsys):
-    assert b"3" in (tree / layout.STATS_NAME).read_bytes()  # the premise: the number is in their text
+    """Numbers (3, -1) and words inside the stats' own (total in total_tokens) are theirs."""
+    stats = (tree / layout.STATS_NAME).read_bytes()
+    assert b"3" in stats and b"total" in stats  # the premise: they are in their text
     code, said = _verify(tree, capsys)
     assert code == 0, said
+
+
+def test_a_fifo_in_the_tree_is_a_problem_never_opened(tree, capsys):
+    os.mkfifo(tree / "notes.fifo")
+    os.makedirs(tree / layout.TEMP_DIR_NAME / "w")
+    os.mkfifo(tree / layout.TEMP_DIR_NAME / "w" / "a.refs")
+    code, said = _verify(tree, capsys)
+    assert code == 1 and "notes.fifo: not a regular file" in said and "w/a.refs: not a regular file" in said, said
 
 
 def test_a_removed_id_written_into_the_card_or_the_stats_is_found(tree, capsys):
@@ -75,9 +86,13 @@ def test_saved_work_is_read_as_what_it_is(tree, capsys):
     code, said = _verify(tree, capsys)
     assert code == 0, said
     # A removed id among a record's ids, in an extra string column (the scaffold's doc_id) or as its
-    # source is found; so is one in a .bin that is no spill file, and in a file it cannot parse.
+    # source is found; so is one in a .bin that is no spill file (no references file beside it, or
+    # only a link named so), and in a file it cannot parse.
+    outside = tree.parent / "outside.refs"
+    outside.write_bytes(_refs(["10"]))
+    os.symlink(outside, saved / "linked.refs")
     cases = {"b.refs": _refs(["12"]) + _refs(["7", "3"]), "c.refs": _refs(["12"], doc_id=["1"]),
-             "d.refs": _refs(["12"], source="3"), "notes.bin": b"ids removed: 3\n",
+             "d.refs": _refs(["12"], source="3"), "notes.bin": b"ids removed: 3\n", "linked.bin": b"3\n",
              "e.refs": b"PTREFS1\n" + (200_000).to_bytes(4, "little") + b"[" * 200_000 + b"3"}
     for name, data in cases.items():
         (saved / name).write_bytes(data)

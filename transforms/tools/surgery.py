@@ -139,12 +139,10 @@ class RemovalPlan:
     def file_plan(self, k: int) -> FilePlan:
         """The rows of the plan's k-th file, read from its directory."""
         url = storage.join(self.plan_url, FILES_DIR, f"{k:06d}.json")
-        fs, path = storage.filesystem(url)
-        with fs.open(path, "r", encoding="utf-8") as f:
-            text = f.read()
+        text = read_journal_file(url)
         try:
             plan = FilePlan.from_json(text)
-        except (ValueError, KeyError, TypeError) as e:
+        except (ValueError, KeyError, TypeError, RecursionError) as e:
             raise ValueError(f"{url} is not a removal plan's file ({e}): the journal is damaged; run pretokenize "
                              "verify") from None
         if plan.summary() != self.files[k]:
@@ -219,6 +217,27 @@ def shard_path(output: str, rel: str) -> str:
     return tree.Tree(output).writable(rel, "manifest row")
 
 
+def read_journal_file(url: str) -> str:
+    """A journal file's text; a ValueError for one that is not a regular file (a directory, a FIFO,
+    which opened would wait for a writer forever) or not UTF-8: the journal is damaged."""
+    import os
+    import stat
+
+    fs, path = storage.filesystem(url)
+    if storage.renames_atomically(fs):
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            raise ValueError(f"{url} is missing: the journal is damaged") from None
+        if not stat.S_ISREG(mode):
+            raise ValueError(f"{url} is not a regular file: the journal is damaged")
+    try:
+        with fs.open(path, "r", encoding="utf-8") as f:
+            return f.read()
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{url} is not UTF-8 text ({e.reason} at byte {e.start}): the journal is damaged") from None
+
+
 def load_journal(output: str) -> RemovalPlan | None:
     url = journal_url(output)
     fs, path = storage.filesystem(storage.join(url, PLAN_NAME))
@@ -226,11 +245,10 @@ def load_journal(output: str) -> RemovalPlan | None:
         if not fs.exists(path):
             return None
         check_journal(output)  # a resumed journal is read, written and deleted through no link
-        with fs.open(path, "r", encoding="utf-8") as f:
-            text = f.read()
+        text = read_journal_file(storage.join(url, PLAN_NAME))
     try:
         plan = RemovalPlan.from_json(text, url)
-    except (ValueError, KeyError, TypeError) as e:
+    except (ValueError, KeyError, TypeError, RecursionError) as e:
         raise ValueError(f"{storage.join(url, PLAN_NAME)} is not a removal journal ({e}); run pretokenize "
                          "verify") from None
     for k, f in enumerate(plan.files):

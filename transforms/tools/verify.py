@@ -33,6 +33,7 @@ import hashlib
 import json
 import posixpath
 import re
+import stat
 from collections.abc import Iterator, Mapping
 from typing import NamedTuple
 
@@ -240,7 +241,7 @@ NOT_SCANNED = {"removals.txt", layout.CHECKSUMS_NAME, tree.RECORD_NAME, INDEX_NA
 # The stats and the dataset card made from them are written from counts and settings: a removed id
 # that is a number (a row id, say) is in their text by chance, so there such ids are not searched.
 FROM_COUNTS = {layout.STATS_NAME, STATS_JSON_NAME, CARD_NAME}
-NUMBER_ID = re.compile(r"[0-9][0-9.,_]*")
+NUMBER_ID = re.compile(r"[-+]?[0-9][0-9.,_]*")
 # A references file larger than this is searched by its bytes (in chunks) rather than parsed whole.
 MAX_PARSED_REFS = 64 << 20
 
@@ -259,15 +260,22 @@ def files_holding_ids(output: str, removed: Mapping[str, str], shards: set[str])
         return []
     fs, root = storage.filesystem(output)
     everywhere = _id_pattern(removed)
-    in_counts = _id_pattern({i: w for i, w in removed.items() if not NUMBER_ID.fullmatch(i)})
+    # In the stats and the card, words (``total``, a bucket's name) are theirs: an id matches there only
+    # as a whole word, not inside ``total_tokens``.
+    in_counts = _id_pattern({i: w for i, w in removed.items() if not NUMBER_ID.fullmatch(i)}, whole=True)
     overlap = max(len(i.encode("utf-8")) for i in removed) - 1
     problems = []
     for path in sorted(fs.find(root)):
         rel = posixpath.relpath(path, root.rstrip("/") or "/")
         if rel in shards or rel in NOT_SCANNED or rel == layout.MANIFEST_NAME:
             continue
-        if storage.renames_atomically(fs) and os.path.islink(path):
-            continue  # never followed (it may point outside the tree)
+        if storage.renames_atomically(fs):
+            mode = os.lstat(path).st_mode
+            if stat.S_ISLNK(mode):
+                continue  # never followed (it may point outside the tree)
+            if not stat.S_ISREG(mode):  # a FIFO would wait for a writer forever: never opened
+                problems.append(f"{rel}: not a regular file (a FIFO, a socket or a device): not written by this tool")
+                continue
         saved = _saved_work_ids(fs, path, rel, removed)
         if saved is not None:
             problems += [f"{rel}: holds the id {doc_id}, which {removed[doc_id]} lists as removed" for doc_id in saved]
@@ -280,18 +288,21 @@ def files_holding_ids(output: str, removed: Mapping[str, str], shards: set[str])
             while chunk := f.read(SCAN_CHUNK):
                 m = pattern.search(tail + chunk)
                 if m:
-                    doc_id = m.group().decode("utf-8")
+                    doc_id = m.group("id").decode("utf-8")
                     problems.append(f"{rel}: holds the id {doc_id}, which {removed[doc_id]} lists as removed")
                     break
                 tail = (tail + chunk)[-overlap:] if overlap else b""
     return problems
 
 
-def _id_pattern(ids) -> re.Pattern | None:
-    """One regex matching any of ``ids``' UTF-8 bytes, the longest first; None for no ids."""
+def _id_pattern(ids, whole: bool = False) -> re.Pattern | None:
+    """One regex matching any of ``ids``' UTF-8 bytes (group ``id``), the longest first; with
+    ``whole``, only where no letter, digit or ``_`` touches it on either side. None for no ids."""
     if not ids:
         return None
-    return re.compile(b"|".join(re.escape(i.encode("utf-8")) for i in sorted(ids, key=len, reverse=True)))
+    alternatives = b"|".join(re.escape(i.encode("utf-8")) for i in sorted(ids, key=len, reverse=True))
+    edge = rb"(?<![A-Za-z0-9_])", rb"(?![A-Za-z0-9_])"
+    return re.compile((edge[0] if whole else b"") + b"(?P<id>" + alternatives + b")" + (edge[1] if whole else b""))
 
 
 def _saved_work_ids(fs, path: str, rel: str, removed: Mapping[str, str]) -> list[str] | None:
@@ -302,7 +313,7 @@ def _saved_work_ids(fs, path: str, rel: str, removed: Mapping[str, str]) -> list
     or a references file too large or that does not parse: its bytes are searched instead."""
     if not rel.startswith(layout.TEMP_DIR_NAME + "/"):
         return None
-    if rel.endswith(".bin") and fs.isfile(path[:-len(".bin")] + ".refs"):
+    if rel.endswith(".bin") and _regular_file(fs, path[:-len(".bin")] + ".refs"):
         return []
     if not rel.endswith(".refs") or fs.size(path) > MAX_PARSED_REFS:
         return None
@@ -315,6 +326,18 @@ def _saved_work_ids(fs, path: str, rel: str, removed: Mapping[str, str]) -> list
     except Exception:  # noqa: BLE001 - anything it cannot read as references (a crafted file) is searched as bytes
         return None
     return sorted(held)[:1]
+
+
+def _regular_file(fs, path: str) -> bool:
+    """Whether ``path`` is a regular file, not reached through a link (on a local disk)."""
+    import os
+
+    if not storage.renames_atomically(fs):
+        return fs.isfile(path)
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def check_file(unit: FileUnit, config: VerifyConfig) -> Iterator[tuple[str, object]]:
