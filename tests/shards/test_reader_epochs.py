@@ -10,6 +10,7 @@ every window is checked against a stream rebuilt here from the manifest (test_re
 from __future__ import annotations
 
 import copy
+import gc
 import json
 import os
 import pickle
@@ -915,7 +916,17 @@ def test_a_stateful_dataloader_refuses_a_state_of_other_settings(mixed_root):
 
     def loader(seq_len, seed, split, workers):
         ds = WindowDataset(mixed_root, seq_len=seq_len, batch_size=2, seed=seed, split=split, val_fraction=0.2)
-        return stateful.StatefulDataLoader(ds, batch_size=None, num_workers=workers)
+        # A timeout: a worker that stalls fails the test instead of hanging the suite.
+        return stateful.StatefulDataLoader(ds, batch_size=None, num_workers=workers, timeout=120 if workers else 0)
+
+    def shut_down(*loaders):
+        # Each loader's worker processes stopped before the next loader forks its own: a fork beside
+        # another loader's live workers and queue threads once left the new workers never fed.
+        for done in loaders:
+            iterator = getattr(done, "_iterator", None)
+            if iterator is not None and hasattr(iterator, "_shutdown_workers"):
+                iterator._shutdown_workers()
+        gc.collect()
 
     for workers in (0, 2):
         first = loader(64, 0, "train", workers)
@@ -923,10 +934,13 @@ def test_a_stateful_dataloader_refuses_a_state_of_other_settings(mixed_root):
         for _ in range(3):
             next(it)
         state = pickle.loads(pickle.dumps(first.state_dict()))
+        shut_down(first)
         resumed = loader(32, 7, "val", workers)
         resumed.load_state_dict(state)
         with pytest.raises(ValueError, match=r"the state was saved by another loader: seq_len 64 \(this loader: 32\)"):
             next(iter(resumed))
+        shut_down(resumed)
         good = loader(64, 0, "train", workers)
         good.load_state_dict(state)
         assert next(iter(good))["step"] == 3
+        shut_down(good)
