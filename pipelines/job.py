@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import shutil
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -79,12 +80,17 @@ def run_job(
 
 
 def _built(build, options, pipeline_options: PipelineOptions, run_id: str, mode: RunMode) -> beam.Pipeline:
-    """The job's pipeline, built by ``build`` in ``mode``."""
+    """The job's pipeline, built by ``build`` in ``mode``. A build that fails (a launch check)
+    removes the temporary directory Beam made for the pipeline: only ``run`` would have."""
     import apache_beam as beam
 
     pipeline = beam.Pipeline(options=pipeline_options)
-    with building(mode) as built:
-        build(pipeline, options, run_id, built)
+    try:
+        with building(mode) as built:
+            build(pipeline, options, run_id, built)
+    except BaseException:
+        shutil.rmtree(pipeline.local_tempdir, ignore_errors=True)
+        raise
     return pipeline
 
 

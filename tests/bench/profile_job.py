@@ -64,6 +64,13 @@ def short(frame: str) -> str:
     return f"{m.group('func')} ({path})"
 
 
+def idle_thread(frame: str) -> bool:
+    """Whether ``frame`` (short()'s form) is the loop of an IDLE_THREADS thread, however nested
+    its function is (``_start_sharing.<locals>.share_changed``)."""
+    func = frame.split(" (", 1)[0]
+    return any(func == name or func.endswith(f".{name}") for name in IDLE_THREADS)
+
+
 def stage_of(frames: list[str]) -> str:
     stack = ";".join(frames)
     return next(name for name, pattern in STAGE_RES if pattern.search(stack))
@@ -83,7 +90,7 @@ def summarize(raw: Path, top: int) -> str:
             continue
         n = int(count)
         frames = [short(f) for f in stack.split(";")]
-        if WAITING.match(frames[-1]) or any(f.startswith(IDLE_THREADS) for f in frames):
+        if WAITING.match(frames[-1]) or any(idle_thread(f) for f in frames):
             idle += n
             continue
         total += n
