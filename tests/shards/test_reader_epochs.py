@@ -17,6 +17,7 @@ import pickle
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 from collections import Counter, deque
@@ -741,7 +742,21 @@ def test_readme_torch_snippet_runs(readme_dir):
     pytest.importorskip("torch", reason=TORCH_REASON)
     pytest.importorskip("torchdata.stateful_dataloader", reason=TORCHDATA_REASON)
     (code,) = [c for lang, c in snippets(README_SECTION) if lang == "python" and "torch" in c]
-    exec(compile(code, str(DOC), "exec"), {})
+    # In a process of its own, in a session of its own: its DataLoaders fork workers, and a fork that
+    # races another loader's threads can wait forever (it hung CI once). A timeout then kills the
+    # whole session, workers included, and fails the test instead of hanging the suite.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    with open(readme_dir / "snippet.log", "w+b") as log:
+        proc = subprocess.Popen([sys.executable, "-c", code], cwd=readme_dir, env=env, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            status = proc.wait(timeout=300)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            status = "killed after 300 s"
+        log.seek(0)
+        assert status == 0, (status, log.read().decode(errors="replace")[-4000:])
 
 
 def test_the_doc_holds_the_tested_section():
