@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import io
-import posixpath
 import sys
 
 import numpy as np
@@ -302,9 +301,9 @@ def run(argv: list[str] | None = None) -> int:
         except ownership.NotOurTreeError as e:
             print(f"pretokenize stats: {e}; pass --table and --png paths outside it", file=sys.stderr, flush=True)
             return 2
-        root = storage.normalize(tree.url)
-        names = [posixpath.relpath(u, root) for u in inside]
+        names = [ownership.name_in(u, tree.url) for u in inside]
         try:  # a file of those names that the record does not list is the user's: never overwritten
+            _check_not_the_jobs(names, record, tree.url)
             ownership.Tree(tree.url).check_ours(names, record, "stats file")
         except ValueError as e:
             print(f"pretokenize stats: {e}", file=sys.stderr, flush=True)
@@ -327,12 +326,29 @@ def run(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _check_not_the_jobs(names: list[str], record: ownership.TreeRecord, tree_url: str) -> None:
+    """Each of ``names`` is a file at the tree's top, and none is one the job wrote (its shards,
+    manifest, stats, card, index) or one of the tool's own (the record, the lock, the temporary
+    directory): stats adds files beside the tree's, never replaces one, nor writes among the shards."""
+    from shards.card import CARD_NAME
+    from shards.index import INDEX_NAME
+    from shards.provenance import STATS_JSON_NAME
+
+    theirs = {layout.MANIFEST_NAME, layout.CHECKSUMS_NAME, layout.STATS_NAME, layout.REMOVALS_NAME, CARD_NAME,
+              STATS_JSON_NAME, INDEX_NAME, layout.RECORD_NAME, lock.LOCK_NAME, layout.TEMP_DIR_NAME}
+    for name in names:
+        if "/" in name or name in theirs or name in record.files:
+            raise ValueError(f"{storage.join(tree_url, name)} is the tree's own place, where stats never writes; "
+                             "pass --table and --png names beside the tree's files, or outside it")
+
+
 def _write(tree_url: str, url: str, data: bytes) -> None:
     """A file inside the tree is written by the tree (shards.tree.Tree, through its temporary
     directory); elsewhere beside itself."""
-    if not ownership.inside(url, tree_url):
+    name = ownership.name_in(url, tree_url)
+    if name is None:
         storage.write_atomic(url, data)
         return
     out = ownership.Tree(tree_url)
-    out.write(posixpath.relpath(storage.normalize(url), out.url), data)
+    out.write(name, data)
     out.remove_temp_if_empty()

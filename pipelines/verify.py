@@ -26,7 +26,7 @@ from pipelines.flags import add_setting_flags, add_workers_flag, parse_settings,
 from pipelines.run_mode import end_dry_run, is_dry_run
 from shards import kinds, layout, lock, scaffold_verify, storage
 from shards.removal import DEFAULT_ID_FIELD, REMOVALS_NAME, iter_log_lines, open_log, read_removal_list
-from shards.tree import IncompleteTreeError, OutputTree, UnreadableStatsError
+from shards.tree import IncompleteTreeError, OutputTree, UnreadableStatsError, inside
 from transforms.core.records import UsageError
 from transforms.core.settings import REQUIRED, setting
 
@@ -116,9 +116,18 @@ def _removed_ids(output: str, removal_list: str | None, id_field: str) -> tuple[
 LOCAL_RUNNERS = {"DirectRunner", "FnApiRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner", "PrismRunner"}
 
 
-def _report_place(report: str | None, options: PipelineOptions) -> tuple[str, str | None]:
+def _report_place(report: str | None, options: PipelineOptions, output: str) -> tuple[str, str | None]:
     """Where the job writes its report, and the directory to remove afterwards (None: keep it).
-    Never under the tree being checked, unless --report says so."""
+    Never under the tree being checked (``output``): verify writes nothing there."""
+    url, scratch = _report_url(report, options)
+    for flag, place in (("--report", report and url), ("--temp_location", scratch)):
+        if place and inside(place, output):
+            raise UsageError(f"{flag} {place} is inside the tree being checked ({output}), where verify writes "
+                             "nothing; give a place outside it")
+    return url, scratch
+
+
+def _report_url(report: str | None, options: PipelineOptions) -> tuple[str, str | None]:
     from apache_beam.options.pipeline_options import GoogleCloudOptions, StandardOptions
 
     if report:
@@ -180,7 +189,7 @@ def run(argv: list[str] | None = None) -> int:
         config, units, launch_problems, removed = _plan_checks(output, stats, args)
         source = storage.normalize(args.input) if args.input else None
         dry_run = is_dry_run(options)  # a local runner refuses it, as the jobs do
-        report_url, scratch = _report_place(args.report, options)
+        report_url, scratch = _report_place(args.report, options, output)
         pipeline = beam.Pipeline(options=options)
         verify = VerifyOutput(config, units, launch_problems, stats, source, frozenset(removed))
         if verify.retokenizer:

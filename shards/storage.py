@@ -30,6 +30,16 @@ def normalize(url: str) -> str:
     return os.path.abspath(os.path.expanduser(url))
 
 
+def resolved(url: str) -> str:
+    """``normalize(url)`` with, for a local path (``file://`` too), every link on it resolved; the
+    URL unchanged for any other protocol. Two spellings of one local directory resolve alike."""
+    if url.startswith("file://"):
+        url = url[len("file://"):]
+    if "://" in url:
+        return url.rstrip("/")
+    return os.path.realpath(os.path.expanduser(url))
+
+
 # The package each protocol's filesystem needs, and the extra of this project that installs it.
 # Requests a reader of spill files keeps in flight on an object store (the client's pool is sized to match).
 DEFAULT_CONNECTIONS = 32

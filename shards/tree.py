@@ -611,9 +611,24 @@ def write_file(url: str, rel: str, data: bytes) -> None:
 
 
 def inside(path_url: str, tree_url: str) -> bool:
-    """Whether the path ``path_url`` names lies in (or is) the directory ``tree_url``."""
-    a, b = storage.normalize(path_url).rstrip("/"), storage.normalize(tree_url).rstrip("/")
-    return a == b or a.startswith(b + "/")
+    """Whether the path ``path_url`` names lies in (or is) the directory ``tree_url``: as written,
+    or once links are resolved (a local path only), so that the tree reached through a linked
+    parent directory, or spelt ``file://``, is the same tree."""
+    return name_in(path_url, tree_url) is not None
+
+
+def name_in(path_url: str, tree_url: str) -> str | None:
+    """The name (``.`` for the tree itself) that ``path_url`` has in the tree ``tree_url``, or None
+    when it lies outside it: its place as written when that is inside the tree (a link on the way
+    is then the tree's to refuse), else its place once both are resolved (a local path only)."""
+    for a, b in ((storage.normalize(path_url), storage.normalize(tree_url)),
+                 (storage.resolved(path_url), storage.resolved(tree_url))):
+        a, b = a.rstrip("/") or "/", b.rstrip("/") or "/"
+        if a == b:
+            return "."
+        if a.startswith(b.rstrip("/") + "/"):
+            return a[len(b.rstrip("/")) + 1:]
+    return None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -290,3 +290,62 @@ def test_remove_refuses_a_removal_log_linked_out_of_the_tree_before_changing_a_b
     assert "removals.txt" in line and "outside the tree" in line
     assert snapshot(victim) == outside, "a file outside the tree changed"
     assert snapshot(out) == inside and (out / layout.STATS_NAME).exists(), "the refusal changed the tree"
+
+
+# The tree reached another way: through a linked parent directory, or spelt file://. Each spelling
+# names the same tree, so what the tool writes there is the tree's, locked and recorded, or refused.
+def spellings(out, tmp_path) -> dict[str, str]:
+    alias = tmp_path / "alias"
+    os.symlink(out, alias)
+    return {"linked parent": str(alias), "file URL": f"file://{out}"}
+
+
+@pytest.mark.parametrize("how", ["linked parent", "file URL"])
+def test_stats_knows_the_tree_however_a_path_into_it_is_spelt(tree_copy, tmp_path, how, capsys):
+    out = tree_copy
+    (out / "notes.txt").write_text("the user's own notes\n")
+    inside = snapshot(out)
+    spelt = spellings(out, tmp_path)[how]
+    for name, why in (("notes.txt", "not the tool's"), (layout.MANIFEST_NAME, "never writes"),
+                      ("README.md", "never writes"), (layout.RECORD_NAME, "never writes"),
+                      ("1024/t.txt", "never writes")):
+        line = run_cli(capsys, ["stats", "--output", str(out), "--png", "none", "--table", f"{spelt}/{name}"]).refusal
+        assert name in line and why in line
+    assert snapshot(out) == inside
+    # A new file there is written as the tree's (recorded, so that a re-run removes it), not beside it.
+    table = f"{spelt}/lengths.txt"
+    assert run_cli(capsys, ["stats", "--output", str(out), "--png", "none", "--table", table]).code == 0
+    record = json.loads((out / layout.RECORD_NAME).read_text())
+    assert "lengths.txt" in json.dumps(record)
+
+
+def test_stats_through_an_alias_of_the_tree_waits_for_its_lock(tree_copy, tmp_path, capsys):
+    from shards import lock
+
+    out = tree_copy
+    alias = spellings(out, tmp_path)["linked parent"]
+    with lock.scope(f"pretokenize bucketed --output {out}"):
+        lock.take(str(out))
+        line = run_cli(capsys, ["stats", "--output", str(out), "--png", "none", "--table", f"{alias}/t.txt"]).refusal
+    assert "locked" in line
+    assert not (out / "t.txt").exists()
+
+
+@pytest.mark.parametrize("flag", ["--report", "--temp_location"])
+@pytest.mark.parametrize("how", ["as given", "linked parent", "file URL"])
+def test_verify_writes_nothing_in_the_tree_it_checks(tree_copy, tmp_path, flag, how, capsys):
+    out = tree_copy
+    inside = snapshot(out)
+    spelt = str(out) if how == "as given" else spellings(out, tmp_path)[how]
+    place = f"{spelt}/README.md" if flag == "--report" else f"{spelt}/scratch"
+    line = run_cli(capsys, ["verify", "--output", str(out), f"{flag}={place}", RUNNER]).refusal
+    assert flag in line and "inside the tree being checked" in line
+    assert snapshot(out) == inside
+
+
+def test_an_input_inside_the_output_is_refused_through_a_linked_parent(tree_copy, tmp_path, capsys):
+    out = tree_copy
+    alias = spellings(out, tmp_path)["linked parent"]
+    shutil.copy(SAMPLE_PARQUET, out / "input.parquet")
+    line = run_cli(capsys, ["bucketed", "--input", f"{alias}/input.parquet", "--output", str(out), RUNNER]).refusal
+    assert "is inside --output" in line
