@@ -25,7 +25,14 @@ from pipelines.errors import launching
 from pipelines.flags import add_setting_flags, add_workers_flag, parse_settings, tool_parser
 from pipelines.run_mode import end_dry_run, is_dry_run
 from shards import kinds, layout, lock, scaffold_verify, storage
-from shards.removal import DEFAULT_ID_FIELD, REMOVALS_NAME, iter_log_lines, open_log, read_removal_list
+from shards.removal import (
+    DEFAULT_ID_FIELD,
+    REMOVALS_NAME,
+    iter_log_lines,
+    open_log,
+    read_removal_list,
+    shortened_log_problem,
+)
 from shards.tree import IncompleteTreeError, OutputTree, UnreadableStatsError, inside
 from transforms.core.records import UsageError
 from transforms.core.settings import REQUIRED, setting
@@ -262,6 +269,12 @@ def _plan_checks(output: str, stats, args: VerifySettings):
                           checksums, eos_inside=stats.special_tokens == "tokenizer")
     removed, removal_problems = _removed_ids(output, args.removal_list,
                                              stats.field_settings.get("id_field", DEFAULT_ID_FIELD))
+    if not removal_problems:
+        logged = sum(1 for where in removed.values() if where == REMOVALS_NAME)
+        log_url = storage.join(output, REMOVALS_NAME)
+        fs, path = storage.filesystem(log_url)
+        problem = shortened_log_problem(REMOVALS_NAME, logged if fs.exists(path) else None, stats.removal_list_ids)
+        removal_problems += [problem] if problem else []
     units, launch_problems, rows = plan_units(output, removed)
     launch_problems += files_holding_ids(output, removed, {u.rel_path for u in units})
     launch_problems += checksum_problems + removal_problems + index_problems(output)

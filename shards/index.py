@@ -44,7 +44,7 @@ from typing import BinaryIO, NamedTuple
 import numpy as np
 from fsspec.implementations.local import LocalFileSystem
 
-from shards import layout, manifest
+from shards import layout, manifest, storage
 
 INDEX_NAME = "processed_spec.idx"
 MAGIC = b"PTKIDX\x00\x00"
@@ -385,7 +385,7 @@ def build_from_manifest(fs, root: str, out: BinaryIO) -> int:
     """Write the index of the manifest at ``root`` (on ``fs``) to ``out``; its documents."""
     path = posixpath.join(root, layout.MANIFEST_NAME)
     size = fs.size(path)
-    with fs.open(path, "r", encoding="utf-8") as f:
+    with storage.open_read(fs, path, "r", encoding="utf-8") as f:
         return write_index(manifest.read_rows(f), size, out)
 
 

@@ -287,7 +287,7 @@ class _S3Store:
         # the server (If-Match), never done to a lock that was not judged.
         try:
             info = self.fs.info(self.path, refresh=True)
-            data = self.fs.cat_file(self.path)
+            data = storage.read_bytes(self.fs, self.path)
         except FileNotFoundError:
             return None
         return data, info["ETag"], None
@@ -330,7 +330,7 @@ class _OtherStore:
     def read(self) -> tuple[bytes, object, float | None] | None:
         try:
             self.fs.invalidate_cache(self.path)
-            data = self.fs.cat_file(self.path)
+            data = storage.read_bytes(self.fs, self.path)
         except FileNotFoundError:
             return None
         return data, data, None

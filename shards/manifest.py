@@ -64,13 +64,16 @@ def format_checksums(sums: dict[str, str]) -> str:
     return "".join(f"{sums[rel]}  {rel}\n" for rel in sorted(sums))
 
 
-def parse_checksums(text: str) -> dict[str, str]:
+def parse_checksums(text: str, where: str | None = None) -> dict[str, str]:
+    """checksums.sha256's {rel_path: sha256}; a ValueError naming ``where`` (the file) and the line
+    for a line that is not sha256sum's."""
     sums = {}
-    for line in text.splitlines():
+    for number, line in enumerate(text.splitlines(), 1):
         if line.strip():
             digest, sep, rel = line.partition("  ")
             if not sep or len(digest) != 64:
-                raise ValueError(f"not a sha256sum line: {line!r}")
+                place = f"{where} line {number}: " if where else ""
+                raise ValueError(f"{place}not a sha256sum line: {line[:200]!r}")
             sums[rel] = digest
     return sums
 

@@ -169,7 +169,7 @@ def read_document(url: str) -> dict | None:
     if not fs.exists(path):
         return None
     try:
-        return json.loads(fs.cat_file(path).decode("utf-8"))
+        return json.loads(storage.read_bytes(fs, path).decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ValueError(f"{storage.join(url, STATS_JSON_NAME)} is not JSON: {e}") from None
 

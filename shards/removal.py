@@ -124,13 +124,31 @@ class LogHead:
 
     id_field: str | None
     runs: frozenset[str]
+    entries: int = 0  # its id lines (an id logged twice counts twice)
 
 
 def scan_log(url: str) -> LogHead:
     """The audit log at ``url`` read through once, strictly (ValueError naming the file and line),
     holding no id: the common reading of every command that needs no more of it."""
     id_field, entries = open_log(iter_log_lines(url), where=url)
-    return LogHead(id_field, frozenset(run for run, _ in entries))
+    runs, count = set(), 0
+    for run, _ in entries:
+        runs.add(run)
+        count += 1
+    return LogHead(id_field, frozenset(runs), count)
+
+
+def shortened_log_problem(where: str, entries: int | None, removal_list_ids: int | None) -> str | None:
+    """Why the tree's audit log (``entries`` id lines, None: no log at all) cannot be the one its
+    stats were written from (``removal_list_ids`` distinct ids), or None: a log holds at least as
+    many lines as the stats count ids, so one with fewer was deleted or cut by hand, and the ids
+    it lost would be stored again by the next run."""
+    if not removal_list_ids or (entries or 0) >= removal_list_ids:
+        return None
+    found = "is missing" if entries is None else f"lists {entries:,} removed ids"
+    return (f"{where} {found}, but the tree's stats say {removal_list_ids:,} ids were removed: the log was deleted "
+            "or cut by hand, and the ids it no longer lists would be stored again; put the tree's whole "
+            f"{REMOVALS_NAME} back (from a copy of the tree), or write to a new output")
 
 
 def log_ids(url: str) -> Iterator[str]:
@@ -241,14 +259,14 @@ def pending_removal(tree_url: str) -> tuple[list[str], str | None] | None:
         if not fs.exists(path):
             return None
         try:
-            plan = json.loads(fs.cat_file(path).decode("utf-8"))
+            plan = json.loads(storage.read_bytes(fs, path).decode("utf-8"))
             listed = [str(f["rel_path"]) for f in plan["files"]]
             stats_before = plan["stats_before"]
             ids = []
             for k, rel in enumerate(listed):
                 rows_url = storage.join(journal, JOURNAL_FILES_DIR, f"{k:06d}.json")
                 rows_fs, rows_path = storage.filesystem(rows_url)
-                rows = json.loads(rows_fs.cat_file(rows_path).decode("utf-8"))
+                rows = json.loads(storage.read_bytes(rows_fs, rows_path).decode("utf-8"))
                 if rows["rel_path"] != rel:
                     raise ValueError(f"{rows_url} holds the rows of {rows['rel_path']!r}, not of {rel!r}")
                 ids += [str(doc_id) for doc_id, _, removed in rows["rows"] if removed]

@@ -67,7 +67,7 @@ def checksum_problems(fs, root: str, digests: dict[str, str]) -> list[str]:
     if not fs.exists(path):
         return [f"{layout.CHECKSUMS_NAME}: missing: the shards' contents cannot be checked"]
     try:
-        listed = manifest.parse_checksums(fs.cat_file(path).decode("utf-8"))
+        listed = manifest.parse_checksums(storage.read_bytes(fs, path).decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as e:
         return [f"{layout.CHECKSUMS_NAME}: unreadable: {e}"]
     problems = []

@@ -194,6 +194,45 @@ def has_directories(fs: fsspec.AbstractFileSystem) -> bool:
     return not protocols & _FLAT_PROTOCOLS
 
 
+class NotRegularFileError(ValueError):
+    """A local path the tool reads is a FIFO, a socket or a device: the tool writes none, and
+    opening one could wait for a writer forever."""
+
+
+def open_read(fs: fsspec.AbstractFileSystem, path: str, mode: str = "rb", **kwargs):
+    """``fs.open(path, mode)`` for reading; on a local disk, a path that is not a regular file
+    (a FIFO, a socket, a device) raises NotRegularFileError, naming it, without waiting: it is
+    opened non-blocking and checked before a byte is read (a link is followed to what it names)."""
+    if not isinstance(fs, LocalFileSystem):
+        return fs.open(path, mode, **kwargs)
+    import io
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotRegularFileError(f"{path} is not a regular file (a FIFO, a socket or a device), which "
+                                      "pretokenize never writes: remove it")
+        os.set_blocking(fd, True)
+        raw = io.FileIO(fd, "rb", closefd=True)
+    except BaseException:
+        os.close(fd)
+        raise
+    buffered = io.BufferedReader(raw, buffer_size=kwargs.pop("block_size", io.DEFAULT_BUFFER_SIZE))
+    if "b" in mode:
+        return buffered
+    return io.TextIOWrapper(buffered, encoding=kwargs.pop("encoding", "utf-8"), errors=kwargs.pop("errors", None),
+                            newline=kwargs.pop("newline", None))
+
+
+def read_bytes(fs: fsspec.AbstractFileSystem, path: str) -> bytes:
+    """The whole of ``path`` (``fs.cat_file``), a non-regular local file refused as open_read does."""
+    if not isinstance(fs, LocalFileSystem):
+        return fs.cat_file(path)
+    with open_read(fs, path) as f:
+        return f.read()
+
+
 def write_atomic(url: str, data: bytes, scratch: str | None = None) -> None:
     """Write ``data`` to ``url`` so a reader sees the old content or the new, never a part.
 

@@ -490,7 +490,7 @@ def read_record(url: str) -> TreeRecord | None:
     with storage.reaching(url):
         if not fs.exists(path):
             return None
-        text = fs.cat_file(path).decode("utf-8", "replace")
+        text = storage.read_bytes(fs, path).decode("utf-8", "replace")
     return TreeRecord.from_json(text, storage.join(url, RECORD_NAME))
 
 
@@ -662,7 +662,8 @@ class OutputTree:
             record = read_record(url)
             stats_path = posixpath.join(root, layout.STATS_NAME)
             # Bytes that are not UTF-8 are kept (as surrogates), so that stats() can say so.
-            stats_text = fs.cat_file(stats_path).decode("utf-8", "surrogateescape") if fs.exists(stats_path) else None
+            stats_text = (storage.read_bytes(fs, stats_path).decode("utf-8", "surrogateescape")
+                          if fs.exists(stats_path) else None)
             if record is not None:
                 kind = record.kind
             else:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import stat
 
 from pipelines import cli
 
@@ -23,6 +24,8 @@ def snapshot(root) -> dict[str, str]:
                 state[rel] = "link:" + os.readlink(path)
             elif os.path.isdir(path):
                 state[rel] = "dir"
+            elif not os.path.isfile(path):  # a FIFO, a socket, a device: marked, never opened
+                state[rel] = f"special:{stat.S_IFMT(os.lstat(path).st_mode):o}"
             else:
                 with open(path, "rb") as f:
                     state[rel] = hashlib.sha256(f.read()).hexdigest()

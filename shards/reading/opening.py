@@ -143,7 +143,7 @@ def _parse_manifest(fs, root: str, url: str) -> tuple[np.ndarray, np.ndarray, np
     file_of: dict[str, int] = {}
     id_chunks, chunk = [], []
     file_col, len_col = array("q"), array("q")  # 8 bytes a row while parsing, not a Python int's ~36
-    with fs.open(posixpath.join(root, layout.MANIFEST_NAME), "r", encoding="utf-8") as f:
+    with storage.open_read(fs, posixpath.join(root, layout.MANIFEST_NAME), "r", encoding="utf-8") as f:
         for rel, doc_id, n in manifest.read_rows(f):
             fi = file_of.get(rel)
             if fi is None:
@@ -238,7 +238,7 @@ def _open_llmc(fs, root: str, url: str, files: Mapping[str, Sequence[str]]) -> S
     for split in llmc.SPLITS:
         for rel in files.get(split, ()):
             path = posixpath.join(root, rel) if root else rel
-            with fs.open(path, "rb") as f:
+            with storage.open_read(fs, path) as f:
                 count = llmc.parse_header(f.read(llmc.HEADER_BYTES), path)
             body = fs.size(path) - llmc.HEADER_BYTES
             if body != count * llmc.TOKEN_DTYPE.itemsize:

@@ -357,3 +357,33 @@ def test_a_removal_list_that_is_a_fifo_no_one_writes_to_is_refused_at_once(sourc
            "remove", "--output", str(out), "--removal-list", str(fifo)]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)  # opened, it would wait forever
     assert proc.returncode == 2 and f"removal list {fifo} is a pipe or a terminal" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("damage", ["deleted", "cut to its header"])
+def test_a_removal_log_shortened_by_hand_is_said_and_nothing_comes_back(source, tmp_path, capsys, damage):
+    # A review's reproduction: with removals.txt deleted (or cut) by hand, verify said OK and a
+    # bucketed re-run stored the removed document again, though the stats still counted it removed.
+    out = tmp_path / "out"
+    assert bucketed(source, out) == 0
+    flagged = tmp_path / "flagged.txt"
+    gone = rows_of(out)[0][1]
+    flagged.write_text(gone + "\n")
+    assert cli.main(["remove", "--output", str(out), "--removal-list", str(flagged), *RUNNER]) == 0
+    log = out / REMOVALS_NAME
+    if damage == "deleted":
+        log.unlink()
+    else:
+        log.write_text("".join(log.read_text().splitlines(keepends=True)[:2]))  # the column names, the id field
+    capsys.readouterr()
+    assert cli.main(["verify", "--output", str(out), *RUNNER]) == 1
+    said = capsys.readouterr().out
+    assert f"{REMOVALS_NAME} " in said and "the tree's stats say 1 ids were removed" in said
+    before = tree_hashes(out)
+    for argv in (["bucketed", "--input", str(source), "--output", str(out), *RUNNER],
+                 ["bucketed", "--input", str(source), "--output", str(out), "--restart", *RUNNER],
+                 ["remove", "--output", str(out), "--removal-list", str(flagged), *RUNNER]):
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert "the log was deleted or cut by hand" in err, err
+    assert tree_hashes(out) == before
+    assert gone not in {doc_id for _, doc_id, _ in rows_of(out)}

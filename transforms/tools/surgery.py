@@ -317,7 +317,7 @@ def _plan_files(output: str, recorded: set[str], matcher, plan_url: str) -> list
     fs, root = storage.filesystem(output)
     files = []
     ordinal = 0
-    with fs.open(posixpath.join(root, layout.MANIFEST_NAME), "r", encoding="utf-8") as f:
+    with storage.open_read(fs, posixpath.join(root, layout.MANIFEST_NAME), "r", encoding="utf-8") as f:
         for rel, rows in _manifest_files(f):
             hits = matcher.hits(ordinal, [doc_id for doc_id, _ in rows])
             ordinal += len(rows)
@@ -334,7 +334,7 @@ def _plan_files(output: str, recorded: set[str], matcher, plan_url: str) -> list
 def _manifest_ids(output: str) -> Iterator[str]:
     """The manifest's ids in row order, read as _plan_files reads them (the same checks)."""
     fs, root = storage.filesystem(output)
-    with fs.open(posixpath.join(root, layout.MANIFEST_NAME), "r", encoding="utf-8") as f:
+    with storage.open_read(fs, posixpath.join(root, layout.MANIFEST_NAME), "r", encoding="utf-8") as f:
         for _, rows in _manifest_files(f):
             yield from (doc_id for doc_id, _ in rows)
 
@@ -388,6 +388,7 @@ def check_plan(output: str, plan: RemovalPlan) -> None:
             f"publishing ({storage.join(output, layout.TEMP_DIR_NAME, running[0])}): run that bucketed command "
             "again; it finishes the removal too"
         )
+    check_checksums(output)
     stats = DatasetStats.from_text(plan.stats_before)
     itemsize = layout.DTYPES[stats.dtype].itemsize
     fs, root = storage.filesystem(output)
@@ -556,24 +557,47 @@ def kept_manifest_lines(rows: Iterable[tuple[str, str, int]], plan: RemovalPlan)
 def rewrite_manifest(output: str, plan: RemovalPlan) -> None:
     """processed_spec.txt without the removed rows, streamed from the old one."""
     fs, root = storage.filesystem(output)
-    with fs.open(posixpath.join(root, layout.MANIFEST_NAME), "r", encoding="utf-8") as src:
+    with storage.open_read(fs, posixpath.join(root, layout.MANIFEST_NAME), "r", encoding="utf-8") as src:
         write_streamed(output, layout.MANIFEST_NAME, kept_manifest_lines(manifest.read_rows(src), plan), "manifest")
 
 
 def update_checksums(output: str, sums: dict[str, str | None]) -> None:
     """checksums.sha256 with each rewritten file's new sum, a deleted file's line gone (when the
     tree has the file: a tree written before checksums existed gets none)."""
-    fs, root = storage.filesystem(output)
-    checksums_path = posixpath.join(root, layout.CHECKSUMS_NAME)
-    if not sums or not fs.exists(checksums_path):
+    table = read_checksums(output) if sums else None
+    if table is None:
         return
-    table = manifest.parse_checksums(fs.cat_file(checksums_path).decode("utf-8"))
     for rel, digest in sums.items():
         if digest is None:
             table.pop(rel, None)
         else:
             table[rel] = digest
     tree.write_file(output, layout.CHECKSUMS_NAME, manifest.format_checksums(table).encode())
+
+
+def read_checksums(output: str) -> dict[str, str] | None:
+    """The tree's checksums.sha256, parsed; None when it has none (a tree written before checksums
+    existed). A ValueError naming the file and its line when a line is damaged."""
+    fs, root = storage.filesystem(output)
+    path = posixpath.join(root, layout.CHECKSUMS_NAME)
+    if not fs.exists(path):
+        return None
+    where = storage.join(output, layout.CHECKSUMS_NAME)
+    try:
+        text = storage.read_bytes(fs, path).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{where} is not UTF-8 ({e})") from None
+    return manifest.parse_checksums(text, where)
+
+
+def check_checksums(output: str) -> None:
+    """A removal ends by rewriting checksums.sha256: one that cannot be read stops it before it
+    begins (a ValueError naming the file and the line), not after the shards have changed."""
+    try:
+        read_checksums(output)
+    except ValueError as e:
+        raise ValueError(f"{e}: the tree's checksums are damaged; a bucketed re-run writes them again "
+                         "(pretokenize verify says what else is wrong)") from None
 
 
 def drop_emptied(output: str, plan: RemovalPlan) -> None:
@@ -645,7 +669,25 @@ def rewrite_description(output: str, stats: DatasetStats) -> None:
 def scan_tree_log(output: str) -> removal_names.LogHead | None:
     """The tree's removals.txt, read through once strictly as its audit log, holding no id: its id
     field and runs (None when it has none); a ValueError naming the line that is not a log line."""
-    return scan_log(storage.join(output, REMOVALS_NAME)) if _tree_log_exists(output) else None
+    url = storage.join(output, REMOVALS_NAME)
+    head = scan_log(url) if _tree_log_exists(output) else None
+    problem = removal_names.shortened_log_problem(url, head.entries if head else None, _stats_removal_ids(output))
+    if problem is not None:
+        raise ValueError(problem)
+    return head
+
+
+def _stats_removal_ids(output: str) -> int | None:
+    """The removal_list_ids of the tree's dataset_stats.txt; None without one, or one that does not
+    parse (the commands that need the stats say so themselves)."""
+    fs, root = storage.filesystem(output)
+    path = posixpath.join(root, layout.STATS_NAME)
+    try:
+        if not fs.exists(path):
+            return None
+        return DatasetStats.from_text(storage.read_bytes(fs, path).decode("utf-8")).removal_list_ids
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def _tree_log_exists(output: str) -> bool:

@@ -127,7 +127,7 @@ def scan_manifest(output: str, removed: Mapping[str, str] | None = None) -> Mani
     if not fs.exists(path):
         return ManifestScan(units, [f"{layout.MANIFEST_NAME}: missing"], 0)
     rows = 0
-    with fs.open(path, "rb") as f:
+    with storage.open_read(fs, path) as f:
         header = f.readline()
         if header.decode("utf-8", "replace").rstrip("\n") != manifest.MANIFEST_HEADER:
             problems.append(f"{layout.MANIFEST_NAME}: header is {header[:80]!r}")
@@ -179,7 +179,7 @@ def read_checksums(output: str) -> tuple[dict[str, str] | None, list[str]]:
     if not fs.exists(path):
         return None, [f"{layout.CHECKSUMS_NAME}: missing: the shards' contents cannot be checked"]
     try:
-        return manifest.parse_checksums(fs.cat_file(path).decode("utf-8")), []
+        return manifest.parse_checksums(storage.read_bytes(fs, path).decode("utf-8")), []
     except (ValueError, UnicodeDecodeError) as e:
         return None, [f"{layout.CHECKSUMS_NAME}: unreadable: {e}"]
 
@@ -198,7 +198,7 @@ def index_problems(output: str) -> list[str]:
     if not fs.exists(path):
         return [f"{name}: listed in the tree's record but missing"]
     digest = hashlib.sha256()
-    with fs.open(path, "rb") as f:
+    with storage.open_read(fs, path) as f:
         while block := f.read(1 << 20):
             digest.update(block)
 
@@ -283,7 +283,7 @@ def files_holding_ids(output: str, removed: Mapping[str, str], shards: set[str])
         pattern = in_counts if rel in FROM_COUNTS else everywhere
         if pattern is None:
             continue
-        with fs.open(path, "rb") as f:
+        with storage.open_read(fs, path) as f:
             tail = b""
             while chunk := f.read(SCAN_CHUNK):
                 m = pattern.search(tail + chunk)
@@ -319,7 +319,7 @@ def _saved_work_ids(fs, path: str, rel: str, removed: Mapping[str, str]) -> list
         return None
     from transforms.core.spill import refs_file_strings
 
-    with fs.open(path, "rb") as f:
+    with storage.open_read(fs, path) as f:
         data = f.read()
     try:
         held = {text for text in refs_file_strings(data) if text in removed}
@@ -347,7 +347,7 @@ def check_file(unit: FileUnit, config: VerifyConfig) -> Iterator[tuple[str, obje
     if name is None:
         return
     fs, root = storage.filesystem(config.output)
-    with fs.open(posixpath.join(root, layout.MANIFEST_NAME), "rb") as f:
+    with storage.open_read(fs, posixpath.join(root, layout.MANIFEST_NAME)) as f:
         f.seek(unit.manifest_start)
         text = f.read(unit.manifest_end - unit.manifest_start).decode("utf-8")
     rows = [manifest.parse_row(line) for line in text.splitlines() if line.strip()]
@@ -358,7 +358,7 @@ def check_file(unit: FileUnit, config: VerifyConfig) -> Iterator[tuple[str, obje
     expected = sum(n for _, _, n in rows)
     if size // dtype.itemsize != expected:
         yield "problem", f"{rel}: holds {size // dtype.itemsize} tokens, its manifest rows count {expected}"
-    with fs.open(posixpath.join(root, rel), "rb") as f:
+    with storage.open_read(fs, posixpath.join(root, rel)) as f:
         digest, tokens_seen = yield from _check_documents(f, rel, name.bucket, rows, config)
     if config.checksums is not None:
         want = config.checksums.get(rel)
