@@ -139,6 +139,12 @@ def _report_not_found(matches: Matches) -> None:
         print(f"  not found: {doc_id}", flush=True)
     if matches.missing > len(matches.sample):
         print(f"  ... and {matches.missing - len(matches.sample)} more", flush=True)
+    if matches.missing:
+        # remove records what it took out; an id the tree does not hold is not recorded, so a later
+        # run over other input, or with other filters, would store it: say so, and what keeps it out.
+        print(f"warning: {REMOVALS_NAME} records only the documents remove takes out: the {matches.missing} ids not "
+              "found are not recorded, and a bucketed run over other input or with other filters would store them; "
+              "give that run this list too (--removal-list)", flush=True)
 
 
 def build(pipeline: beam.Pipeline, options: RemoveSettings, plan: RemovalPlan):

@@ -310,6 +310,9 @@ def test_a_second_remove_of_the_same_ids_says_already_removed(removed_tree, tmp_
     printed = capsys.readouterr().out
     assert "3 ids, 0 found in the manifest, 2 already removed (removals.txt lists them), 1 not found" in printed
     assert "not found: never-stored" in printed and "not found: doc-03" not in printed
+    # A review found the id not found forgotten without a word: remove records only what it takes out.
+    assert ("warning: removals.txt records only the documents remove takes out: the 1 ids not found are not "
+            "recorded") in printed and "give that run this list too (--removal-list)" in printed
 
 
 # --- Defect 3: removal reaches the saved work of a killed run; verify scans every file ---------------------------
