@@ -44,7 +44,10 @@ class RemovalSources:
         from transforms.tools.surgery import load_journal, scan_tree_log
 
         pending = load_journal(output) if tree.read_record(output) is not None else None
-        tree_log = scan_tree_log(output)  # strictly, streamed: only its id field is needed here
+        # Strictly, streamed: only its id field is needed here. A missing or cut log stops the run,
+        # but one given a removal list, which records that list's ids again.
+        tree_log = scan_tree_log(output, repairing=storage.normalize(options.removal_list) if options.removal_list
+                                 else None)
         if tree_log is not None:
             check_id_field(tree_log.id_field or tree_id_field(_stats_text(output)),
                            storage.join(output, REMOVALS_NAME), options.id_field)

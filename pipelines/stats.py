@@ -327,19 +327,21 @@ def run(argv: list[str] | None = None) -> int:
 
 
 def _check_not_the_jobs(names: list[str], record: ownership.TreeRecord, tree_url: str) -> None:
-    """Each of ``names`` is a file at the tree's top, and none is one the job wrote (its shards,
-    manifest, stats, card, index) or one of the tool's own (the record, the lock, the temporary
-    directory): stats adds files beside the tree's, never replaces one, nor writes among the shards."""
+    """None of ``names`` is a file the job wrote (its shards, manifest, stats, card, index) or one
+    of the tool's own (the record, the lock, the temporary directory), nor lies in a directory of
+    theirs (a bucket, a split, megatron/): stats adds files, never replaces the tree's."""
     from shards.card import CARD_NAME
     from shards.index import INDEX_NAME
     from shards.provenance import STATS_JSON_NAME
 
     theirs = {layout.MANIFEST_NAME, layout.CHECKSUMS_NAME, layout.STATS_NAME, layout.REMOVALS_NAME, CARD_NAME,
-              STATS_JSON_NAME, INDEX_NAME, layout.RECORD_NAME, lock.LOCK_NAME, layout.TEMP_DIR_NAME}
+              STATS_JSON_NAME, INDEX_NAME, layout.RECORD_NAME, lock.LOCK_NAME, layout.TEMP_DIR_NAME,
+              *layout.BUCKET_NAMES, *SPLITS, "megatron"}
     for name in names:
-        if "/" in name or name in theirs or name in record.files:
+        top, nested = name.split("/", 1)[0], "/" in name
+        if name in record.files or (top in theirs and (nested or top not in layout.DERIVED_NAMES)):
             raise ValueError(f"{storage.join(tree_url, name)} is the tree's own place, where stats never writes; "
-                             "pass --table and --png names beside the tree's files, or outside it")
+                             "pass --table and --png names of other places, in the tree or outside it")
 
 
 def _write(tree_url: str, url: str, data: bytes) -> None:

@@ -148,7 +148,8 @@ def shortened_log_problem(where: str, entries: int | None, removal_list_ids: int
     found = "is missing" if entries is None else f"lists {entries:,} removed ids"
     return (f"{where} {found}, but the tree's stats say {removal_list_ids:,} ids were removed: the log was deleted "
             "or cut by hand, and the ids it no longer lists would be stored again; put the tree's whole "
-            f"{REMOVALS_NAME} back (from a copy of the tree), or write to a new output")
+            f"{REMOVALS_NAME} back (from a copy of the tree), or re-run bucketed with the --removal-list the tree "
+            "was written with, which records its ids again")
 
 
 def log_ids(url: str) -> Iterator[str]:

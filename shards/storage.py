@@ -210,9 +210,10 @@ def open_read(fs: fsspec.AbstractFileSystem, path: str, mode: str = "rb", **kwar
 
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise NotRegularFileError(f"{path} is not a regular file (a FIFO, a socket or a device), which "
-                                      "pretokenize never writes: remove it")
+        st_mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(st_mode):
+            raise NotRegularFileError(f"{path} is {_kind_of(st_mode)}, not a regular file, where pretokenize reads one "
+                                      "it wrote: move it away")
         os.set_blocking(fd, True)
         raw = io.FileIO(fd, "rb", closefd=True)
     except BaseException:
@@ -223,6 +224,16 @@ def open_read(fs: fsspec.AbstractFileSystem, path: str, mode: str = "rb", **kwar
         return buffered
     return io.TextIOWrapper(buffered, encoding=kwargs.pop("encoding", "utf-8"), errors=kwargs.pop("errors", None),
                             newline=kwargs.pop("newline", None))
+
+
+def _kind_of(mode: int) -> str:
+    import stat
+
+    for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device")):
+        if test(mode):
+            return kind
+    return "a special file"
 
 
 def read_bytes(fs: fsspec.AbstractFileSystem, path: str) -> bytes:

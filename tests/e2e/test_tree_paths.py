@@ -313,10 +313,10 @@ def test_stats_knows_the_tree_however_a_path_into_it_is_spelt(tree_copy, tmp_pat
         assert name in line and why in line
     assert snapshot(out) == inside
     # A new file there is written as the tree's (recorded, so that a re-run removes it), not beside it.
-    table = f"{spelt}/lengths.txt"
-    assert run_cli(capsys, ["stats", "--output", str(out), "--png", "none", "--table", table]).code == 0
+    for table in (f"{spelt}/lengths.txt", f"{spelt}/reports/lengths.txt"):  # a directory of the user's is fine
+        assert run_cli(capsys, ["stats", "--output", str(out), "--png", "none", "--table", table]).code == 0
     record = json.loads((out / layout.RECORD_NAME).read_text())
-    assert "lengths.txt" in json.dumps(record)
+    assert {"lengths.txt", "reports/lengths.txt"} <= set(record["derived"])
 
 
 def test_stats_through_an_alias_of_the_tree_waits_for_its_lock(tree_copy, tmp_path, capsys):

@@ -45,10 +45,10 @@ def fifo_at(out, name: str) -> None:
     os.mkfifo(out / name)
 
 
-def refused(result: subprocess.CompletedProcess, path) -> None:
+def refused(result: subprocess.CompletedProcess, path, kind: str = "a FIFO") -> None:
     assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
     last = [line for line in result.stderr.splitlines() if line.strip()][-1]
-    assert "Traceback" not in result.stderr and str(path) in last and "not a regular file" in last, last
+    assert "Traceback" not in result.stderr and f"{path} is {kind}, not a regular file" in last, last
 
 
 @pytest.mark.parametrize("name", [layout.RECORD_NAME, layout.STATS_NAME, layout.MANIFEST_NAME, layout.CHECKSUMS_NAME])
@@ -88,3 +88,26 @@ def test_remove_refuses_damaged_checksums_before_it_changes_anything(tree_copy, 
     assert f"{out / layout.CHECKSUMS_NAME} line 2: not a sha256sum line: 'garbage line'" in line
     assert "a bucketed re-run writes them again" in line
     assert snapshot(out) == before  # the shards, the manifest, the stats and the temporary directory alike
+
+
+def test_verify_counts_a_fifo_shard_as_a_problem(tree_copy, tmp_path):
+    out = tree_copy
+    with open(out / layout.MANIFEST_NAME, encoding="utf-8") as f:
+        rel = next(manifest.read_rows(f))[0]
+    fifo_at(out, rel)
+    result = run_apart(["verify", "--output", str(out), RUNNER], tmp_path)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert f"  {rel}: {out / rel} is a FIFO, not a regular file" in result.stdout
+
+
+def test_remove_names_a_directory_where_the_checksums_should_be(tree_copy, tmp_path):
+    out = tree_copy
+    flagged = tmp_path / "flagged.txt"
+    flagged.write_text(first_doc(out) + "\n")
+    os.remove(out / layout.CHECKSUMS_NAME)
+    os.mkdir(out / layout.CHECKSUMS_NAME)
+    before = snapshot(out)
+    result = run_apart(["remove", "--output", str(out), "--removal-list", str(flagged), RUNNER], tmp_path)
+    refused(result, out / layout.CHECKSUMS_NAME, "a directory")
+    assert "bucketed re-run writes them again" not in result.stderr
+    assert snapshot(out) == before

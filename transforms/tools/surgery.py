@@ -595,6 +595,8 @@ def check_checksums(output: str) -> None:
     begins (a ValueError naming the file and the line), not after the shards have changed."""
     try:
         read_checksums(output)
+    except storage.NotRegularFileError:
+        raise
     except ValueError as e:
         raise ValueError(f"{e}: the tree's checksums are damaged; a bucketed re-run writes them again "
                          "(pretokenize verify says what else is wrong)") from None
@@ -666,14 +668,20 @@ def rewrite_description(output: str, stats: DatasetStats) -> None:
         write_description(output, "bucketed", description_files(bucketed_document(provenance, stats)))
 
 
-def scan_tree_log(output: str) -> removal_names.LogHead | None:
+def scan_tree_log(output: str, repairing: str | None = None) -> removal_names.LogHead | None:
     """The tree's removals.txt, read through once strictly as its audit log, holding no id: its id
-    field and runs (None when it has none); a ValueError naming the line that is not a log line."""
+    field and runs (None when it has none); a ValueError naming the line that is not a log line,
+    or saying that the log is missing or shorter than the stats' count of removed ids. That last
+    is only a warning for a bucketed run given a removal list (``repairing``: the list), which
+    records the list's ids again (a tree written before runs logged their lists has no log)."""
     url = storage.join(output, REMOVALS_NAME)
     head = scan_log(url) if _tree_log_exists(output) else None
     problem = removal_names.shortened_log_problem(url, head.entries if head else None, _stats_removal_ids(output))
-    if problem is not None:
+    if problem is not None and repairing is None:
         raise ValueError(problem)
+    if problem is not None:
+        log.warning("%s; this run keeps out and records the ids of --removal-list %s and of the log as it is",
+                    problem, repairing)
     return head
 
 

@@ -358,7 +358,12 @@ def check_file(unit: FileUnit, config: VerifyConfig) -> Iterator[tuple[str, obje
     expected = sum(n for _, _, n in rows)
     if size // dtype.itemsize != expected:
         yield "problem", f"{rel}: holds {size // dtype.itemsize} tokens, its manifest rows count {expected}"
-    with storage.open_read(fs, posixpath.join(root, rel)) as f:
+    try:
+        f = storage.open_read(fs, posixpath.join(root, rel))
+    except storage.NotRegularFileError as e:
+        yield "problem", f"{rel}: {e}"
+        return
+    with f:
         digest, tokens_seen = yield from _check_documents(f, rel, name.bucket, rows, config)
     if config.checksums is not None:
         want = config.checksums.get(rel)
