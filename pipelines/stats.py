@@ -338,8 +338,7 @@ def _check_not_the_jobs(names: list[str], record: ownership.TreeRecord, tree_url
               STATS_JSON_NAME, INDEX_NAME, layout.RECORD_NAME, lock.LOCK_NAME, layout.TEMP_DIR_NAME,
               *layout.BUCKET_NAMES, *SPLITS, "megatron"}
     for name in names:
-        top, nested = name.split("/", 1)[0], "/" in name
-        if name in record.files or (top in theirs and (nested or top not in layout.DERIVED_NAMES)):
+        if name in record.files or name.split("/", 1)[0] in theirs:
             raise ValueError(f"{storage.join(tree_url, name)} is the tree's own place, where stats never writes; "
                              "pass --table and --png names of other places, in the tree or outside it")
 

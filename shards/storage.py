@@ -195,13 +195,13 @@ def has_directories(fs: fsspec.AbstractFileSystem) -> bool:
 
 
 class NotRegularFileError(ValueError):
-    """A local path the tool reads is a FIFO, a socket or a device: the tool writes none, and
-    opening one could wait for a writer forever."""
+    """A local path the tool reads is not a regular file (a directory, a FIFO, a socket, a device):
+    the tool writes none there, and opening a FIFO could wait for a writer forever."""
 
 
 def open_read(fs: fsspec.AbstractFileSystem, path: str, mode: str = "rb", **kwargs):
     """``fs.open(path, mode)`` for reading; on a local disk, a path that is not a regular file
-    (a FIFO, a socket, a device) raises NotRegularFileError, naming it, without waiting: it is
+    (a directory, a FIFO, a socket, a device) raises NotRegularFileError, naming it, without waiting: it is
     opened non-blocking and checked before a byte is read (a link is followed to what it names)."""
     if not isinstance(fs, LocalFileSystem):
         return fs.open(path, mode, **kwargs)

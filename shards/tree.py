@@ -623,11 +623,11 @@ def name_in(path_url: str, tree_url: str) -> str | None:
     is then the tree's to refuse), else its place once both are resolved (a local path only)."""
     for a, b in ((storage.normalize(path_url), storage.normalize(tree_url)),
                  (storage.resolved(path_url), storage.resolved(tree_url))):
-        a, b = a.rstrip("/") or "/", b.rstrip("/") or "/"
-        if a == b:
+        a, prefix = a.rstrip("/"), b.rstrip("/") + "/"
+        if a + "/" == prefix:
             return "."
-        if a.startswith(b.rstrip("/") + "/"):
-            return a[len(b.rstrip("/")) + 1:]
+        if a.startswith(prefix):
+            return a[len(prefix):]
     return None
 
 
