@@ -37,9 +37,9 @@ JOB_NAME=${JOB_NAME:-pretokenize-$JOB-$(date -u +%Y%m%d-%H%M%S)}
 MACHINE_TYPE=${MACHINE_TYPE:-n2-standard-8}
 NUM_WORKERS=${NUM_WORKERS:-4}     # SIZING.md: the first row (7.4 vCPU-hours on 32 vCPUs, about 14 minutes of processing at 50 % efficiency)
 MAX_WORKERS=${MAX_WORKERS:-16}    # room for autoscaling if the real efficiency is lower
-# Tokens never touch the workers' disks (spill and staging files are on GCS), and the shuffle is of
-# only pointers to per-batch references through Dataflow Shuffle: the boot disk only holds the images.
-DISK_GB=${DISK_GB:-50}
+# The boot disk: the OS, the SDK image, the installs, and the write stage's scratch (at most 8 SDK
+# processes x one group of the largest bucket); SIZING.md, "Disk", has the arithmetic.
+DISK_GB=${DISK_GB:-250}
 WORKER_IMAGE=${WORKER_IMAGE:-}        # optional: deploy/worker.Dockerfile, pushed to Artifact Registry
 # The template image goes to an Artifact Registry Docker repository; build-template creates it
 # when it is missing (Cloud Build cannot push to a repository that does not exist).
@@ -48,6 +48,10 @@ TEMPLATE_IMAGE=${TEMPLATE_IMAGE:-$REGION-docker.pkg.dev/$PROJECT/$REPOSITORY/pre
 TEMPLATE_SPEC=${TEMPLATE_SPEC:-gs://$BUCKET/templates/pretokenize.json}
 
 EXTRA_FLAGS=${EXTRA_FLAGS:-}
+# The dataset card's licence and source (FinePDFs-Edu's card: ODC-By v1.0, HuggingFaceFW/finepdfs-edu);
+# without them the card of a gs:// input says `license: unknown`. The bucketed job only: the
+# scaffold job's input is whatever INPUT names.
+FINEPDFS_CARD_FLAGS=(--license odc-by --source-dataset HuggingFaceFW/finepdfs-edu)
 EXTRA_PARAMETERS=${EXTRA_PARAMETERS:-}
 
 cd "$(dirname "$0")/../.."
@@ -88,11 +92,15 @@ fi
 
 case "${1:-}" in
   direct)
-    # --setup_file: the workers install this package from the sdist Beam builds of it.
+    # --setup_file: the workers install this package from the sdist Beam builds of it, with its base
+    # dependencies only (pip installs no extra of it); --requirements_file adds what the workers
+    # need beyond those (gcsfs, for gs://), fetched by each worker from PyPI as it fetches the
+    # package's dependencies (--requirements_cache=skip: the launcher downloads nothing to stage).
     # --no_save_main_session: the code is in the package, nothing is needed from __main__.
     # The command waits for the job and prints its summary, as it does on a laptop.
     if [[ "$JOB" == bucketed ]]; then
-      job_flags=(--language eng_Latn --lid-threshold 0.90 --partitions 32 --max-shard-bytes 1.5e9)
+      job_flags=(--language eng_Latn --lid-threshold 0.90 --partitions 32 --max-shard-bytes 1.5e9
+                 "${FINEPDFS_CARD_FLAGS[@]}")
     else
       job_flags=()
     fi
@@ -118,6 +126,8 @@ case "${1:-}" in
       "${job_flags[@]}" $EXTRA_FLAGS \
       --job_name="$JOB_NAME" \
       --setup_file=./setup.py \
+      --requirements_file=deploy/dataflow/requirements.txt \
+      --requirements_cache=skip \
       --no_save_main_session \
       "${beam_flags[@]}"
     ;;
@@ -137,13 +147,14 @@ EOF
       --metadata-file=deploy/dataflow/metadata.json
     ;;
   run-template)
-    # Machine type and worker counts go through gcloud's flags; the job's own flags are template
-    # parameters (metadata.json). The boot disk is Dataflow's default, which is enough here.
+    # Machine type, worker counts and the boot disk go through gcloud's flags; the job's own flags
+    # are template parameters (metadata.json).
     # The launcher returns once the job is submitted (deploy/dataflow/main.py); follow the job in
     # the console, and see dataset_stats.txt appear in OUTPUT when it has finished.
     params="job=$JOB,input=$INPUT,output=$OUTPUT"
     if [[ "$JOB" == bucketed ]]; then
-      params+=",language=eng_Latn,lid_threshold=0.90,partitions=32"
+      params+=",language=eng_Latn,lid_threshold=0.90,partitions=32,license=odc-by"
+      params+=",source_dataset=HuggingFaceFW/finepdfs-edu"
     fi
     if [[ -n "$EXTRA_PARAMETERS" ]]; then
       params+=",$EXTRA_PARAMETERS"
@@ -160,6 +171,7 @@ EOF
       --worker-machine-type="$MACHINE_TYPE" \
       --num-workers="$NUM_WORKERS" \
       --max-workers="$MAX_WORKERS" \
+      --additional-pipeline-options="disk_size_gb=$DISK_GB" \
       --parameters="$params"
     ;;
 esac

@@ -12,12 +12,16 @@ What differs from the ``pretokenize`` command:
 - a template passes a boolean parameter as ``--annotate=true`` or ``--annotate=false``, which the
   job's own on/off flags are given as ``--annotate`` or left out;
 - the runner is Dataflow unless a ``--runner`` is given (Beam's default would run the whole job
-  inside the launcher).
+  inside the launcher);
+- the workers install ``requirements.txt`` beside this file (gcsfs, for gs://) unless a
+  ``--requirements_file`` is given: the launcher passes ``--setup_file``, whose sdist brings the
+  package's base dependencies only (launch.sh direct passes the same file).
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 from pipelines import cli
@@ -25,6 +29,9 @@ from transforms.core.records import UsageError
 
 TEMPLATE_JOBS = cli.SUBMITTABLE  # a template's launcher must not wait for its job
 _TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no", "")
+# What the workers install besides the package; they fetch it from PyPI as they fetch the
+# package's own dependencies, so the launcher downloads nothing to stage (--requirements_cache=skip).
+WORKER_REQUIREMENTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "requirements.txt")
 
 
 def job_argv(argv: list[str]) -> list[str]:
@@ -49,9 +56,15 @@ def job_argv(argv: list[str]) -> list[str]:
                 raise UsageError(f"{arg}: a boolean parameter is true or false")
             continue
         flags.append(arg)
-    if not any(arg == "--runner" or arg.startswith("--runner=") for arg in flags):
+    if not _given(flags, "--runner"):
         flags.append("--runner=DataflowRunner")
+    if not _given(flags, "--requirements_file"):
+        flags += [f"--requirements_file={WORKER_REQUIREMENTS}", "--requirements_cache=skip"]
     return [job, *flags]
+
+
+def _given(flags: list[str], name: str) -> bool:
+    return any(arg == name or arg.startswith(f"{name}=") for arg in flags)
 
 
 def _switches(job: str) -> set[str]:

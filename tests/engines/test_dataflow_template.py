@@ -147,10 +147,12 @@ def test_the_command_still_waits_and_prints_the_summary(tmp_path, monkeypatch, c
 
 def test_the_template_turns_boolean_parameters_into_switches_and_defaults_to_dataflow():
     job_argv = template_main().job_argv
+    workers = [f"--requirements_file={DEPLOY / 'requirements.txt'}", "--requirements_cache=skip"]
     assert job_argv(["--job=scaffold", "--annotate=true", "--input=a"]) == [
-        "scaffold", "--annotate", "--input=a", "--runner=DataflowRunner"]
-    assert job_argv(["--job=scaffold", "--annotate=false", "--input=a", "--runner=DirectRunner"]) == [
-        "scaffold", "--input=a", "--runner=DirectRunner"]
+        "scaffold", "--annotate", "--input=a", "--runner=DataflowRunner", *workers]
+    assert job_argv(["--job=scaffold", "--annotate=false", "--input=a", "--runner=DirectRunner",
+                     "--requirements_file=mine.txt"]) == [
+        "scaffold", "--input=a", "--runner=DirectRunner", "--requirements_file=mine.txt"]
     assert job_argv(["--input=a"])[0] == "bucketed"
     with pytest.raises(UsageError, match="--annotate=maybe: a boolean parameter is true or false"):
         job_argv(["--job=scaffold", "--annotate=maybe"])
@@ -308,7 +310,7 @@ def test_run_template_and_direct_launch_either_job(fake_cloud):
     (run,) = calls
     assert ("--parameters=job=bucketed,input=gs://my-bucket/finepdfs-edu/eng_Latn/*.parquet,"
             "output=gs://my-bucket/pretokenized/finepdfs-edu-jet-nemotron,language=eng_Latn,lid_threshold=0.90,"
-            "partitions=32") in run
+            "partitions=32,license=odc-by,source_dataset=HuggingFaceFW/finepdfs-edu") in run
 
     done, calls = fake_cloud("run-template", JOB="scaffold", INPUT="gs://b/in/*.jsonl", OUTPUT="gs://b/out",
                              EXTRA_PARAMETERS="long_docs=chunk")
@@ -319,7 +321,9 @@ def test_run_template_and_direct_launch_either_job(fake_cloud):
                              EXTRA_FLAGS="--long-docs chunk")
     (run,) = calls
     assert run.startswith("pretokenize scaffold --input gs://b/in/*.jsonl --output gs://b/out --long-docs chunk "
-                          "--job_name=job-1 --setup_file=./setup.py --no_save_main_session --runner=DataflowRunner")
+                          "--job_name=job-1 --setup_file=./setup.py "
+                          "--requirements_file=deploy/dataflow/requirements.txt --requirements_cache=skip "
+                          "--no_save_main_session --runner=DataflowRunner")
 
     done, calls = fake_cloud("direct", JOB="verify")
     assert done.returncode == 2 and calls == [] and "JOB=verify: bucketed or scaffold" in done.stderr
