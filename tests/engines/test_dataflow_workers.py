@@ -1,5 +1,6 @@
 """What a Dataflow worker gets from `deploy/dataflow/launch.sh direct`, installed as the worker
-installs it, reading and writing gs:// through it.
+installs it, reading and writing gs:// through it; the Flex Template's workers get the same
+requirements file; and launch.sh's card flags and disk size.
 
 The launch's own arguments (launch.sh run with a `pretokenize` that records them) go through the
 job's parser, then through the call DataflowRunner makes to build the workers' environment
@@ -178,3 +179,16 @@ def test_launch_sh_uses_the_disk_size_sizing_md_justifies(tmp_path):
     assert f"--disk_size_gb={sizing[1]}" in launch_argv(tmp_path)
     assert f'DISK_GB=${{DISK_GB:-{sizing[1]}}}' in (DEPLOY / "launch.sh").read_text()
     assert '--additional-pipeline-options="disk_size_gb=$DISK_GB"' in (DEPLOY / "launch.sh").read_text()
+
+
+def test_the_template_stages_the_same_requirements_for_its_workers(tmp_path):
+    """The Flex Template's launcher runs main.py with --setup_file (FLEX_TEMPLATE_PYTHON_SETUP_FILE):
+    its workers get the same requirements file as launch.sh's, beside the same sdist."""
+    from test_dataflow_template import template_main
+
+    launcher_flags = ["--input=gs://b/in/*.parquet", "--output=gs://b/out", f"--setup_file={REPO / 'setup.py'}",
+                      "--project=p", "--region=us-central1", "--temp_location=gs://b/tmp"]
+    argv = template_main().job_argv(launcher_flags)
+    names = staged_for_workers(argv, tmp_path / "build", tmp_path / "staged")
+    assert {"requirements.txt", "workflow.tar.gz"} <= set(names), names
+    assert (tmp_path / "staged" / "requirements.txt").read_bytes() == (DEPLOY / "requirements.txt").read_bytes()
