@@ -11,12 +11,13 @@
 # JOB=scaffold runs the scaffold job instead (INPUT and OUTPUT required). More job flags go in
 # EXTRA_FLAGS for direct ('--long-docs chunk'), EXTRA_PARAMETERS for run-template ('long_docs=chunk').
 # The input must already be on GCS (copy the parquet files of FinePDFs-Edu's eng_Latn
-# configuration there first).
+# configuration there first). The dataset card's licence and source: LICENSE and SOURCE_DATASET,
+# FinePDFs-Edu's (odc-by, HuggingFaceFW/finepdfs-edu) when INPUT is the default, else none.
 set -euo pipefail
 
 case "${1:-}" in
   direct|build-template|run-template) ;;
-  *) sed -n '2,14p' "$0"; exit 2 ;;
+  *) sed -n '2,15p' "$0"; exit 2 ;;
 esac
 : "${PROJECT:?set PROJECT to the GCP project id}"
 : "${BUCKET:?set BUCKET to a GCS bucket name (no gs://) in REGION}"
@@ -27,9 +28,17 @@ case "$JOB" in
   *) echo "JOB=$JOB: bucketed or scaffold" >&2; exit 2 ;;
 esac
 if [[ "$JOB" == bucketed ]]; then
-  INPUT=${INPUT:-gs://$BUCKET/finepdfs-edu/eng_Latn/*.parquet}
+  if [[ -z "${INPUT:-}" ]]; then
+    # FinePDFs-Edu, whose card gives the licence (ODC-By v1.0) and the source; another INPUT says
+    # its own, or its card says `license: unknown` and no source.
+    INPUT=gs://$BUCKET/finepdfs-edu/eng_Latn/*.parquet
+    LICENSE=${LICENSE-odc-by}
+    SOURCE_DATASET=${SOURCE_DATASET-HuggingFaceFW/finepdfs-edu}
+  fi
   OUTPUT=${OUTPUT:-gs://$BUCKET/pretokenized/finepdfs-edu-jet-nemotron}
 fi
+LICENSE=${LICENSE:-}
+SOURCE_DATASET=${SOURCE_DATASET:-}
 : "${INPUT:?set INPUT to the documents on GCS (a glob, file or directory)}"
 : "${OUTPUT:?set OUTPUT to a gs:// directory}"
 JOB_NAME=${JOB_NAME:-pretokenize-$JOB-$(date -u +%Y%m%d-%H%M%S)}
@@ -48,11 +57,15 @@ TEMPLATE_IMAGE=${TEMPLATE_IMAGE:-$REGION-docker.pkg.dev/$PROJECT/$REPOSITORY/pre
 TEMPLATE_SPEC=${TEMPLATE_SPEC:-gs://$BUCKET/templates/pretokenize.json}
 
 EXTRA_FLAGS=${EXTRA_FLAGS:-}
-# The dataset card's licence and source (FinePDFs-Edu's card: ODC-By v1.0, HuggingFaceFW/finepdfs-edu);
-# without them the card of a gs:// input says `license: unknown`. The bucketed job only: the
-# scaffold job's input is whatever INPUT names.
-FINEPDFS_CARD_FLAGS=(--license odc-by --source-dataset HuggingFaceFW/finepdfs-edu)
 EXTRA_PARAMETERS=${EXTRA_PARAMETERS:-}
+# The card's flags (direct) and parameters (run-template), for either job.
+card_flags=() card_params=""
+if [[ -n "$LICENSE" ]]; then
+  card_flags+=(--license "$LICENSE") card_params+=",license=$LICENSE"
+fi
+if [[ -n "$SOURCE_DATASET" ]]; then
+  card_flags+=(--source-dataset "$SOURCE_DATASET") card_params+=",source_dataset=$SOURCE_DATASET"
+fi
 
 cd "$(dirname "$0")/../.."
 
@@ -99,8 +112,7 @@ case "${1:-}" in
     # --no_save_main_session: the code is in the package, nothing is needed from __main__.
     # The command waits for the job and prints its summary, as it does on a laptop.
     if [[ "$JOB" == bucketed ]]; then
-      job_flags=(--language eng_Latn --lid-threshold 0.90 --partitions 32 --max-shard-bytes 1.5e9
-                 "${FINEPDFS_CARD_FLAGS[@]}")
+      job_flags=(--language eng_Latn --lid-threshold 0.90 --partitions 32 --max-shard-bytes 1.5e9)
     else
       job_flags=()
     fi
@@ -123,7 +135,7 @@ case "${1:-}" in
     exec "$tool" "$JOB" \
       --input "$INPUT" \
       --output "$OUTPUT" \
-      "${job_flags[@]}" $EXTRA_FLAGS \
+      "${job_flags[@]}" "${card_flags[@]}" $EXTRA_FLAGS \
       --job_name="$JOB_NAME" \
       --setup_file=./setup.py \
       --requirements_file=deploy/dataflow/requirements.txt \
@@ -153,9 +165,9 @@ EOF
     # the console, and see dataset_stats.txt appear in OUTPUT when it has finished.
     params="job=$JOB,input=$INPUT,output=$OUTPUT"
     if [[ "$JOB" == bucketed ]]; then
-      params+=",language=eng_Latn,lid_threshold=0.90,partitions=32,license=odc-by"
-      params+=",source_dataset=HuggingFaceFW/finepdfs-edu"
+      params+=",language=eng_Latn,lid_threshold=0.90,partitions=32"
     fi
+    params+="$card_params"
     if [[ -n "$EXTRA_PARAMETERS" ]]; then
       params+=",$EXTRA_PARAMETERS"
     fi

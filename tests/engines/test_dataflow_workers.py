@@ -37,15 +37,15 @@ from pipelines import bucketed
 DEPLOY = REPO / "deploy" / "dataflow"
 
 
-def launch_argv(tmp_path: Path) -> list[str]:
+def launch_argv(tmp_path: Path, **settings: str) -> list[str]:
     """The arguments `launch.sh direct` gives `pretokenize`, each as it is (not split on spaces)."""
     bin_dir, record = tmp_path / "bin", tmp_path / "argv"
-    bin_dir.mkdir()
+    bin_dir.mkdir(exist_ok=True)
     tool = bin_dir / "pretokenize"
     tool.write_text(f"#!/usr/bin/env bash\nprintf '%s\\0' \"$@\" > '{record}'\n")
     tool.chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PROJECT": "my-project", "BUCKET": "my-bucket",
-           "JOB_NAME": "job-1"}
+           "JOB_NAME": "job-1", **settings}
     done = subprocess.run(["bash", str(DEPLOY / "launch.sh"), "direct"], env=env, capture_output=True, text=True,
                           check=False)
     assert done.returncode == 0, done.stderr
@@ -169,6 +169,17 @@ def test_launch_sh_gives_the_card_finepdfs_edus_licence_and_source(tmp_path):
     settings, _ = bucketed.parse_args(argv[1:])
     assert card_metadata(settings, settings.input) == {
         "license": "odc-by", "source_datasets": ["HuggingFaceFW/finepdfs-edu"], "language": ["eng"]}
+
+
+def test_launch_sh_gives_another_input_no_licence_unless_told(tmp_path):
+    """FinePDFs-Edu's licence goes with FinePDFs-Edu: another INPUT gets the card's own default
+    (unknown), or what LICENSE and SOURCE_DATASET say, for either job."""
+    other = launch_argv(tmp_path, INPUT="gs://b/mine/*.parquet")
+    assert "--license" not in other and "--source-dataset" not in other, other
+    told = launch_argv(tmp_path, JOB="scaffold", INPUT="gs://b/mine/*.jsonl", OUTPUT="gs://b/out",
+                       LICENSE="cc-by-4.0", SOURCE_DATASET="me/mine")
+    assert told[0] == "scaffold"
+    assert told[told.index("--license") + 1] == "cc-by-4.0" and told[told.index("--source-dataset") + 1] == "me/mine"
 
 
 def test_launch_sh_uses_the_disk_size_sizing_md_justifies(tmp_path):
