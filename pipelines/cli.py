@@ -25,7 +25,7 @@ from transforms.core.records import BadInputError, UsageError  # noqa: E402
 JOBS = {
     "bucketed": ("pipelines.bucketed", "documents to length-bucketed token shards (FinePDFs-Edu layout)"),
     "scaffold": ("pipelines.scaffold", "documents to countdown-token shards in llm.c's format (train/, val/)"),
-    "decode": ("pipelines.decode", "print llm.c scaffold shards back as text (with or without <ff_N>)"),
+    "decode": ("pipelines.decode", "print a bucketed tree's documents, or llm.c scaffold shards, back as text"),
     "remove": ("pipelines.remove", "take flagged ids out of a bucketed output, rewriting only their shards"),
     "verify": ("pipelines.verify", "check an output tree against its format (and its source with --input)"),
     "export": ("pipelines.export", "zero-copy indexes for other trainers: export megatron (.idx and .bin link)"),

@@ -290,7 +290,10 @@ def run(argv: list[str] | None = None) -> int:
         return 2
     per_bucket = bucket_lengths(tree, options.split, options.val_fraction)
     text = table(per_bucket)
-    heading = f"# document lengths of {tree.url} (split {options.split}"
+    # The table and the picture may ship with the dataset: they name the tree by its own name, never
+    # by where it lies on this machine.
+    name = tree_name(tree.url)
+    heading = f"# document lengths of {name} (split {options.split}"
     heading += f", val_fraction {options.val_fraction})\n" if options.val_fraction else ")\n"
     # Files written inside the tree are listed in its ownership record first, so the next run of a
     # job deletes exactly these (shards/tree.py); a tree without a record gets nothing written in it.
@@ -321,9 +324,14 @@ def run(argv: list[str] | None = None) -> int:
         print(heading + text, end="", flush=True)
     print(f"table: {table_url}", file=where, flush=True)
     if png_url is not None:
-        _write(tree.url, png_url, draw(per_bucket, tree.url, options.bins))
+        _write(tree.url, png_url, draw(per_bucket, name, options.bins))
         print(f"histogram: {png_url}", file=where, flush=True)
     return 0
+
+
+def tree_name(url: str) -> str:
+    """The tree's own name (the last part of its path or URL), as the files written about it say it."""
+    return url.rstrip("/").rsplit("/", 1)[-1] or url
 
 
 def _check_not_the_jobs(names: list[str], record: ownership.TreeRecord, tree_url: str) -> None:
