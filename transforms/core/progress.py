@@ -244,6 +244,9 @@ _WORKER_MESSAGE = re.compile(r'\bmessage: "((?:[^"\\]|\\.)*)"')
 _WORKER_LOCATION = re.compile(r'\blog_location: "((?:[^"\\]|\\.)*)"')
 _OUR_PACKAGES = ("/transforms/", "/pipelines/", "/shards/")
 _HELD = {"progress": False}  # hold_worker_progress
+# What each worker logs again of what the launcher has said once already: the tokenizer's probe
+# (a worker whose tokenizer disagrees raises; its agreeing is not news).
+_SAID_BY_THE_LAUNCHER = ("/transforms/tokenizers/load.py",)
 
 
 def hold_worker_progress(hold: bool) -> None:
@@ -262,6 +265,8 @@ class _WorkerRecords(logging.Filter):
             return record.levelno >= logging.WARNING
         message, location = _WORKER_MESSAGE.search(text), _WORKER_LOCATION.search(text)
         if message is None or location is None or not any(p in location.group(1) for p in _OUR_PACKAGES):
+            return False
+        if record.levelno <= logging.INFO and any(p in location.group(1) for p in _SAID_BY_THE_LAUNCHER):
             return False
         if _HELD["progress"] and "/transforms/core/progress.py" in location.group(1):
             return False
