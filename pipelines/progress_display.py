@@ -28,6 +28,40 @@ from transforms.core.progress import Stage, announced_stages, read_shared, share
 log = logging.getLogger("pretokenize.progress")
 
 REDRAW_SECONDS = 0.1
+# Until a stage after the first has begun, its time is guessed as this share of the first stage's:
+# writing the shards of the bench corpus took about a third of the time reading and tokenizing took
+# (issue 37: reading is about 75% of a bucketed run). Corrected by the stage's own rate once it runs.
+LATER_STAGE_SHARE = 1 / 3
+
+
+def job_seconds_left(figures: list[tuple[int, int | None]], elapsed: list[float | None]) -> float | None:
+    """The seconds left to the end of the whole job, from each stage's (done, total) and the
+    seconds since it began (None: not begun); None while nothing is known to go by.
+
+    A stage under way takes the rest of its work at its rate so far; one not begun, the first
+    stage's whole time (measured, or estimated at its rate) times LATER_STAGE_SHARE. A pure
+    function of what the display read, so each redraw corrects it."""
+    first = _stage_seconds(figures[0], elapsed[0]) if figures else None
+    left = 0.0
+    for (done, total), since in zip(figures, elapsed, strict=True):
+        if total is not None and done >= total:
+            continue  # ended
+        if since is not None and done and total:
+            left += since * (total - done) / done
+        elif first is not None:
+            left += first * LATER_STAGE_SHARE
+        else:
+            return None
+    return left
+
+
+def _stage_seconds(figure: tuple[int, int | None], since: float | None) -> float | None:
+    """The whole time of a stage at its rate so far (its elapsed time once it has ended)."""
+    done, total = figure
+    if since is None or not done or not total:
+        return None
+    return since * max(total, done) / done
+
 
 
 def stage_figures(shared_dir: str, stages: list[Stage]) -> list[tuple[int, int | None]]:
@@ -131,13 +165,30 @@ class JobDisplay:
                 bar.n = done  # the rate is the average since the stage began (smoothing=0): the ETA at the rate so far
                 if i == last and total is not None and done >= total:
                     bar.set_postfix_str(self.ending[1] if finished else self.ending[0], refresh=False)
+                elif ended:
+                    bar.set_postfix_str("", refresh=False)  # the job's ETA is said on the bar of the stage under way
                 bar.refresh()  # an ended stage is drawn a last time, then left as it is
             elif total is not None or done:
                 self._lines.append(self._line(self._stages[i], done, total, now - self._started[i]))
             self._ended[i] = ended
+        left = None if finished else self._job_left(figures, now)
+        if self.bars and left is not None:
+            active = next((i for i, ended in enumerate(self._ended) if not ended), None)
+            done, total = figures[active] if active is not None else (0, None)
+            if active is not None and self._started[active] is not None and (total is None or done < total):
+                self._tqdm[active].set_postfix_str(f"job ETA {progress.format_duration(left)}")
         if not self.bars and self._lines:
-            log.info("progress: %s%s", "; ".join(self._lines), f" ({self.ending[1]})" if finished else "")
+            to_end = "" if left is None else f"; job ETA {progress.format_duration(left)}"
+            log.info("progress: %s%s%s", "; ".join(self._lines), to_end, f" ({self.ending[1]})" if finished else "")
             self._lines = []
+
+    def _job_left(self, figures: list[tuple[int, int | None]], now: float) -> float | None:
+        """The seconds to the end of the job (job_seconds_left); a stage's time runs from when the
+        one before it ended."""
+        ends = [*self._started[1:], None]
+        elapsed = [None if start is None else (end if end is not None and self._ended[i] else now) - start
+                   for i, (start, end) in enumerate(zip(self._started, ends, strict=True))]
+        return job_seconds_left(figures, elapsed)
 
     @staticmethod
     def _line(stage: Stage, done: int, total: int | None, since: float) -> str:
