@@ -35,6 +35,7 @@ def run_job(
     summary_table: Callable[[Any, str, float], str],
     plan: Callable[[Any], str] | None = None,
     wait: bool = True,
+    say_summary: bool = True,
 ):
     """Parse, run, then print the summary of the stats the job published; returns the stats.
 
@@ -44,6 +45,7 @@ def run_job(
     whether the previous output is intact. Without ``wait`` (a Flex Template's launcher) it
     returns None once the runner has the job, and prints where its finished output will appear.
     With ``--plan``, ``plan(settings)`` is printed instead, and nothing runs (pipelines/plan.py).
+    ``say_summary``: False to print no summary (the Python API returns the stats instead).
     """
     start = time.monotonic()
     run_id = new_run_id()
@@ -75,7 +77,8 @@ def run_job(
     remove_progress(pipeline_options, run_id)
     seconds = time.monotonic() - start
     stats = read_stats(options.output)
-    print(summary_table(stats, storage.normalize(options.output), seconds), flush=True)
+    if say_summary:
+        print(summary_table(stats, storage.normalize(options.output), seconds), flush=True)
     return stats
 
 
