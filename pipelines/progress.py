@@ -34,9 +34,14 @@ def announce_write_stages(progress_dir: str | None, units, done: set[int], encod
     from transforms.core.progress import Stage, announce_stages
     from transforms.inputs.units import planned_work
 
-    planned = planned_work([u for i, u in enumerate(units) if i not in done])
+    todo = [u for i, u in enumerate(units) if i not in done]
+    planned = planned_work(todo)
+    # The ETA goes by the text bytes read when every unit's are known (parquet): units are worked
+    # largest first, so the rows of the first take longer than the rest's.
+    text_bytes = sum(u.text_bytes for u in todo) if todo and all(u.text_bytes >= 0 for u in todo) else None
+    work = {"work_keys": ("bytes",), "work_total": text_bytes} if text_bytes and planned.what == "rows" else {}
     announce_stages(progress_dir, [
-        Stage(f"read and {encoding}", "read", planned.keys, planned.what, total=planned.total),
+        Stage(f"read and {encoding}", "read", planned.keys, planned.what, total=planned.total, **work),
         Stage("write", "write", ("tokens",), "tokens", total_step=encode_step, total_keys=("tokens",)),
     ])
 

@@ -29,12 +29,12 @@ def test_a_finished_job_has_nothing_left():
     assert job_seconds_left([(1000, 1000), (10_000, 10_000)], [40.0, 12.0]) == 0.0
 
 
-@pytest.mark.parametrize("write_seconds", [10.0, 20.0, 30.0])
+@pytest.mark.parametrize("write_seconds", [6.0, 10.0, 20.0, 27.0])
 def test_the_eta_at_half_the_run_is_within_30_percent(write_seconds):
     """A run that reads 1,000 rows in 60 s then writes 10,000 tokens in ``write_seconds``, each at a
     steady rate: at half the run the ETA is within 30% of the time really left, for writing that
-    takes from a sixth to a half of the time reading does (the guess before writing begins is a
-    third); once writing runs, its own rate."""
+    takes from a tenth to 45% of the time reading does (the guess before writing begins is a
+    quarter); once writing runs, its own rate."""
     read_seconds = 60.0
     run = read_seconds + write_seconds
     for t in (0.5 * run, read_seconds + 0.5 * write_seconds):
@@ -45,3 +45,21 @@ def test_the_eta_at_half_the_run_is_within_30_percent(write_seconds):
             figures, elapsed = [(1000, 1000), (int(10_000 * w / write_seconds), 10_000)], [read_seconds, w]
         left = job_seconds_left(figures, elapsed)
         assert abs(left - (run - t)) <= 0.3 * (run - t), (t, left, run - t)
+
+
+def test_the_eta_goes_by_the_bytes_read_where_the_stage_says(tmp_path):
+    """Units are worked largest first: the first rows take longer than the rest, so the ETA goes by
+    the text bytes read, out of those planned (Stage.work_keys), while the bar counts rows."""
+    from pipelines.progress_display import stage_figures, work_figures
+    from transforms.core import progress
+    from transforms.core.progress import Progress, Stage
+
+    stages = [Stage("read and tokenize", "read", ("documents",), "rows", total=100, work_keys=("bytes",),
+                    work_total=10_000),
+              Stage("write", "write", ("tokens",), "tokens", total_step="tokenize", total_keys=("tokens",))]
+    read, tok = Progress("read", shared_dir=str(tmp_path)), Progress("tokenize", shared_dir=str(tmp_path))
+    read.add(documents=10, bytes=8_000)  # a tenth of the rows, most of the bytes
+    tok.add(tokens=2_000)
+    progress.flush_all()
+    assert stage_figures(str(tmp_path), stages) == [(10, 100), (0, 2_000)]
+    assert work_figures(str(tmp_path), stages) == [(8_000, 10_000), (0, 2_000)]
