@@ -161,11 +161,9 @@ def run(argv: list[str] | None = None) -> RemovalPlan | None:
     return run_prepared(lambda: parse_args(argv))
 
 
-def run_prepared(parse: Callable[[], tuple[RemoveSettings, PipelineOptions]],
-                 resumed: bool = False) -> RemovalPlan | None:
-    """remove with the settings and options ``parse`` makes (from flags, or the Python API's
-    arguments), in the scope of its lock (taken once, for the whole command: an interrupted removal
-    it finishes and then its own list)."""
+def run_prepared(parse: Callable[[], tuple[RemoveSettings, PipelineOptions]], resumed=False) -> RemovalPlan | None:
+    """remove with the settings ``parse`` makes (from flags or the Python API's arguments), in the
+    scope of its lock (taken once: an interrupted removal it finishes, then its own list)."""
     with launching():
         options, pipeline_options = parse()
         dry_run = is_dry_run(pipeline_options)  # a local runner refuses it, as the jobs do

@@ -48,9 +48,10 @@ def filtering_worker_stderr(enabled: bool):
         return
     sys.stderr.flush()
     launcher_stderr = sys.stderr
-    # The descriptor is closed with the last reference to this file (a bar may keep one), never while
-    # something may still write to it: a closed number is soon another file's.
-    sys.stderr = open(original, "w", buffering=1, encoding="utf-8", errors="backslashreplace")
+    if _on_descriptor_2(launcher_stderr):  # else (a host's capture) this process's writes never reach the pipe
+        # The descriptor is closed with the last reference to this file (a bar may keep one), never
+        # while something may still write to it: a closed number is soon another file's.
+        sys.stderr = open(os.dup(original), "w", buffering=1, encoding="utf-8", errors="backslashreplace")
     passer = threading.Thread(target=_pass_on, args=(read_end, os.dup(original)), name="pretokenize-worker-stderr",
                               daemon=True)
     os.dup2(write_end, 2)
@@ -61,8 +62,16 @@ def filtering_worker_stderr(enabled: bool):
     finally:
         sys.stderr.flush()
         os.dup2(original, 2)  # the pipe's last write end is a worker's, once this process lets go of it
+        os.close(original)  # only this function holds it: the file above and the thread have their own
         sys.stderr = launcher_stderr
         passer.join(timeout=5)  # a worker still alive keeps the pipe open: the thread is a daemon
+
+
+def _on_descriptor_2(stream) -> bool:
+    try:
+        return stream.fileno() == 2
+    except (AttributeError, ValueError, OSError):  # io.UnsupportedOperation is both
+        return False
 
 
 def _pass_on(read_end: int, original: int) -> None:
