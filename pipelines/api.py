@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
     from apache_beam.options.pipeline_options import PipelineOptions
 
+    from pipelines.stats import StatsWritten
     from pipelines.verify import Verdict
 
 
@@ -327,3 +328,18 @@ def remove(output: str, removal_list: str, *, runner: str | None = None, workers
         return RemoveResult(url, 0, 0, (), (), None)
     return RemoveResult(url, plan.removed_documents, plan.removed_tokens, tuple(f.rel_path for f in plan.files),
                         tuple(f.rel_path for f in plan.files if f.tokens_after == 0), plan.run)
+
+
+def stats(output: str, *, break_lock: bool = False, **settings: Any) -> StatsWritten:
+    """``pretokenize stats``: the document lengths per bucket of a finished tree, as a table and a
+    histogram PNG (written, by default in the tree); returns pipelines.stats.StatsWritten: ``table``,
+    ``png`` (their URLs), ``text`` (the table) and ``summary`` (what --json prints). ``settings``:
+    ``png``, ``table``, ``split``, ``val_fraction``, ``bins`` (pipelines.stats.StatsSettings)."""
+    from pipelines import stats as module
+    from pipelines.errors import launching
+
+    values = {"output": output, **settings}
+    with _said_as("stats"), _lock_scope("stats", str(output), break_lock), launching():
+        parser = module.make_parser()
+        check_values(parser, module.StatsSettings, values)
+        return module.write_stats(build_settings(module.StatsSettings, values))

@@ -75,6 +75,23 @@ def test_scaffold_from_python_writes_the_commands_bytes(tmp_path):
     assert result.tokens == result.stats.total_tokens > 0 and result.files
 
 
+def test_stats_from_python_writes_the_commands_bytes(twins, tmp_path, capsys):
+    pytest.importorskip("matplotlib", reason="the histogram needs matplotlib (the 'stats' extra)")
+    root, _ = twins
+    for name in ("cli", "api"):  # the same tree's name in both: the table and the picture say it
+        shutil.copytree(root / "cli", tmp_path / name / "tree")
+    assert cli.main(["stats", "--output", str(tmp_path / "cli" / "tree")]) == 0
+    printed = capsys.readouterr().out
+    written = api.stats(tmp_path / "api" / "tree")
+    assert tree_hashes(tmp_path / "api") == tree_hashes(tmp_path / "cli")
+    assert written.text in printed and written.png == str(tmp_path / "api" / "tree" / "length_histogram.png")
+    assert written.summary["total"]["documents"] == open_tree(str(root / "cli")).stats.kept_documents
+    with pytest.raises(api.UsageError) as e:
+        api.stats(tmp_path / "nothing-here")
+    assert cli.main(["stats", "--output", str(tmp_path / "nothing-here")]) == 2
+    assert capsys.readouterr().err.strip() == f"pretokenize stats: {e.value}"
+
+
 BAD = [
     ({"tokenizer": "gtp2"}, ["--tokenizer", "gtp2"], api.UsageError),
     ({"lid_threshold": 2.0}, ["--lid-threshold", "2.0"], api.UsageError),
@@ -120,7 +137,7 @@ def test_the_page_runs_as_written_from_the_checkouts_root(tmp_path, monkeypatch,
         shutil.copyfile(source, target)
     monkeypatch.chdir(tmp_path)
     found = re.findall(r"^```python\n(.*?)^```$", text, flags=re.M | re.S)
-    assert len(found) == 5
+    assert len(found) == 6
     for code in found:
         exec(compile(code, str(PAGE), "exec"), {})
     printed = capsys.readouterr().out
