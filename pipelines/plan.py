@@ -5,10 +5,11 @@
 Nothing runs and nothing is written: the input is planned as a run plans it (every file listed,
 every parquet footer read, so a missing column fails here too), the tokenizer is loaded, and
 ``SAMPLE_DOCS`` documents go through the job's own filter and encoder: ``SAMPLE_UNITS`` draws of an
-input unit, each unit's chance half its share of the input's bytes and half its share of the units,
+input unit, half of them each unit's chance its share of the input's bytes (for the tokens, which
+grow with the bytes), half each unit alike (for the documents and drops, which grow with the rows),
 and rows at random positions within each unit drawn. Each draw estimates the whole (its unit's
-figure over its chance: Hansen and Hurwitz); the estimates are their mean (tokens) or their ratio
-to the rows (documents, drops), each with a 95% interval from the draws' spread:
+figure over its chance: Hansen and Hurwitz); the estimates are the mean of their half (tokens) or
+its ratio to the rows (documents, drops), each with a 95% interval from the draws' spread:
 
 1. rows: exact for parquet (row-group metadata); else as the input format counts them
    (``count_rows``, transforms.inputs.formats): for JSON lines, counted in a sampled file up to
@@ -55,17 +56,22 @@ _T95 = ((1, 12.71), (2, 4.30), (3, 3.18), (4, 2.78), (5, 2.57), (6, 2.45), (7, 2
         (10, 2.23), (12, 2.18), (15, 2.13), (20, 2.09), (30, 2.04), (60, 2.00))
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(eq=False)  # a draw is itself: the same unit may be drawn again
 class Draw:
     """One draw of the sample: ``unit``, of ``rows`` rows (known or estimated), drawn with
-    ``chance`` at each draw (_chances); ``records`` of it read, at random
-    positions among its first SCAN_ROWS (all of it in a census), ``batches`` the documents among them."""
+    ``chance`` at each draw of its half, ``by`` (BY_BYTES, BY_UNITS, or WHOLE in a census);
+    ``records`` of it read, at random positions among its first SCAN_ROWS (all of it in a census),
+    ``batches`` the documents among them."""
 
     unit: InputUnit
     rows: float
     chance: float
+    by: str
     batches: list[DocBatch]
     records: int
+
+
+BY_BYTES, BY_UNITS, WHOLE = "bytes", "units", "whole"
 
 
 @dataclasses.dataclass
@@ -95,20 +101,24 @@ class InputPlan:
     def scale(self) -> float:
         return self.rows / self.sampled_records if self.sampled_records else 0.0
 
-    def weight(self, draw: Draw) -> float:
-        """What a record of ``draw`` stands for in the input, for a figure that grows with the bytes
-        (tokens): each draw estimates the whole (its unit's figure over its chance: Hansen and
-        Hurwitz), and the estimate is their mean."""
-        if not draw.records:
-            return 0.0
-        return draw.rows / draw.records / draw.chance / len(self.draws)
+    def half(self, in_rows: bool) -> list[Draw]:
+        """The draws that estimate a figure counted in rows (documents, drops: those drawn alike),
+        or one that grows with the bytes (tokens: those drawn by bytes); every draw of a census."""
+        return [d for d in self.draws if d.by in (WHOLE, BY_UNITS if in_rows else BY_BYTES)]
 
-    def row_weight(self, draw: Draw) -> float:
-        """What a record of ``draw`` stands for, for a figure counted in rows (documents, drops):
-        the weights above scaled so that the sample's records stand for the input's rows (a ratio
-        estimate: a unit of a few long documents has a large chance but few rows)."""
-        rows = sum(self.weight(d) * d.records for d in self.draws)
-        return self.weight(draw) * self.rows / rows if rows else 0.0
+    def weight(self, draw: Draw, in_rows: bool = False) -> float:
+        """What a record of ``draw`` stands for in the input's figure of that kind (0 for a draw of
+        the other half): each draw estimates the whole (its unit's figure over its chance: Hansen
+        and Hurwitz) and the estimate is their mean; in rows, scaled so that the half's records
+        stand for the input's rows (a ratio estimate)."""
+        half = self.half(in_rows)
+        if draw not in half or not draw.records:
+            return 0.0
+        weight = draw.rows / draw.records / draw.chance / len(half)
+        if not in_rows:
+            return weight
+        rows = sum(d.rows / d.chance / len(half) for d in half if d.records)
+        return weight * self.rows / rows if rows else 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,11 +134,13 @@ class Estimate:
     def of(cls, plan: InputPlan, per_draw: Sequence[float], in_rows: bool = False) -> Estimate:
         """From the figure counted in each draw's records (``per_draw``, in the order of
         ``plan.draws``); ``in_rows``: a figure counted in rows, estimated as a ratio to them."""
-        k = len(plan.draws)
-        each = np.array([q * plan.weight(d) * k for q, d in zip(per_draw, plan.draws, strict=True)])
+        half = plan.half(in_rows)
+        k = len(half)
+        each = np.array([q * d.rows / d.records / d.chance if d.records else 0.0
+                         for q, d in zip(per_draw, plan.draws, strict=True) if d in half])
         value = float(each.mean()) if k else 0.0
         if in_rows:  # the ratio to the rows each draw estimates, times the input's rows; its residuals
-            rows = np.array([d.records * plan.weight(d) * k for d in plan.draws])
+            rows = np.array([d.rows / d.chance if d.records else 0.0 for d in half])
             ratio = value / float(rows.mean()) if rows.sum() else 0.0
             value, each = ratio * plan.rows, (each - ratio * rows) * (plan.rows / float(rows.mean() or 1))
         if plan.whole or k < 2:
@@ -149,12 +161,10 @@ def _file_size(path: str) -> int:
 
 
 def _chances(units: Sequence[InputUnit]) -> list[float]:
-    """Each unit's chance at a draw: half its share of the input's bytes (tokens grow with them),
-    half its share of the units (documents and drops with the rows; a unit's rows are unknown
-    before it is read): a design good for both kinds of figure, neither ever more than twice as
-    uncertain as under the design that suits it."""
+    """Each unit's chance at a draw by bytes: its share of the input's bytes (of its text, parquet;
+    of the file, JSON)."""
     sizes = np.array([u.text_bytes if u.text_bytes > 0 else max(u.rows, 1) for u in units], dtype=float)
-    return list(0.5 * sizes / sizes.sum() + 0.5 / len(units))
+    return list(sizes / sizes.sum())
 
 
 def _drawn(units: Sequence[InputUnit], weights: Sequence[float], k: int, rng: np.random.Generator) -> list[int]:
@@ -225,21 +235,21 @@ def _unit_rows(units: list[InputUnit], config: ReadConfig, drawn: set[InputUnit]
 
 def plan_and_sample(config: ReadConfig, sample_docs: int = SAMPLE_DOCS, sample_units: int = SAMPLE_UNITS) -> InputPlan:
     """Plan the input as a run does, and draw the sample: every unit whole when the input has no
-    more rows than the sample; else ``sample_units`` draws of a unit, each unit's chance its share
-    of the input's bytes and half its share of the units (_chances), and rows at random positions
-    within each unit drawn."""
+    more rows than the sample; else ``sample_units`` draws of a unit, half by the units' bytes
+    (_chances), half alike, and rows at random positions within each unit drawn."""
     units = plan_input(config)
     files = len({u.path for u in units})
     rng = np.random.default_rng(0)  # the same plan each time it is asked
-    weights = _chances(units)
-    chosen = _drawn(units, weights, sample_units, rng)
-    rows_of, exact = _unit_rows(units, config, {units[i] for i in chosen})
+    chances = {BY_BYTES: _chances(units), BY_UNITS: [1 / len(units)] * len(units)}
+    chosen = [(by, i) for by in (BY_BYTES, BY_UNITS) for i in _drawn(units, chances[by], sample_units // 2, rng)]
+    rows_of, exact = _unit_rows(units, config, {units[i] for _, i in chosen})
     rows = round(sum(rows_of.values()))
     if exact and rows <= sample_docs:
-        draws = [Draw(u, rows_of[u], 1 / len(units), *_take(u, config, None, rng)) for u in units]
+        draws = [Draw(u, rows_of[u], 1 / len(units), WHOLE, *_take(u, config, None, rng)) for u in units]
         return InputPlan(files, units, rows, exact, draws, whole=True)
-    per_draw = max(1, -(-sample_docs // sample_units))
-    draws = [Draw(units[i], rows_of[units[i]], weights[i], *_take(units[i], config, per_draw, rng)) for i in chosen]
+    per_draw = max(1, -(-sample_docs // (len(chosen) or 1)))
+    draws = [Draw(units[i], rows_of[units[i]], chances[by][i], by, *_take(units[i], config, per_draw, rng))
+             for by, i in chosen]
     return InputPlan(files, units, rows, exact, draws, whole=False)
 
 
@@ -303,8 +313,8 @@ def input_lines(plan: InputPlan, config: ReadConfig) -> list[str]:
         f"{'unit' if len(plan.units) == 1 else 'units'} of work, {rows}",
         (f"  sample: the whole input, {plan.sampled_records:,} rows: the figures below are its own" if plan.whole
          else f"  sample: {plan.sampled_records:,} rows at random positions in {len(plan.draws)} draws of a unit "
-              f"({plan.sampled_units} of the {len(plan.units):,} units), each unit's chance half its share of "
-              "the bytes, half its share of the units; 95% intervals in brackets"),
+              f"({plan.sampled_units} of the {len(plan.units):,} units), half by their bytes and half alike; "
+              "95% intervals in brackets"),
     ]
 
 
@@ -344,7 +354,7 @@ def bucketed(options) -> str:
     exact = plan.whole
     lengths = np.concatenate([d[1] for d in per_draw]) if per_draw else np.zeros(0, np.int64)
     drawn = list(zip(per_draw, plan.draws, strict=True))
-    weights = (np.concatenate([np.full(len(d[1]), plan.row_weight(draw)) for d, draw in drawn]),
+    weights = (np.concatenate([np.full(len(d[1]), plan.weight(draw, in_rows=True)) for d, draw in drawn]),
                np.concatenate([np.full(len(d[1]), plan.weight(draw)) for d, draw in drawn]))
     kept = Estimate.of(plan, [len(d[1]) for d in per_draw], in_rows=True)
     tokens = Estimate.of(plan, [float(d[1].sum()) for d in per_draw])
@@ -478,7 +488,7 @@ def _sample_scaffold(plan, scaffold_config, words):
     for draw in plan.draws:
         kept: dict[str, int] = {}
         drops: dict[str, int] = {}
-        tokens, weight, row_weight = 0, plan.weight(draw), plan.row_weight(draw)
+        tokens, weight, row_weight = 0, plan.weight(draw), plan.weight(draw, in_rows=True)
         for batch in draw.batches:
             rows = batch.table.column("row").to_pylist()
             for doc_id, text, row in zip(batch.column("id"), batch.column("text"), rows, strict=True):

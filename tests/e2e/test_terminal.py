@@ -362,7 +362,8 @@ def test_plan_estimates_the_rows_of_json_lines_files_it_does_not_sample(tmp_path
                       "gpt2", "--plan"], capsys)
     m = re.search(r"40 files \(jsonl\), 40 units of work, ~(\S+) rows \(estimated", text)
     assert m and 380 <= number(m.group(1)) <= 420, text
-    assert "sample: 256 rows at random positions in 32 draws of a unit (32 of the 40 units" in text
+    drawn = re.search(r"sample: 256 rows at random positions in 32 draws of a unit \((\d+) of the 40 units", text)
+    assert drawn and 16 <= int(drawn.group(1)) < 40, text
 
 
 def test_plan_of_the_scaffold_job_matches_its_run(tmp_path, capsys, gpt2_spec):
