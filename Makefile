@@ -14,6 +14,8 @@ help:
 	@echo "make lint   ruff over the code"
 	@echo "make bench  the performance benchmark (tests/bench/README.md): rewrites its sections of BENCHMARKS.md, ~40 minutes"
 	@echo "make venv-cloud  add the gcp and aws extras to .venv (Dataflow dry run, gs:// and s3://)"
+	@echo "make venv-torch  add torch and torchdata to .venv (WindowDataset, StatefulDataLoader; about 5 GB)"
+	@echo "make venv-trainers  add megatron-core and OLMo-core to .venv (and torch): docs/training.md runs"
 	@echo "make engines     fetch Prism and the Flink and Spark job servers for tests/engines (cached)"
 
 $(VENV)/.installed: pyproject.toml setup.py
@@ -51,8 +53,13 @@ venv-torch: $(VENV)/.installed-torch
 # that OLMo-core's torch<2.14 and cached-path's pins never move the torch the torch extra installed.
 TRAINERS := megatron-core==0.16.1 ai2-olmo-core==3.0.0 cached-path==1.8.10 dataclass-extensions==0.5.0 \
             bettermap==1.3.1 dill==0.4.1 accelerate==1.15.0 psutil
+# What OLMo-core's data modules import when they load, beyond the test extras: cached-path's gs:// and
+# s3:// clients (google.cloud.storage, google.api_core, boto3). With their dependencies, none of which
+# pins torch; so `make venv-trainers` alone, without venv-cloud, makes docs/training.md run.
+TRAINER_RUNTIME := google-cloud-storage>=2 boto3
 $(VENV)/.installed-trainers: $(VENV)/.installed-torch
 	$(PY) -m pip install --quiet --no-deps $(TRAINERS)
+	$(PY) -m pip install --quiet $(foreach r,$(TRAINER_RUNTIME),'$(r)')
 	touch $@
 
 venv-trainers: $(VENV)/.installed-trainers

@@ -20,12 +20,12 @@ freeze_at_exit()
 logging.getLogger().addFilter(lambda record: "apitools not found" not in record.getMessage())
 
 from shards.storage import Unreachable  # noqa: E402
-from transforms.core.records import BadInputError, UsageError  # noqa: E402
+from transforms.core.records import BadInputError  # noqa: E402
 
 JOBS = {
     "bucketed": ("pipelines.bucketed", "documents to length-bucketed token shards (FinePDFs-Edu layout)"),
     "scaffold": ("pipelines.scaffold", "documents to countdown-token shards in llm.c's format (train/, val/)"),
-    "decode": ("pipelines.decode", "print llm.c scaffold shards back as text (with or without <ff_N>)"),
+    "decode": ("pipelines.decode", "print a bucketed tree's documents, or llm.c scaffold shards, back as text"),
     "remove": ("pipelines.remove", "take flagged ids out of a bucketed output, rewriting only their shards"),
     "verify": ("pipelines.verify", "check an output tree against its format (and its source with --input)"),
     "export": ("pipelines.export", "zero-copy indexes for other trainers: export megatron (.idx and .bin link)"),
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None, wait: bool = True) -> int:
         return 2
     _set_up_logging()
     # Imported here, not above: `pretokenize --help` and a job's --help import no Beam (nor numpy).
-    from pipelines.errors import RunStopped, launching
+    from pipelines.errors import launching
 
     module = __import__(JOBS[job][0], fromlist=["run"])
     published = "; nothing was published" if job in PUBLISHING else ""
@@ -164,20 +164,16 @@ def main(argv: list[str] | None = None, wait: bool = True) -> int:
                 result = module.run(rest)
         else:
             result = module.run(rest, **({} if wait else {"wait": False}))
-    except UsageError as e:
-        print(f"pretokenize {job}: {e}{published}", file=sys.stderr)
-        return 2
-    except RunStopped as e:
-        print(f"pretokenize {job}: {e}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print(f"pretokenize {job}: interrupted{published}", file=sys.stderr)
         return 2
     except Exception as e:  # noqa: BLE001 - reported below, never swallowed
-        message = bad_input_message(e) or unreachable_message(e)
-        if message is None:
+        from pipelines.api import job_error  # the Python API's errors, each the line said here
+
+        error = job_error(job, e)
+        if error is None:
             raise
-        print(f"pretokenize {job}: {message}{published}", file=sys.stderr)
+        print(f"pretokenize {job}: {error}", file=sys.stderr)
         return 2
     return result if isinstance(result, int) else 0
 

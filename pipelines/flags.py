@@ -64,6 +64,13 @@ def _beam_args(known: argparse.Namespace, rest: list[str]) -> list[str]:
 
 
 def check_beam_flags(args: list[str], job_flags: list[str]) -> None:
+    """A UsageError naming the arguments in ``args`` that neither the job (``job_flags``) nor Beam
+    knows. A flag no Beam source spells is refused before Beam is imported (pipelines/beam_flags.py)."""
+    from pipelines.beam_flags import beam_flag_names, surely_unknown
+
+    unknown = surely_unknown(args)
+    if unknown:
+        _refuse_unknown(unknown, job_flags + list(beam_flag_names()))
     from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
 
     parser = _BeamArgumentParser(allow_abbrev=False)
@@ -75,7 +82,10 @@ def check_beam_flags(args: list[str], job_flags: list[str]) -> None:
     _, unknown = parser.parse_known_args(args)
     if not unknown:
         return
-    known = job_flags + [s for a in parser._actions for s in a.option_strings]
+    _refuse_unknown(unknown, job_flags + [s for a in parser._actions for s in a.option_strings])
+
+
+def _refuse_unknown(unknown: list[str], known: list[str]) -> None:
     problems = []
     for arg in unknown:
         name = arg.split("=", 1)[0]

@@ -33,8 +33,7 @@ def run_job(
     parse_args: Callable[[list[str]], tuple[Any, PipelineOptions]],
     build: Callable[[beam.Pipeline, Any, str, RunMode], Any],
     summary_table: Callable[[Any, str, float], str],
-    plan: Callable[[Any], str] | None = None,
-    wait: bool = True,
+    plan: Callable[[Any], str] | None = None, wait: bool = True, say_summary: bool = True,
 ):
     """Parse, run, then print the summary of the stats the job published; returns the stats.
 
@@ -43,8 +42,8 @@ def run_job(
     has its temporary files deleted; a full disk or an interruption becomes a RunStopped that says
     whether the previous output is intact. Without ``wait`` (a Flex Template's launcher) it
     returns None once the runner has the job, and prints where its finished output will appear.
-    With ``--plan``, ``plan(settings)`` is printed instead, and nothing runs (pipelines/plan.py).
-    """
+    With ``--plan``, ``plan(settings)`` is printed instead, and nothing runs (pipelines/plan.py);
+    without ``say_summary`` no summary is printed (the Python API returns the stats instead)."""
     start = time.monotonic()
     run_id = new_run_id()
     with launching():
@@ -75,7 +74,8 @@ def run_job(
     remove_progress(pipeline_options, run_id)
     seconds = time.monotonic() - start
     stats = read_stats(options.output)
-    print(summary_table(stats, storage.normalize(options.output), seconds), flush=True)
+    if say_summary:
+        print(summary_table(stats, storage.normalize(options.output), seconds), flush=True)
     return stats
 
 

@@ -4,22 +4,27 @@
 
 Nothing runs and nothing is written: the input is planned as a run plans it (every file listed,
 every parquet footer read, so a missing column fails here too), the tokenizer is loaded, and
-``SAMPLE_DOCS`` documents from up to ``SAMPLE_UNITS`` input units spread over the input go
-through the job's own filter and encoder. The estimates scale the sample to the input's rows:
+``SAMPLE_DOCS`` documents go through the job's own filter and encoder: ``SAMPLE_UNITS`` draws of an
+input unit, half of them each unit's chance its share of the input's bytes (for the tokens, which
+grow with the bytes), half each unit alike (for the documents and drops, which grow with the rows),
+and rows at random positions within each unit drawn. Each draw estimates the whole (its unit's
+figure over its chance: Hansen and Hurwitz); the estimates are the mean of their half (tokens) or
+its ratio to the rows (documents, drops), each with a 95% interval from the draws' spread:
 
 1. rows: exact for parquet (row-group metadata); else as the input format counts them
    (``count_rows``, transforms.inputs.formats): for JSON lines, counted in a sampled file up to
    ``transforms.inputs.jsonl.SAMPLE_BYTES`` of it (all of a smaller one), a JSON text file up to
    ``transforms.inputs.json_text.COUNT_BYTES`` read whole, and for the rest the rows per stored byte
    of the sampled files (compressed alike) times the other files' bytes;
-2. documents and tokens: the sample's kept share and tokens per row, times the rows;
+2. documents and drops: the draws' kept (dropped) share of their rows, times the rows; tokens: the
+   mean of the draws' estimates of the whole;
 3. core-hours: the tokens over the tokens per CPU second measured while encoding the sample (the
    encoder's own work; reading and writing add to it, and a first call pays warm-up);
 4. output files: per bucket (or split), the files the estimated bytes fill, at most one open
    file per partition (a document's partition is a hash of its id, so few documents touch
    few partitions).
 
-A sample is no census: a corpus whose first rows differ from the rest misleads it.
+A sample is no census: the interval says how far its figures may be from the run's.
 """
 
 from __future__ import annotations
@@ -43,29 +48,111 @@ from transforms.inputs.read import plan_input, read_batches
 from transforms.inputs.registry import format_of
 from transforms.inputs.units import InputUnit
 
-SAMPLE_DOCS = 256
-SAMPLE_UNITS = 16
+SAMPLE_DOCS = 256  # rows in the sample
+SAMPLE_UNITS = 32  # draws of an input unit
+SCAN_ROWS = 2048  # rows read of a drawn unit, among which its share of the sample is taken at random
+# Student's t at 97.5% by degrees of freedom (the draws less one), for a 95% interval; 1.96 beyond.
+_T95 = ((1, 12.71), (2, 4.30), (3, 3.18), (4, 2.78), (5, 2.57), (6, 2.45), (7, 2.36), (8, 2.31), (9, 2.26),
+        (10, 2.23), (12, 2.18), (15, 2.13), (20, 2.09), (30, 2.04), (60, 2.00))
+
+
+@dataclasses.dataclass(eq=False)  # a draw is itself: the same unit may be drawn again
+class Draw:
+    """One draw of the sample: ``unit``, of ``rows`` rows (known or estimated), drawn with
+    ``chance`` at each draw of its half, ``by`` (BY_BYTES, BY_UNITS, or WHOLE in a census);
+    ``records`` of it read, at random positions among its first SCAN_ROWS (all of it in a census),
+    ``batches`` the documents among them."""
+
+    unit: InputUnit
+    rows: float
+    chance: float
+    by: str
+    batches: list[DocBatch]
+    records: int
+
+
+BY_BYTES, BY_UNITS, WHOLE = "bytes", "units", "whole"
 
 
 @dataclasses.dataclass
 class InputPlan:
-    """The input as a run would plan it, and the sample drawn from it."""
+    """The input as a run would plan it, and the sample drawn from it (``draws``)."""
 
     files: int
     units: list[InputUnit]
     rows: int  # known or estimated
     rows_exact: bool
-    sample: list[DocBatch]
-    sampled_records: int  # documents and bad records of the sample
-    sampled_units: int
+    draws: list[Draw]
+    whole: bool  # the sample is the input: every unit read once, whole
+
+    @property
+    def sample(self) -> list[DocBatch]:
+        return [b for d in self.draws for b in d.batches]
+
+    @property
+    def sampled_records(self) -> int:
+        return sum(d.records for d in self.draws)
+
+    @property
+    def sampled_units(self) -> int:
+        return len({d.unit for d in self.draws})
 
     @property
     def scale(self) -> float:
         return self.rows / self.sampled_records if self.sampled_records else 0.0
 
-    @property
-    def whole(self) -> bool:
-        return self.rows_exact and self.sampled_records == self.rows
+    def half(self, in_rows: bool) -> list[Draw]:
+        """The draws that estimate a figure counted in rows (documents, drops: those drawn alike),
+        or one that grows with the bytes (tokens: those drawn by bytes); every draw of a census."""
+        return [d for d in self.draws if d.by in (WHOLE, BY_UNITS if in_rows else BY_BYTES)]
+
+    def weight(self, draw: Draw, in_rows: bool = False) -> float:
+        """What a record of ``draw`` stands for in the input's figure of that kind (0 for a draw of
+        the other half): each draw estimates the whole (its unit's figure over its chance: Hansen
+        and Hurwitz) and the estimate is their mean; in rows, scaled so that the half's records
+        stand for the input's rows (a ratio estimate)."""
+        half = self.half(in_rows)
+        if draw not in half or not draw.records:
+            return 0.0
+        weight = draw.rows / draw.records / draw.chance / len(half)
+        if not in_rows:
+            return weight
+        rows = sum(d.rows / d.chance / len(half) for d in half if d.records)
+        return weight * self.rows / rows if rows else 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Estimate:
+    """A figure of the input estimated from the draws: ``value`` and a 95% interval (``low``,
+    ``high``); all three the same when the sample is the whole input."""
+
+    value: float
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, plan: InputPlan, per_draw: Sequence[float], in_rows: bool = False) -> Estimate:
+        """From the figure counted in each draw's records (``per_draw``, in the order of
+        ``plan.draws``); ``in_rows``: a figure counted in rows, estimated as a ratio to them."""
+        half = plan.half(in_rows)
+        k = len(half)
+        each = np.array([q * d.rows / d.records / d.chance if d.records else 0.0
+                         for q, d in zip(per_draw, plan.draws, strict=True) if d in half])
+        value = float(each.mean()) if k else 0.0
+        if in_rows:  # the ratio to the rows each draw estimates, times the input's rows; its residuals
+            rows = np.array([d.rows / d.chance if d.records else 0.0 for d in half])
+            ratio = value / float(rows.mean()) if rows.sum() else 0.0
+            value, each = ratio * plan.rows, (each - ratio * rows) * (plan.rows / float(rows.mean() or 1))
+        if plan.whole or k < 2:
+            return cls(value, value, value)
+        t = 1.96 if k - 1 > _T95[-1][0] else next((t for df, t in reversed(_T95) if k - 1 >= df), _T95[0][1])
+        half = t * float(each.std(ddof=1)) / math.sqrt(k)
+        return cls(value, max(value - half, 0.0), value + half)
+
+    def text(self, exact: bool) -> str:
+        if exact:
+            return _count(self.value, True)
+        return f"{_count(self.value, False)} (95%: {_sig(self.low, whole=True)} .. {_sig(self.high, whole=True)})"
 
 
 def _file_size(path: str) -> int:
@@ -73,71 +160,97 @@ def _file_size(path: str) -> int:
     return int(fs.info(fs_path).get("size") or 0)
 
 
-def _spread(units: Sequence[InputUnit], k: int) -> list[InputUnit]:
-    """``k`` units spread evenly over the input (the first and the last among them)."""
-    if len(units) <= k:
-        return list(units)
-    return [units[int(i)] for i in np.linspace(0, len(units) - 1, k).round().astype(int)]
+def _chances(units: Sequence[InputUnit]) -> list[float]:
+    """Each unit's chance at a draw by bytes: its share of the input's bytes (of its text, parquet;
+    of the file, JSON)."""
+    sizes = np.array([u.text_bytes if u.text_bytes > 0 else max(u.rows, 1) for u in units], dtype=float)
+    return list(sizes / sizes.sum())
 
 
-def _take(unit: InputUnit, config: ReadConfig, limit: int) -> tuple[list[DocBatch], int]:
-    """Up to ``limit`` records from the start of ``unit``: its DocBatches and the records read."""
-    batches, records = [], 0
+def _drawn(units: Sequence[InputUnit], weights: Sequence[float], k: int, rng: np.random.Generator) -> list[int]:
+    """``k`` draws of a unit, each with a chance its weight's share: systematic (one random start,
+    then evenly spaced over the cumulative weights), so a unit of a tenth of the bytes is drawn
+    in about a tenth of the draws wherever it lies."""
+    cumulative = np.cumsum(np.asarray(weights, dtype=float))
+    points = (rng.random() + np.arange(k)) * cumulative[-1] / k
+    return [int(i) for i in np.searchsorted(cumulative, points, side="right").clip(0, len(units) - 1)]
+
+
+def _take(unit: InputUnit, config: ReadConfig, limit: int | None,
+          rng: np.random.Generator) -> tuple[list[DocBatch], int]:
+    """``limit`` records at random positions among the first SCAN_ROWS of ``unit`` (all of it for
+    None): its DocBatches and the records taken (a bad record counts as one)."""
+    batches, seen = [], 0
     items: Iterator = read_batches(unit, config)
     try:
         for item in items:
-            if isinstance(item, BadRecord):
-                records += 1
+            if isinstance(item, BadRecord):  # a position of its own, in no batch
+                seen += 1
             else:
-                if records + item.size > limit:
-                    item = DocBatch(item.source, item.table.slice(0, limit - records))
-                batches.append(item)
-                records += item.size
-            if records >= limit:
+                batches.append((seen, item))
+                seen += item.size
+            if limit is not None and seen >= SCAN_ROWS:
                 break
     finally:
         close = getattr(items, "close", None)
         if close is not None:
             close()
-    return batches, records
+    chosen = np.arange(seen) if limit is None or seen <= limit else np.sort(rng.choice(seen, limit, replace=False))
+    taken = []
+    for start, batch in batches:
+        inside = chosen[(chosen >= start) & (chosen < start + batch.size)] - start
+        if len(inside):
+            taken.append(batch if len(inside) == batch.size else DocBatch(batch.source, batch.table.take(inside)))
+    return taken, len(chosen)
 
 
-def plan_and_sample(config: ReadConfig, sample_docs: int = SAMPLE_DOCS, sample_units: int = SAMPLE_UNITS) -> InputPlan:
-    """Plan the input as a run does, and draw the sample."""
-    units = plan_input(config)
-    files = len({u.path for u in units})
-    chosen = _spread(units, sample_units)
-    per_unit = max(1, -(-sample_docs // max(len(chosen), 1)))
-    sample, sampled = [], 0
-    for unit in chosen:
-        batches, records = _take(unit, config, per_unit)
-        sample += batches
-        sampled += records
-    rows, exact = sum(u.rows for u in units if u.rows >= 0), True
-    others = sorted({u.path: u for u in units if u.rows < 0}.values())
-    density: dict[str, list[int]] = {}  # compression -> [records, stored bytes] of the sampled files
+def _unit_rows(units: list[InputUnit], config: ReadConfig, drawn: set[InputUnit]) -> tuple[dict[InputUnit, float],
+                                                                                           bool]:
+    """Each unit's rows (parquet: exact; else as its format counts them, those ``drawn`` further
+    in, or estimated per stored byte) and whether all are exact."""
+    counted: dict[InputUnit, float] = {u: float(u.rows) for u in units if u.rows >= 0}
+    exact = True
+    density: dict[str, list[int]] = {}  # compression -> [records, stored bytes] of the counted files
     unknown = []
-    for unit in others:
-        count = format_of(unit.kind).count_rows(unit, config, sampled=unit in chosen)
+    for unit in sorted({u for u in units if u.rows < 0}):
+        count = format_of(unit.kind).count_rows(unit, config, sampled=unit in drawn)
         if count is None:
             unknown.append(unit)
             continue
         if count.whole:
-            rows += count.records
+            counted[unit] = float(count.records)
         else:
-            rows += round(count.records * _file_size(unit.path) / count.stored_bytes)
+            counted[unit] = count.records * _file_size(unit.path) / count.stored_bytes
             exact = False
         if count.pooled:
             pooled = density.setdefault(compression_of(unit.path), [0, 0])
             pooled[0], pooled[1] = pooled[0] + count.records, pooled[1] + count.stored_bytes
-    for unit in unknown:  # the rows per stored byte of sampled files compressed alike (or of any)
+    for unit in unknown:  # the rows per stored byte of files compressed alike (or of any)
         exact = False
         alike = density.get(compression_of(unit.path))
         records, used = alike or [sum(v) for v in zip(*density.values(), strict=True)] or [0, 0]
-        if not used:  # JSON text too large to count: rows per byte of the sampled records
-            records, used = sum(b.size for b in sample), sum(b.table.nbytes for b in sample)
-        rows += round(_file_size(unit.path) * records / used) if used else 0
-    return InputPlan(files, units, rows, exact, sample, sampled, len(chosen))
+        counted[unit] = _file_size(unit.path) * records / used if used else 0.0
+    return counted, exact
+
+
+def plan_and_sample(config: ReadConfig, sample_docs: int = SAMPLE_DOCS, sample_units: int = SAMPLE_UNITS) -> InputPlan:
+    """Plan the input as a run does, and draw the sample: every unit whole when the input has no
+    more rows than the sample; else ``sample_units`` draws of a unit, half by the units' bytes
+    (_chances), half alike, and rows at random positions within each unit drawn."""
+    units = plan_input(config)
+    files = len({u.path for u in units})
+    rng = np.random.default_rng(0)  # the same plan each time it is asked
+    chances = {BY_BYTES: _chances(units), BY_UNITS: [1 / len(units)] * len(units)}
+    chosen = [(by, i) for by in (BY_BYTES, BY_UNITS) for i in _drawn(units, chances[by], sample_units // 2, rng)]
+    rows_of, exact = _unit_rows(units, config, {units[i] for _, i in chosen})
+    rows = round(sum(rows_of.values()))
+    if exact and rows <= sample_docs:
+        draws = [Draw(u, rows_of[u], 1 / len(units), WHOLE, *_take(u, config, None, rng)) for u in units]
+        return InputPlan(files, units, rows, exact, draws, whole=True)
+    per_draw = max(1, -(-sample_docs // (len(chosen) or 1)))
+    draws = [Draw(units[i], rows_of[units[i]], chances[by][i], by, *_take(units[i], config, per_draw, rng))
+             for by, i in chosen]
+    return InputPlan(files, units, rows, exact, draws, whole=False)
 
 
 # What a dry run says a run would do with each of shards.tree.find's answers.
@@ -198,18 +311,21 @@ def input_lines(plan: InputPlan, config: ReadConfig) -> list[str]:
         f"input: {config.pattern}",
         f"  {plan.files:,} {'file' if plan.files == 1 else 'files'} ({', '.join(kinds)}), {len(plan.units):,} "
         f"{'unit' if len(plan.units) == 1 else 'units'} of work, {rows}",
-        f"  sample: {plan.sampled_records:,} rows from the start of {plan.sampled_units} of the "
-        f"{len(plan.units):,} units"
-        + (" (the whole input: the figures below are its own)" if plan.whole else ""),
+        (f"  sample: the whole input, {plan.sampled_records:,} rows: the figures below are its own" if plan.whole
+         else f"  sample: {plan.sampled_records:,} rows at random positions in {len(plan.draws)} draws of a unit "
+              f"({plan.sampled_units} of the {len(plan.units):,} units), half by their bytes and half alike; "
+              "95% intervals in brackets"),
     ]
 
 
-def cost_lines(tokens: float, tokens_per_cpu_second: float, exact: bool, what: str) -> list[str]:
-    core_hours = tokens / tokens_per_cpu_second / 3600 if tokens_per_cpu_second else float("nan")
+def cost_lines(tokens: Estimate, tokens_per_cpu_second: float, exact: bool, what: str) -> list[str]:
+    hours = [t / tokens_per_cpu_second / 3600 if tokens_per_cpu_second else float("nan")
+             for t in (tokens.value, tokens.low, tokens.high)]
+    interval = "" if exact else f" (95%: {_sig(hours[1])} .. {_sig(hours[2])})"
     return [
         f"  {what}: {_sig(tokens_per_cpu_second)} tokens per CPU second in the sample",
-        f"  core-hours: ~{_sig(core_hours)} ({_sig(core_hours * 3600)} CPU seconds) of encoding for "
-        f"{_count(tokens, exact)} tokens (reading and writing add to it)",
+        f"  core-hours: ~{_sig(hours[0])}{interval} ({_sig(hours[0] * 3600)} CPU seconds) of encoding for "
+        f"{_count(tokens.value, exact)} tokens (reading and writing add to it)",
     ]
 
 
@@ -231,63 +347,74 @@ def bucketed(options) -> str:
     output = storage.normalize(options.output)
     tokenizer = options.tokenizer_config()
     encoder = tokenizer.load()
-    lid = options.lid_filter()
     config = options.read_config()
     plan = plan_and_sample(config)
     dtype = np.dtype(options.dtype)
-    drops, lengths, ids, cpu = _sample_bucketed(plan, lid, encoder, dtype, tokenizer.batch_docs)
-    exact, scale = plan.whole, plan.scale
-    kept_docs, tokens = len(lengths) * scale, float(lengths.sum()) * scale
-    share = 100.0 * len(lengths) / plan.sampled_records if plan.sampled_records else 0.0
+    per_draw, cpu = _sample_bucketed(plan, options.lid_filter(), encoder, dtype, tokenizer.batch_docs)
+    exact = plan.whole
+    lengths = np.concatenate([d[1] for d in per_draw]) if per_draw else np.zeros(0, np.int64)
+    drawn = list(zip(per_draw, plan.draws, strict=True))
+    weights = (np.concatenate([np.full(len(d[1]), plan.weight(draw, in_rows=True)) for d, draw in drawn]),
+               np.concatenate([np.full(len(d[1]), plan.weight(draw)) for d, draw in drawn]))
+    kept = Estimate.of(plan, [len(d[1]) for d in per_draw], in_rows=True)
+    tokens = Estimate.of(plan, [float(d[1].sum()) for d in per_draw])
+    reasons = sorted({r for d in per_draw for r, n in d[0].items() if n})
+    share = 100.0 * kept.value / plan.rows if plan.rows else 0.0
 
     lines = ["plan of pretokenize bucketed: nothing was run and nothing written", *input_lines(plan, config)]
     lines.append("estimate:")
-    drop_text = ", ".join(f"{r} {_count(n * scale, exact)}" for r, n in drops.items() if n) or "none"
-    lines.append(f"  documents kept: {_count(kept_docs, exact)} ({share:.1f}% of the rows); dropped: {drop_text}")
+    drop_text = ", ".join(f"{r} {Estimate.of(plan, [d[0].get(r, 0) for d in per_draw], True).text(exact)}"
+                          for r in reasons) or "none"
+    lines.append(f"  documents kept: {kept.text(exact)} ({share:.1f}% of the rows); dropped: {drop_text}")
     if options.removal_list:
         lines.append("  (the ids of --removal-list are not taken out of these figures)")
-    lines.append(f"  tokens: {_count(tokens, exact)} (one EOS per document), {_bytes(tokens * dtype.itemsize)} "
+    lines.append(f"  tokens: {tokens.text(exact)} (one EOS per document), {_bytes(tokens.value * dtype.itemsize)} "
                  f"as {options.dtype}")
     lines += cost_lines(tokens, lengths.sum() / cpu if cpu else 0.0, exact,
                         f"tokenizer {encoder.spec} ({encoder.library or 'its library'})")
     lines.append(f"output: {output} ({output_state(output, 'bucketed')})")
-    return "\n".join(lines + _shard_table(_bucket_rows(options, lengths, ids, exact, scale), BUCKETED_FILES))
+    ids = [i for d in per_draw for i in d[2]]
+    return "\n".join(lines + _shard_table(_bucket_rows(options, lengths, ids, exact, weights), BUCKETED_FILES))
 
 
 def _sample_bucketed(plan, lid, encoder, dtype: np.dtype, batch_docs: int):
-    """The sample filtered and tokenized: the drops by reason (bad records included), the kept
-    documents' lengths and ids, and the CPU seconds the tokenizer took."""
+    """Each draw's records filtered and tokenized: per draw, the drops by reason (bad records
+    included), the kept documents' lengths and ids; and the CPU seconds the tokenizer took."""
     from transforms.bucketed.filter import drop_masks
     from transforms.bucketed.tokenize import encode_batch
 
-    drops: dict[str, int] = {}
-    lengths, ids, cpu = [], [], 0.0
-    for batch in plan.sample:
-        masks = drop_masks(batch.table, lid)
-        dropped = np.zeros(batch.size, dtype=bool)
-        for reason, mask in masks.items():
-            drops[reason] = drops.get(reason, 0) + int(mask.sum())
-            dropped |= mask
-        kept = batch.filter(~dropped)
-        if kept.size:
-            encoded, seconds = timed(encode_batch, encoder, kept, dtype, batch_docs)
-            cpu += seconds
-            lengths.append(encoded.lengths)
-            ids += encoded.ids
-    bad = plan.sampled_records - sum(b.size for b in plan.sample)
-    if bad:
-        drops["bad records"] = bad
-    return drops, (np.concatenate(lengths) if lengths else np.zeros(0, np.int64)), ids, cpu
+    per_draw, cpu = [], 0.0
+    for draw in plan.draws:
+        drops: dict[str, int] = {}
+        lengths, ids = [], []
+        for batch in draw.batches:
+            dropped = np.zeros(batch.size, dtype=bool)
+            for reason, mask in drop_masks(batch.table, lid).items():
+                drops[reason] = drops.get(reason, 0) + int(mask.sum())
+                dropped |= mask
+            kept = batch.filter(~dropped)
+            if kept.size:
+                encoded, seconds = timed(encode_batch, encoder, kept, dtype, batch_docs)
+                cpu += seconds
+                lengths.append(encoded.lengths)
+                ids += encoded.ids
+        bad = draw.records - sum(b.size for b in draw.batches)
+        if bad:
+            drops["bad records"] = bad
+        per_draw.append((drops, np.concatenate(lengths) if lengths else np.zeros(0, np.int64), ids))
+    return per_draw, cpu
 
 
-def _bucket_rows(options, lengths: np.ndarray, ids: list, exact: bool, scale: float) -> list[tuple[str, ...]]:
-    """The shard table's rows of the bucketed job: per bucket, the documents, tokens and files."""
+def _bucket_rows(options, lengths: np.ndarray, ids: list, exact: bool,
+                 weights: tuple[np.ndarray, np.ndarray]) -> list[tuple[str, ...]]:
+    """The shard table's rows of the bucketed job: per bucket, the documents, tokens and files
+    (``weights``: what each sampled document stands for in documents, and in tokens)."""
     dtype = np.dtype(options.dtype)
     buckets = np.searchsorted(np.asarray(layout.BUCKET_BOUNDS), lengths, side="left")
     rows = [("bucket", "documents", "tokens", "files", "names")]
     for i, name in enumerate(layout.BUCKET_NAMES):
         in_bucket = buckets == i
-        docs, bucket_tokens = int(in_bucket.sum()) * scale, float(lengths[in_bucket].sum()) * scale
+        docs, bucket_tokens = float(weights[0][in_bucket].sum()), float((lengths * weights[1])[in_bucket].sum())
         if not docs:
             continue
         if exact:
@@ -330,47 +457,59 @@ def scaffold(options) -> str:
     words = WordEncoder(encoder, scaffold_config.word_cache_size)
     config = options.read_config()
     plan = plan_and_sample(config)
-    drops, per_split, cpu = _sample_scaffold(plan, scaffold_config, words)
-    exact, scale = plan.whole, plan.scale
-    kept = sum(s[0] for s in per_split.values())
-    tokens = sum(s[2] for s in per_split.values()) * scale
-    share = 100.0 * kept / plan.sampled_records if plan.sampled_records else 0.0
+    per_draw, per_split, cpu = _sample_scaffold(plan, scaffold_config, words)
+    exact = plan.whole
+    kept = Estimate.of(plan, [sum(d.get(name, 0) for name in llmc.SPLITS) for d, _, _ in per_draw], in_rows=True)
+    tokens = Estimate.of(plan, [t for _, _, t in per_draw])
+    share = 100.0 * kept.value / plan.rows if plan.rows else 0.0
+    reasons = sorted({r for _, d, _ in per_draw for r, n in d.items() if n})
 
     lines = ["plan of pretokenize scaffold: nothing was run and nothing written", *input_lines(plan, config)]
     lines.append("estimate:")
-    drop_text = ", ".join(f"{r} {_count(n * scale, exact)}" for r, n in drops.items() if n) or "none"
-    lines.append(f"  documents kept: {_count(kept * scale, exact)} ({share:.1f}% of the rows); dropped: {drop_text}")
-    lines.append(f"  tokens: {_count(tokens, exact)} (countdown, GPT-2 and EOT), {_bytes(tokens * 2)} as uint16")
-    lines += cost_lines(tokens, tokens / scale / cpu if cpu else 0.0, exact,
+    drop_text = ", ".join(f"{r} {Estimate.of(plan, [d.get(r, 0) for _, d, _ in per_draw], True).text(exact)}"
+                          for r in reasons) or "none"
+    lines.append(f"  documents kept: {kept.text(exact)} ({share:.1f}% of the rows); dropped: {drop_text}")
+    lines.append(f"  tokens: {tokens.text(exact)} (countdown, GPT-2 and EOT), {_bytes(tokens.value * 2)} as uint16")
+    sampled_tokens = sum(t for _, _, t in per_draw)
+    lines += cost_lines(tokens, sampled_tokens / cpu if cpu else 0.0, exact,
                         f"encoder {encoder.spec} with countdown tokens")
     lines.append(f"output: {output} ({output_state(output, 'scaffold')})")
-    return "\n".join(lines + _shard_table(_split_rows(options, per_split, exact, scale), SCAFFOLD_FILES))
+    return "\n".join(lines + _shard_table(_split_rows(options, per_split, exact, 1.0), SCAFFOLD_FILES))
 
 
 def _sample_scaffold(plan, scaffold_config, words):
-    """The sample encoded: the drops by reason (bad records included), per split the documents,
-    sequences and tokens kept, and the CPU seconds the encoder took."""
+    """Each draw's records encoded: per draw, its documents kept per split, its drops by reason
+    (bad records included) and its tokens; per split the documents, sequences and tokens kept,
+    each weighted by what its draw's records stand for; and the CPU seconds the encoder took."""
     from transforms.scaffold.encode import encode_document
 
-    drops: dict[str, int] = {}
-    per_split = {name: [0, 0, 0] for name in llmc.SPLITS}  # documents, sequences, tokens
-    cpu = 0.0
-    for batch in plan.sample:
-        rows = batch.table.column("row").to_pylist()
-        for doc_id, text, row in zip(batch.column("id"), batch.column("text"), rows, strict=True):
-            result, seconds = timed(encode_document, Document(doc_id, text, batch.source, row), scaffold_config, words)
-            cpu += seconds
-            if result.drop_reason is not None:
-                drops[result.drop_reason] = drops.get(result.drop_reason, 0) + 1
-                continue
-            split = per_split[result.sequences[0].split]
-            split[0] += 1
-            split[1] += len(result.sequences)
-            split[2] += result.counts.tokens
-    bad = plan.sampled_records - sum(b.size for b in plan.sample)
-    if bad:
-        drops["bad records"] = bad
-    return drops, per_split, cpu
+    per_split = {name: [0.0, 0.0, 0.0] for name in llmc.SPLITS}  # documents, sequences, tokens
+    per_draw, cpu = [], 0.0
+    for draw in plan.draws:
+        kept: dict[str, int] = {}
+        drops: dict[str, int] = {}
+        tokens, weight, row_weight = 0, plan.weight(draw), plan.weight(draw, in_rows=True)
+        for batch in draw.batches:
+            rows = batch.table.column("row").to_pylist()
+            for doc_id, text, row in zip(batch.column("id"), batch.column("text"), rows, strict=True):
+                result, seconds = timed(encode_document, Document(doc_id, text, batch.source, row), scaffold_config,
+                                        words)
+                cpu += seconds
+                if result.drop_reason is not None:
+                    drops[result.drop_reason] = drops.get(result.drop_reason, 0) + 1
+                    continue
+                split = result.sequences[0].split
+                kept[split] = kept.get(split, 0) + 1
+                tokens += result.counts.tokens
+                figures = per_split[split]
+                figures[0] += row_weight
+                figures[1] += row_weight * len(result.sequences)
+                figures[2] += weight * result.counts.tokens
+        bad = draw.records - sum(b.size for b in draw.batches)
+        if bad:
+            drops["bad records"] = bad
+        per_draw.append((kept, drops, tokens))
+    return per_draw, per_split, cpu
 
 
 def _split_rows(options, per_split: dict, exact: bool, scale: float) -> list[tuple[str, ...]]:

@@ -34,9 +34,14 @@ def announce_write_stages(progress_dir: str | None, units, done: set[int], encod
     from transforms.core.progress import Stage, announce_stages
     from transforms.inputs.units import planned_work
 
-    planned = planned_work([u for i, u in enumerate(units) if i not in done])
+    todo = [u for i, u in enumerate(units) if i not in done]
+    planned = planned_work(todo)
+    # The ETA goes by the text bytes read when every unit's are known (parquet): units are worked
+    # largest first, so the rows of the first take longer than the rest's.
+    text_bytes = sum(u.text_bytes for u in todo) if todo and all(u.text_bytes >= 0 for u in todo) else None
+    work = {"work_keys": ("bytes",), "work_total": text_bytes} if text_bytes and planned.what == "rows" else {}
     announce_stages(progress_dir, [
-        Stage(f"read and {encoding}", "read", planned.keys, planned.what, total=planned.total),
+        Stage(f"read and {encoding}", "read", planned.keys, planned.what, total=planned.total, **work),
         Stage("write", "write", ("tokens",), "tokens", total_step=encode_step, total_keys=("tokens",)),
     ])
 
@@ -47,7 +52,8 @@ def showing_progress(pipeline_options: PipelineOptions, run_id: str, stages=None
     """The job run inside shows its progress (pipelines/progress_display.py) on a local runner:
     its workers share their totals in progress_dir() (named to them by the environment, which a
     worker process inherits), and the display draws the stages announced there (``stages``, or
-    those the job's build announced). Nothing on a remote runner, whose UI shows progress."""
+    those the job's build announced). Worker processes' own standard error is kept to what is not
+    Beam's harness logging (pipelines/worker_stderr.py). Nothing on a remote runner, whose UI shows progress."""
     import os
 
     from transforms.core.progress import SHARED_ENV, announce_stages
@@ -61,11 +67,12 @@ def showing_progress(pipeline_options: PipelineOptions, run_id: str, stages=None
     if stages:
         announce_stages(shared, stages)
     from pipelines.progress_display import JobDisplay
+    from pipelines.worker_stderr import filtering_worker_stderr
 
     previous = os.environ.get(SHARED_ENV)
     os.environ[SHARED_ENV] = shared
     try:
-        with JobDisplay(shared, ending=ending):
+        with filtering_worker_stderr(_worker_processes(pipeline_options)), JobDisplay(shared, ending=ending):
             yield
     finally:
         if previous is None:
@@ -73,6 +80,13 @@ def showing_progress(pipeline_options: PipelineOptions, run_id: str, stages=None
         else:
             os.environ[SHARED_ENV] = previous
         remove_progress(pipeline_options, run_id)
+
+
+def _worker_processes(pipeline_options: PipelineOptions) -> bool:
+    """Whether a local run starts worker processes (the FnApiRunner's multi_processing mode)."""
+    from apache_beam.options.pipeline_options import DirectOptions
+
+    return pipeline_options.view_as(DirectOptions).direct_running_mode == "multi_processing"
 
 
 def remove_progress(pipeline_options: PipelineOptions, run_id: str) -> None:

@@ -28,25 +28,72 @@ from transforms.core.progress import Stage, announced_stages, read_shared, share
 log = logging.getLogger("pretokenize.progress")
 
 REDRAW_SECONDS = 0.1
+# Until a stage after the first has begun, its time is guessed as this share of the first stage's:
+# writing took about a third of the time reading and tokenizing took on the bench corpus (issue 37:
+# reading is about 75% of a bucketed run), a sixth on the bundled sample repeated 24 times; a quarter
+# keeps the ETA at half the run within 30% for anything from a tenth to 45%. Corrected by the
+# stage's own rate once it runs.
+LATER_STAGE_SHARE = 0.25
+
+
+def job_seconds_left(figures: list[tuple[int, int | None]], elapsed: list[float | None]) -> float | None:
+    """The seconds left to the end of the whole job, from each stage's (done, total) and the
+    seconds since it began (None: not begun); None while nothing is known to go by.
+
+    A stage under way takes the rest of its work at its rate so far; one not begun, the first
+    stage's whole time (measured, or estimated at its rate) times LATER_STAGE_SHARE. A pure
+    function of what the display read, so each redraw corrects it."""
+    first = _stage_seconds(figures[0], elapsed[0]) if figures else None
+    left = 0.0
+    for (done, total), since in zip(figures, elapsed, strict=True):
+        if total is not None and done >= total:
+            continue  # ended
+        if since is not None and done and total:
+            left += since * (total - done) / done
+        elif first is not None:
+            left += first * LATER_STAGE_SHARE
+        else:
+            return None
+    return left
+
+
+def _stage_seconds(figure: tuple[int, int | None], since: float | None) -> float | None:
+    """The whole time of a stage at its rate so far (its elapsed time once it has ended)."""
+    done, total = figure
+    if since is None or not done or not total:
+        return None
+    return since * max(total, done) / done
+
 
 
 def stage_figures(shared_dir: str, stages: list[Stage]) -> list[tuple[int, int | None]]:
     """(done, total or None when not yet known) of each stage, from the workers' shared totals."""
+    out = [(_summed(shared_dir, stage.step, stage.keys),
+            stage.total if stage.total is not None else _summed(shared_dir, stage.total_step, stage.total_keys) or None)
+           for stage in stages]
+    return _ended_before(out)
 
-    def summed(step: str, keys: tuple[str, ...]) -> int:
-        n = 0
-        with contextlib.suppress(OSError):
-            for figures in read_shared(shared_dir, step):
-                totals = figures.get("totals") or {}
-                n += sum(int(totals.get(k, 0)) for k in keys)
-        return n
 
-    out = []
-    for stage in stages:
-        done = summed(stage.step, stage.keys)
-        total = stage.total if stage.total is not None else summed(stage.total_step, stage.total_keys) or None
-        out.append((done, total))
-    # A stage that has begun means the one before it has ended.
+def work_figures(shared_dir: str, stages: list[Stage]) -> list[tuple[int, int | None]]:
+    """stage_figures, but in what each stage's time grows with where it says (Stage.work_keys)."""
+    figures = stage_figures(shared_dir, stages)
+    out = [(_summed(shared_dir, stage.step, stage.work_keys), stage.work_total) if stage.work_keys and stage.work_total
+           else figure for stage, figure in zip(stages, figures, strict=True)]
+    return _ended_before(out)
+
+
+def _summed(shared_dir: str, step: str | None, keys: tuple[str, ...]) -> int:
+    """The sum of ``keys`` in the totals the workers of ``step`` share."""
+    n = 0
+    with contextlib.suppress(OSError):
+        for figures in read_shared(shared_dir, step) if step else ():
+            totals = figures.get("totals") or {}
+            n += sum(int(totals.get(k, 0)) for k in keys)
+    return n
+
+
+def _ended_before(out: list[tuple[int, int | None]]) -> list[tuple[int, int | None]]:
+    """A stage that has begun means the one before it has ended."""
     for i in range(len(out) - 1):
         if out[i + 1][0] and out[i][1] is not None:
             out[i] = (max(out[i][0], out[i][1]), max(out[i][0], out[i][1]))
@@ -131,13 +178,33 @@ class JobDisplay:
                 bar.n = done  # the rate is the average since the stage began (smoothing=0): the ETA at the rate so far
                 if i == last and total is not None and done >= total:
                     bar.set_postfix_str(self.ending[1] if finished else self.ending[0], refresh=False)
+                elif ended:
+                    bar.set_postfix_str("", refresh=False)  # the job's ETA is said on the bar of the stage under way
                 bar.refresh()  # an ended stage is drawn a last time, then left as it is
             elif total is not None or done:
                 self._lines.append(self._line(self._stages[i], done, total, now - self._started[i]))
             self._ended[i] = ended
+        left = None if finished else self._job_left(figures, now)
+        if self.bars and left is not None:
+            active = next((i for i, ended in enumerate(self._ended) if not ended), None)
+            done, total = figures[active] if active is not None else (0, None)
+            if active is not None and self._started[active] is not None and (total is None or done < total):
+                self._tqdm[active].set_postfix_str(f"job ETA {progress.format_duration(left)}")
         if not self.bars and self._lines:
-            log.info("progress: %s%s", "; ".join(self._lines), f" ({self.ending[1]})" if finished else "")
+            to_end = "" if left is None else f"; job ETA {progress.format_duration(left)}"
+            log.info("progress: %s%s%s", "; ".join(self._lines), to_end, f" ({self.ending[1]})" if finished else "")
             self._lines = []
+
+    def _job_left(self, figures: list[tuple[int, int | None]], now: float) -> float | None:
+        """The seconds to the end of the job (job_seconds_left, in each stage's work: Stage.work_keys);
+        a stage's time runs from when the one before it ended."""
+        if any(stage.work_keys for stage in self._stages):
+            work = work_figures(self.shared_dir, self._stages)
+            figures = [f if self._ended[i] else w for i, (w, f) in enumerate(zip(work, figures, strict=True))]
+        ends = [*self._started[1:], None]
+        elapsed = [None if start is None else (end if end is not None and self._ended[i] else now) - start
+                   for i, (start, end) in enumerate(zip(self._started, ends, strict=True))]
+        return job_seconds_left(figures, elapsed)
 
     @staticmethod
     def _line(stage: Stage, done: int, total: int | None, since: float) -> str:

@@ -15,6 +15,7 @@ import datetime
 import logging
 import tempfile
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from pipelines.errors import RunStopped, launching, no_space_message, noting_interrupts
@@ -156,14 +157,15 @@ def build(pipeline: beam.Pipeline, options: RemoveSettings, plan: RemovalPlan):
 
 @lock.command("remove")
 def run(argv: list[str] | None = None) -> RemovalPlan | None:
-    return _run(argv or [])
+    argv = argv or []
+    return run_prepared(lambda: parse_args(argv))
 
 
-def _run(argv: list[str], resumed: bool = False) -> RemovalPlan | None:
-    """remove, in the scope of its lock (taken once, for the whole command: an interrupted removal
-    it finishes and then its own list)."""
+def run_prepared(parse: Callable[[], tuple[RemoveSettings, PipelineOptions]], resumed=False) -> RemovalPlan | None:
+    """remove with the settings ``parse`` makes (from flags or the Python API's arguments), in the
+    scope of its lock (taken once: an interrupted removal it finishes, then its own list)."""
     with launching():
-        options, pipeline_options = parse_args(argv or [])
+        options, pipeline_options = parse()
         dry_run = is_dry_run(pipeline_options)  # a local runner refuses it, as the jobs do
         fs, path = storage.filesystem(options.output)
         with storage.reaching(options.output):
@@ -206,7 +208,7 @@ def _run(argv: list[str], resumed: bool = False) -> RemovalPlan | None:
         return plan
     if plan.resumed:  # an interrupted removal is finished: now the list this command was given
         _summary(plan)
-        return _run(argv, resumed=True) or plan
+        return run_prepared(parse, resumed=True) or plan
     _summary(plan)
     return plan
 

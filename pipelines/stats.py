@@ -277,20 +277,52 @@ def draw(per_bucket: list[BucketLengths], title: str, bins: int = 40) -> bytes:
 def run(argv: list[str] | None = None) -> int:
     """0 when the table (and picture) are written; 2 when the tree is not a finished one (or is damaged)."""
     options = parse_args(argv or [])
+    try:
+        written = write_stats(options)
+    except (FileNotFoundError, ValueError) as e:  # missing, unfinished, damaged, locked, not ours
+        print(f"pretokenize stats: {e}", file=sys.stderr, flush=True)
+        return 2
+    # With --json, stdout is the JSON alone (for a pipe into jq); where the files went, on stderr.
+    where = sys.stderr if options.json else sys.stdout
+    if options.json:
+        import json
+
+        print(json.dumps(written.summary, indent=1), flush=True)
+    else:
+        print(written.text, end="", flush=True)
+    print(f"table: {written.table}", file=where, flush=True)
+    if written.png is not None:
+        print(f"histogram: {written.png}", file=where, flush=True)
+    return 0
+
+
+@dataclasses.dataclass(frozen=True)
+class StatsWritten:
+    """What stats wrote: the ``table``'s URL and its ``text``, the ``png``'s URL (None: not drawn),
+    and the figures (``summary``: what --json prints)."""
+
+    table: str
+    png: str | None
+    text: str
+    summary: dict
+
+
+def write_stats(options: StatsSettings) -> StatsWritten:
+    """The table and the picture of the finished tree ``options.output``, written; a ValueError or
+    FileNotFoundError, one line, when the tree is missing, unfinished, damaged, held, or not ours
+    to write in."""
     table_url = storage.normalize(options.table or storage.join(options.output, TABLE_NAME))
     png_url = (None if options.png == "none"
                else storage.normalize(options.png or storage.join(options.output, PNG_NAME)))
-    try:
-        if any(u is not None and ownership.inside(u, options.output) for u in (table_url, png_url)) and (
-                ownership.read_record(options.output) is not None):
-            lock.take(options.output)  # one writer at a time: before the tree is read for what is written in it
-        tree = open_tree(options.output)
-    except (FileNotFoundError, ValueError) as e:  # missing, unfinished (IncompleteTreeError), damaged, locked
-        print(f"pretokenize stats: {e}", file=sys.stderr, flush=True)
-        return 2
+    if any(u is not None and ownership.inside(u, options.output) for u in (table_url, png_url)) and (
+            ownership.read_record(options.output) is not None):
+        lock.take(options.output)  # one writer at a time: before the tree is read for what is written in it
+    tree = open_tree(options.output)
     per_bucket = bucket_lengths(tree, options.split, options.val_fraction)
-    text = table(per_bucket)
-    heading = f"# document lengths of {tree.url} (split {options.split}"
+    # The table and the picture may ship with the dataset: they name the tree by its own name, never
+    # by where it lies on this machine.
+    name = tree_name(tree.url)
+    heading = f"# document lengths of {name} (split {options.split}"
     heading += f", val_fraction {options.val_fraction})\n" if options.val_fraction else ")\n"
     # Files written inside the tree are listed in its ownership record first, so the next run of a
     # job deletes exactly these (shards/tree.py); a tree without a record gets nothing written in it.
@@ -299,31 +331,23 @@ def run(argv: list[str] | None = None) -> int:
         try:
             record = ownership.owned(tree.url)
         except ownership.NotOurTreeError as e:
-            print(f"pretokenize stats: {e}; pass --table and --png paths outside it", file=sys.stderr, flush=True)
-            return 2
+            raise ValueError(f"{e}; pass --table and --png paths outside it") from e
         names = [ownership.name_in(u, tree.url) for u in inside]
-        try:  # a file of those names that the record does not list is the user's: never overwritten
-            _check_not_the_jobs(names, record, tree.url)
-            ownership.Tree(tree.url).check_ours(names, record, "stats file")
-        except ValueError as e:
-            print(f"pretokenize stats: {e}", file=sys.stderr, flush=True)
-            return 2
+        # A file of those names that the record does not list is the user's: never overwritten.
+        _check_not_the_jobs(names, record, tree.url)
+        ownership.Tree(tree.url).check_ours(names, record, "stats file")
         ownership.record_files(tree.url, record, add_derived=names)
-    _write(tree.url, table_url, (heading + text).encode())
-    # With --json, stdout is the JSON alone (for a pipe into jq); where the files went, on stderr.
-    where = sys.stderr if options.json else sys.stdout
-    if options.json:
-        import json
-
-        summary = summary_json(per_bucket, tree.url, options.split, options.val_fraction)
-        print(json.dumps(summary, indent=1), flush=True)
-    else:
-        print(heading + text, end="", flush=True)
-    print(f"table: {table_url}", file=where, flush=True)
+    text = heading + table(per_bucket)
+    _write(tree.url, table_url, text.encode())
     if png_url is not None:
-        _write(tree.url, png_url, draw(per_bucket, tree.url, options.bins))
-        print(f"histogram: {png_url}", file=where, flush=True)
-    return 0
+        _write(tree.url, png_url, draw(per_bucket, name, options.bins))
+    return StatsWritten(table_url, png_url, text, summary_json(per_bucket, tree.url, options.split,
+                                                               options.val_fraction))
+
+
+def tree_name(url: str) -> str:
+    """The tree's own name (the last part of its path or URL), as the files written about it say it."""
+    return url.rstrip("/").rsplit("/", 1)[-1] or url
 
 
 def _check_not_the_jobs(names: list[str], record: ownership.TreeRecord, tree_url: str) -> None:

@@ -74,20 +74,14 @@ def _problems(n: int) -> str:
     return f"{n} problem" if n == 1 else f"{n} problems"
 
 
-def _verify_scaffold(output: str, args: VerifySettings) -> int:
+def _verify_scaffold(output: str, args: VerifySettings) -> Verdict:
     """The llm.c checks, split by split (each split is one token stream, read once in order)."""
     if args.input:
         print("verify: --input is not supported for scaffold trees; checking the format only", flush=True)
     from transforms.tools.verify import MAX_REPORTED
 
     problems = scaffold_verify.check_scaffold_tree(output)
-    for problem in problems[:MAX_REPORTED]:
-        print(f"  {problem}")
-    if problems:
-        print(f"verify: FAILED, {_problems(len(problems))} in {output} (scaffold llm.c shards)", flush=True)
-        return 1
-    print(f"verify: OK, {output} (scaffold llm.c shards)", flush=True)
-    return 0
+    return Verdict(output, len(problems), tuple(problems[:MAX_REPORTED]), "scaffold llm.c shards", more=False)
 
 
 # The kinds (shards/kinds.py) whose trees are checked in this process; a bucketed tree, and a tree
@@ -175,8 +169,15 @@ def _remove_scratch(scratch: str | None) -> None:
 
 
 def run(argv: list[str] | None = None) -> int:
+    """0 when the tree is right, 1 when verify found a problem (each said, then the verdict)."""
     with launching():
         args, options = parse_args(argv or [])
+    verdict = check(args, options)
+    return 0 if verdict is None else say(verdict)
+
+
+def check(args: VerifySettings, options: PipelineOptions) -> Verdict | None:
+    """What verify finds in the tree ``args.output`` (None for a dry run, which checks nothing)."""
     import apache_beam as beam
 
     from transforms.tools.verify import VerifyOutput, write_report
@@ -190,8 +191,7 @@ def run(argv: list[str] | None = None) -> int:
     try:
         stats = tree.stats()
     except (IncompleteTreeError, UnreadableStatsError) as e:
-        print(f"  {_unfinished_problem(output, e)}\nverify: FAILED, 1 problem in {output}", flush=True)
-        return 1
+        return Verdict(output, 1, (_unfinished_problem(output, e),), None, more=False)
     with launching():
         config, units, launch_problems, removed = _plan_checks(output, stats, args)
         source = storage.normalize(args.input) if args.input else None
@@ -209,7 +209,7 @@ def run(argv: list[str] | None = None) -> int:
     if dry_run:  # translated, never run: no report to read, no scratch directory made
         pipeline.run()
         print(end_dry_run(output, options), flush=True)
-        return 0
+        return None
     from pipelines.launch import new_run_id
     from pipelines.progress import showing_progress
     from transforms.core.progress import Stage
@@ -221,7 +221,7 @@ def run(argv: list[str] | None = None) -> int:
         result = _read_report(report_url)
     finally:
         _remove_scratch(scratch)
-    return _said(result, output, args.sample if source else None)
+    return _verdict(result, output, args.sample if source else None)
 
 
 def _unfinished_problem(output: str, error: IncompleteTreeError | UnreadableStatsError) -> str:
@@ -284,20 +284,41 @@ def _plan_checks(output: str, stats, args: VerifySettings):
     return config, units, launch_problems, removed
 
 
-def _said(result: dict, output: str, sample: float | None) -> int:
-    """Print the report's problems and its verdict; the exit status (``sample``: of a source compared)."""
-    from transforms.tools.verify import MAX_REPORTED
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """What verify found in the tree ``output``: the number of ``problems``, the first of them
+    (``shown``; ``more``: whether a line says how many more there are) and what was checked
+    (``checked``: files, documents, tokens; None when the tree could not be read)."""
 
-    for problem in result["sample"]:
-        print(f"  {problem}")
-    if result["problems"] > MAX_REPORTED:
-        print(f"  ... and {result['problems'] - MAX_REPORTED} more")
+    output: str
+    problems: int
+    shown: tuple[str, ...]
+    checked: str | None
+    more: bool = True
+
+    @property
+    def ok(self) -> bool:
+        return self.problems == 0
+
+
+def _verdict(result: dict, output: str, sample: float | None) -> Verdict:
+    """The Beam job's report as a Verdict (``sample``: of a source compared)."""
     compared = "" if sample is None else f", source compared on {'all' if sample >= 1 else f'{sample:.0%} of'} ids"
     what = f"{result['files']} files, {result['documents']:,} documents, {result['tokens']:,} tokens{compared}"
-    if result["problems"]:
-        print(f"verify: FAILED, {_problems(result['problems'])} in {output} ({what})", flush=True)
+    return Verdict(output, result["problems"], tuple(result["sample"]), what)
+
+
+def say(verdict: Verdict) -> int:
+    """Print the verdict's problems and its one line; the exit status."""
+    for problem in verdict.shown:
+        print(f"  {problem}")
+    if verdict.more and verdict.problems > len(verdict.shown):
+        print(f"  ... and {verdict.problems - len(verdict.shown)} more")
+    what = "" if verdict.checked is None else f" ({verdict.checked})"
+    if verdict.problems:
+        print(f"verify: FAILED, {_problems(verdict.problems)} in {verdict.output}{what}", flush=True)
         return 1
-    print(f"verify: OK, {output} ({what})", flush=True)
+    print(f"verify: OK, {verdict.output}{what}", flush=True)
     return 0
 
 

@@ -73,6 +73,16 @@ class TokenizerSpec:
         return self.arg if "://" in self.arg else self.text
 
 
+def _did_you_mean(name: str, kind: SpecKind | None) -> str:
+    """The hint for a name a typo away from a kind or an alias (" (did you mean gpt2?)"), when it names none."""
+    import difflib
+
+    if kind is not None:
+        return ""
+    close = difflib.get_close_matches(name, [*KINDS, *ALIASES], n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
 def parse_spec(text: str | TokenizerSpec) -> TokenizerSpec:
     """The TokenizerSpec ``text`` names; a ValueError listing the kinds for anything else."""
     if isinstance(text, TokenizerSpec):
@@ -81,5 +91,6 @@ def parse_spec(text: str | TokenizerSpec) -> TokenizerSpec:
     kind = KINDS.get(ALIASES.get(name, name))
     if kind is None or (kind.arg == "none" and arg) or (kind.arg == "required" and not arg):
         usages = [u for k in KINDS.values() for u in k.usage]
-        raise ValueError(f"unknown tokenizer {text!r}; use {', '.join(usages[:-1])} or {usages[-1]}")
+        raise ValueError(f"unknown tokenizer {text!r}{_did_you_mean(name, kind)}; "
+                         f"use {', '.join(usages[:-1])} or {usages[-1]}")
     return TokenizerSpec(text, kind.name, arg)

@@ -4,6 +4,7 @@ the run (--strict-markers)."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -46,3 +47,17 @@ def test_an_unknown_marker_stops_the_run(tmp_path):
     (tmp_path / "pyproject.toml").write_text((REPO / "pyproject.toml").read_text(encoding="utf-8"))
     done = collect(str(tmp_path / "test_typo.py"), cwd=tmp_path)
     assert done.returncode != 0 and "'unti' not found in `markers`" in done.stdout + done.stderr
+
+
+def test_the_venv_targets_are_in_make_help_and_the_training_doc():
+    """`make venv-torch` and `make venv-trainers` are listed where a newcomer looks (issue 37), and
+    venv-trainers installs what OLMo-core imports when it loads (cached-path's gs:// and s3://)."""
+    makefile = (REPO / "Makefile").read_text(encoding="utf-8")
+    help_lines = re.search(r"^help:\n((?:\t.*\n)+)", makefile, flags=re.M).group(1)
+    training = (REPO / "docs" / "training.md").read_text(encoding="utf-8")
+    for target in ("venv-torch", "venv-trainers"):
+        assert f"make {target} " in help_lines and f"`make {target}`" in training
+    runtime = re.search(r"^TRAINER_RUNTIME := (.*)$", makefile, flags=re.M).group(1).split()
+    assert any(r.startswith("google-cloud-storage") for r in runtime) and "boto3" in runtime
+    recipe = re.search(r"^\$\(VENV\)/\.installed-trainers:.*\n((?:\t.*\n)+)", makefile, flags=re.M).group(1)
+    assert "$(TRAINER_RUNTIME)" in recipe

@@ -143,3 +143,18 @@ def test_token_shares_of_an_empty_selection():
     empty = [stats.BucketLengths(name, np.zeros(0, dtype=np.int64)) for name in layout.BUCKET_NAMES]
     shares = stats.token_shares(empty)
     assert shares.tokens == (0,) * 10 and shares.share == (0.0,) * 10 and shares.cumulative == (0.0,) * 10
+
+
+def test_the_files_in_the_tree_name_it_by_its_own_name(sample_out, monkeypatch):
+    """The table and the picture ship with the dataset: neither says where the tree lay on this
+    machine (issue 37), only the tree's own name."""
+    pytest.importorskip("matplotlib", reason="the histogram needs matplotlib (the 'stats' extra)")
+    titles = []
+    real_figure = stats.figure
+    monkeypatch.setattr(stats, "figure", lambda per_bucket, title, bins=40: (
+        titles.append(title), real_figure(per_bucket, title, bins))[1])
+    assert stats.run(["--output", str(sample_out)]) == 0
+    first = (sample_out / stats.TABLE_NAME).read_text().splitlines()[0]
+    assert first == f"# document lengths of {sample_out.name} (split all)"
+    assert titles == [sample_out.name]
+    assert str(sample_out.parent) not in first

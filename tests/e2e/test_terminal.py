@@ -308,7 +308,7 @@ def test_plan_from_a_sample_estimates_the_run(tmp_path, capsys):
     text = plan_text(["bucketed", "--input", str(src), "--output", str(out), "--plan"], capsys)
     assert not out.exists()
     assert f"1 file (parquet), 38 units of work, {rows:,} rows" in text
-    assert "sample: 256 rows from the start of 16 of the 38 units" in text and "whole input" not in text
+    assert "sample: 256 rows at random positions in 32 draws of a unit" in text and "whole input" not in text
     kept = number(re.search(r"documents kept: (\S+)", text).group(1))
     tokens = number(re.search(r"of encoding for (\S+) tokens", text).group(1))
     # Every unit is a slice of the same 190 rows: the sample's shares hold for the whole, roughly.
@@ -355,14 +355,15 @@ def test_plan_estimates_the_rows_of_json_lines_files_it_does_not_sample(tmp_path
     from conftest import finepdfs_row
 
     (tmp_path / "in").mkdir()
-    for k in range(20):  # 16 are sampled (and counted), 4 are not
+    for k in range(40):  # 32 are drawn (and counted), 8 are not
         rows = [json.dumps(finepdfs_row(f"d{k}-{i}", f"text {i} of {k}")) + "\n" for i in range(10)]
         (tmp_path / "in" / f"part{k:02d}.jsonl").write_text("".join(rows))
     text = plan_text(["bucketed", "--input", str(tmp_path / "in"), "--output", str(tmp_path / "out"), "--tokenizer",
                       "gpt2", "--plan"], capsys)
-    m = re.search(r"20 files \(jsonl\), 20 units of work, ~(\S+) rows \(estimated", text)
-    assert m and 190 <= number(m.group(1)) <= 210, text
-    assert "sample: 160 rows from the start of 16 of the 20 units" in text
+    m = re.search(r"40 files \(jsonl\), 40 units of work, ~(\S+) rows \(estimated", text)
+    assert m and 380 <= number(m.group(1)) <= 420, text
+    drawn = re.search(r"sample: 256 rows at random positions in 32 draws of a unit \((\d+) of the 40 units", text)
+    assert drawn and 16 <= int(drawn.group(1)) < 40, text
 
 
 def test_plan_of_the_scaffold_job_matches_its_run(tmp_path, capsys, gpt2_spec):

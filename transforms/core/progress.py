@@ -205,7 +205,10 @@ def read_shared(shared_dir: str, step: str) -> list[dict]:
 class Stage:
     """A stage of the job's display: the sum of ``keys`` in the totals step ``step`` shares, out of
     ``total`` ``unit`` (planned at launch), or else out of the sum of ``total_keys`` in the totals
-    step ``total_step`` shares (the write stage: the tokens the tokenize step has made so far)."""
+    step ``total_step`` shares (the write stage: the tokens the tokenize step has made so far).
+    ``work_keys`` and ``work_total``: what the time the stage takes grows with, when it is not what
+    the bar counts (the text bytes of the rows read: a large document takes longer than a row), for
+    the ETA to the end of the job."""
 
     label: str
     step: str
@@ -214,6 +217,8 @@ class Stage:
     total: int | None = None
     total_step: str | None = None
     total_keys: tuple[str, ...] = ()
+    work_keys: tuple[str, ...] = ()
+    work_total: int | None = None
 
 
 def announce_stages(shared_dir: str | None, stages: list[Stage]) -> None:
@@ -232,7 +237,8 @@ def announced_stages(shared_dir: str) -> list[Stage]:
     try:
         with open(os.path.join(shared_dir, STAGES_NAME)) as f:
             raw = json.load(f)
-        return [Stage(**{**s, "keys": tuple(s["keys"]), "total_keys": tuple(s["total_keys"])}) for s in raw]
+        return [Stage(**{**s, "keys": tuple(s["keys"]), "total_keys": tuple(s["total_keys"]),
+                         "work_keys": tuple(s.get("work_keys", ()))}) for s in raw]
     except (OSError, ValueError, TypeError, KeyError):
         return []
 
@@ -244,6 +250,9 @@ _WORKER_MESSAGE = re.compile(r'\bmessage: "((?:[^"\\]|\\.)*)"')
 _WORKER_LOCATION = re.compile(r'\blog_location: "((?:[^"\\]|\\.)*)"')
 _OUR_PACKAGES = ("/transforms/", "/pipelines/", "/shards/")
 _HELD = {"progress": False}  # hold_worker_progress
+# What each worker logs again of what the launcher has said once already: the tokenizer's probe
+# (a worker whose tokenizer disagrees raises; its agreeing is not news).
+_SAID_BY_THE_LAUNCHER = ("/transforms/tokenizers/load.py",)
 
 
 def hold_worker_progress(hold: bool) -> None:
@@ -262,6 +271,8 @@ class _WorkerRecords(logging.Filter):
             return record.levelno >= logging.WARNING
         message, location = _WORKER_MESSAGE.search(text), _WORKER_LOCATION.search(text)
         if message is None or location is None or not any(p in location.group(1) for p in _OUR_PACKAGES):
+            return False
+        if record.levelno <= logging.INFO and any(p in location.group(1) for p in _SAID_BY_THE_LAUNCHER):
             return False
         if _HELD["progress"] and "/transforms/core/progress.py" in location.group(1):
             return False

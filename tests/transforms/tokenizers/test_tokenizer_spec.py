@@ -51,6 +51,14 @@ def test_anything_else_is_refused_with_every_kind_listed(text):
                             "tiktoken:RANKS, hf:NAME_OR_PATH or trained:DIR")
 
 
+@pytest.mark.parametrize("text, meant", [("gtp2", "gpt2"), ("jetnemotron", "jet-nemotron"),
+                                         ("qwen2", "qwen2.5"), ("tiktokn:r.tiktoken", "tiktoken")])
+def test_a_typo_of_a_name_says_the_name_meant(text, meant):
+    with pytest.raises(ValueError) as e:
+        parse_spec(text)
+    assert str(e.value).startswith(f"unknown tokenizer {text!r} (did you mean {meant}?); use jet-nemotron, ")
+
+
 def test_the_where_of_a_spec_is_its_url_or_itself():
     assert parse_spec("tiktoken:s3://b/r.tiktoken").where == "s3://b/r.tiktoken"
     assert parse_spec("tiktoken:/tmp/r.tiktoken").where == "tiktoken:/tmp/r.tiktoken"

@@ -1,0 +1,345 @@
+"""The Python API: each job and tool as a function that takes keyword arguments and returns an object.
+
+    from pipelines import api
+
+    result = api.bucketed(input="tests/data/finepdfs_sample.parquet", output="out/api-sample",
+                          runner="FnApiRunner")
+    result.stats.total_tokens, result.drops, result.files[:3]
+
+A function takes the job's settings as keyword arguments of the same names as its flags (dashes
+as underscores: ``--lid-threshold`` is ``lid_threshold``), with the same defaults and the same
+checks, read from the same declarations (the job's parser, generated from its settings dataclass:
+pipelines/flags.py); and how to run: ``runner`` (any Beam runner, default Beam's), ``workers``
+(``--workers``), ``beam_args`` (any other Beam flag, as on the command line) and ``break_lock``.
+It returns what the run made (JobResult, RemoveResult, verify.Verdict) and prints no summary.
+
+A failure is one of the exceptions below, whose text is the line the command prints after
+``pretokenize JOB: ``: the CLI says its errors through ``job_error``. docs/python-api.md has an
+example per job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import difflib
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from shards import lock, storage
+
+if TYPE_CHECKING:
+    import argparse
+
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipelines.stats import StatsWritten
+    from pipelines.verify import Verdict
+
+
+class PretokenizeError(Exception):
+    """Any failure the command line says in one line (and exits 2 for); ``job`` names the job."""
+
+    def __init__(self, job: str, message: str):
+        super().__init__(message)
+        self.job = job
+
+
+class UsageError(PretokenizeError):
+    """A bad argument, setting or path, a tokenizer that will not load, a tree another command
+    holds: found before anything ran."""
+
+
+class BadInputError(PretokenizeError):
+    """The input is not what the job reads: the message names the file and the problem."""
+
+
+class RunStopped(PretokenizeError):
+    """A run that failed (a full disk) or was interrupted: the message says what the output holds."""
+
+
+class Unreachable(PretokenizeError):
+    """A store (gs://, s3://, a hub) could not be reached or refused the credentials."""
+
+
+def job_error(job: str, error: BaseException) -> PretokenizeError | None:
+    """The error of the API (and the line of the CLI) that ``error`` is, or None for a failure that
+    is none of them (a bug: its traceback is kept)."""
+    from pipelines.cli import PUBLISHING, bad_input_message, unreachable_message
+    from pipelines.errors import RunStopped as Stopped
+    from transforms.core.records import UsageError as Usage
+
+    published = "; nothing was published" if job in PUBLISHING else ""
+    if isinstance(error, PretokenizeError):
+        return error
+    if isinstance(error, Usage):
+        return UsageError(job, f"{error}{published}")
+    if isinstance(error, Stopped):
+        return RunStopped(job, str(error))
+    message = bad_input_message(error)
+    if message is not None:
+        return BadInputError(job, f"{message}{published}")
+    message = unreachable_message(error)
+    if message is not None:
+        return Unreachable(job, f"{message}{published}")
+    return None
+
+
+@contextlib.contextmanager
+def _said_as(job: str) -> Iterator[None]:
+    """Errors of ``job`` raised as the API's."""
+    try:
+        yield
+    except Exception as e:  # noqa: BLE001 - raised again, as the API's error or as it was
+        error = job_error(job, e)
+        if error is None:
+            raise
+        raise error from e
+
+
+# --- Settings from keyword arguments, checked as the flags are ------------------------------------------
+
+# The flags that say how to run, not what: the API's own arguments.
+_RUN_FLAGS = ("help", "workers", "break_lock", "plan")
+
+
+def check_values(parser: argparse.ArgumentParser, settings_cls, values: dict[str, Any]) -> None:
+    """Keyword arguments ``values`` named as the parser's flags (with underscores), checked as
+    argparse checks the flags: an unknown name, a missing required one, a value of the wrong type
+    or not among the flag's choices is a UsageError saying what argparse says."""
+    from transforms.core.records import UsageError as Usage
+    from transforms.core.settings import spelled_as_float
+
+    actions = {a.dest: a for a in parser._actions if a.dest not in _RUN_FLAGS}
+    for name in values:
+        if name not in actions:
+            close = difflib.get_close_matches(name, actions, n=1)
+            raise Usage(f"unknown argument {name!r}" + (f" (did you mean {close[0]}?)" if close else ""))
+    missing = [a.option_strings[0] for a in actions.values() if a.required and values.get(a.dest) is None]
+    if missing:
+        raise Usage(f"the following arguments are required: {', '.join(missing)}")
+    floats = spelled_as_float(settings_cls)
+    for name, value in values.items():
+        _check_value(actions[name], value, name in floats)
+
+
+def build_settings(settings_cls, values: dict[str, Any]):
+    """``settings_cls`` from checked ``values`` (check_values), through the settings' own checks."""
+    from transforms.core.settings import spelled_as_float
+
+    floats = spelled_as_float(settings_cls)
+    return settings_cls(**{k: int(v) if k in floats else _plain(v) for k, v in values.items()})
+
+
+def _plain(value):
+    """A path given as a ``pathlib.Path`` is its text, as the flag's would be; many values a tuple."""
+    import os
+
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, list):
+        return tuple(_plain(v) for v in value)
+    return value
+
+
+def _check_value(action, value, spelled_as_float: bool) -> None:
+    """A UsageError saying what argparse says of a bad value of ``action``'s flag."""
+    import os
+
+    from transforms.core.records import UsageError as Usage
+
+    flag = action.option_strings[0] if action.option_strings else action.dest
+    values = value if isinstance(value, (list, tuple)) and action.nargs == "+" else [value]
+    for v in values:
+        wanted = (int, float) if spelled_as_float else action.type
+        if action.const is True and not isinstance(v, bool):  # an on/off switch
+            raise Usage(f"argument {flag}: expected True or False, got {v!r}")
+        if wanted in (int, float) and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            raise Usage(f"argument {flag}: invalid {wanted.__name__} value: {v!r}")
+        if wanted is int and isinstance(v, float) and not v.is_integer():
+            raise Usage(f"argument {flag}: invalid int value: {v!r}")
+        if wanted is str and v is not None and not isinstance(v, (str, os.PathLike)):
+            raise Usage(f"argument {flag}: invalid value: {v!r}")
+        if action.choices is not None and v not in action.choices:
+            choices = ", ".join(repr(c) for c in action.choices)
+            raise Usage(f"argument {flag}: invalid choice: {v!r} (choose from {choices})")
+
+
+def pipeline_options(parser: argparse.ArgumentParser, runner: str | None, workers: int | None,
+                     beam_args: Sequence[str]) -> PipelineOptions:
+    """Beam's options: ``runner``, ``workers`` (--workers) and ``beam_args``, checked as the flags are."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipelines.flags import check_beam_flags, worker_flags
+
+    args = list(beam_args) + ([f"--runner={runner}"] if runner else [])
+    check_beam_flags(args, sorted({s for a in parser._actions for s in a.option_strings}))
+    return PipelineOptions(args + worker_flags(workers, args))
+
+
+def _lock_scope(job: str, output: str, break_lock: bool):
+    """The scope of the locks the run takes; the lock names the caller as a command would be."""
+    return lock.scope(f"pipelines.api.{job}(output={output!r})", break_lock)
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """How to run a job: ``runner`` (a Beam runner's name; None: Beam's default), ``workers``
+    (--workers: local worker processes), ``beam_args`` (any other Beam flag, as typed on a command
+    line) and ``break_lock`` (--break-lock)."""
+
+    runner: str | None = None
+    workers: int | None = None
+    beam_args: Sequence[str] = ()
+    break_lock: bool = False
+
+
+def _prepared(job: str, module, settings_cls, values: dict[str, Any], run: Run, input_files: bool = True):
+    """The settings and Beam's options of ``job`` from keyword arguments, checked in the order and
+    with the words of its flags (pipelines/flags.py parse_settings): the values, then that a local
+    input names files, then Beam's flags, then the settings' own checks."""
+    from pipelines.errors import launching
+    from pipelines.flags import check_input
+
+    with launching():  # a ValueError or OSError here is about how the job was asked: a UsageError
+        parser = module.make_parser()
+        check_values(parser, settings_cls, values)
+        if input_files and values.get("input"):
+            check_input(storage_text(values["input"]))
+        options = pipeline_options(parser, run.runner, run.workers, run.beam_args)
+        return build_settings(settings_cls, values), options
+
+
+def storage_text(value) -> str:
+    """A path or URL given as text or as a ``pathlib.Path``."""
+    return _plain(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class JobResult:
+    """What a writing job (bucketed, scaffold) published: ``output``, the tree's URL; ``stats``, its
+    dataset_stats.txt (shards.manifest.DatasetStats or shards.llmc.ScaffoldStats); ``files``, the
+    shard files written, relative to the tree (its checksums.sha256)."""
+
+    job: str
+    output: str
+    stats: Any
+    files: tuple[str, ...]
+
+    @property
+    def drops(self) -> dict[str, int]:
+        """The documents dropped, by reason (``language``, ``token_count``, ...)."""
+        return dict(self.stats.drops)
+
+    @property
+    def documents(self) -> int:
+        return self.stats.kept_documents
+
+    @property
+    def tokens(self) -> int:
+        return self.stats.total_tokens
+
+
+def _written(output: str) -> tuple[str, ...]:
+    from shards.layout import CHECKSUMS_NAME
+    from shards.manifest import parse_checksums
+
+    url = storage.join(output, CHECKSUMS_NAME)
+    fs, path = storage.filesystem(url)
+    if not fs.exists(path):
+        return ()
+    with fs.open(path, "rb") as f:
+        return tuple(sorted(parse_checksums(f.read().decode("utf-8"), url)))
+
+
+def _writing_job(job: str, module, settings_cls, values: dict[str, Any], run: Run) -> JobResult:
+    from pipelines.job import run_job
+
+    with _said_as(job), _lock_scope(job, str(values.get("output")), run.break_lock):
+        settings, options = _prepared(job, module, settings_cls, values, run)
+        stats = run_job([], lambda _argv: (settings, options), module.build, module.summary_table,
+                        say_summary=False)
+        output = storage.normalize(settings.output)
+        return JobResult(job, output, stats, _written(output))
+
+
+def bucketed(input: str, output: str, *, runner: str | None = None, workers: int | None = None,
+             beam_args: Sequence[str] = (), break_lock: bool = False, **settings: Any) -> JobResult:
+    """``pretokenize bucketed``: documents to length-bucketed token shards. ``settings``: the job's
+    flags as keyword arguments (``tokenizer="gpt2"``, ``lid_threshold=0.5``, ``restart=True``, ...;
+    transforms.bucketed.settings.BucketedSettings)."""
+    from pipelines import bucketed as module
+    from transforms.bucketed.settings import BucketedSettings
+
+    values = {"input": input, "output": output, **settings}
+    return _writing_job("bucketed", module, BucketedSettings, values, Run(runner, workers, beam_args, break_lock))
+
+
+def scaffold(input: str, output: str, *, runner: str | None = None, workers: int | None = None,
+             beam_args: Sequence[str] = (), break_lock: bool = False, **settings: Any) -> JobResult:
+    """``pretokenize scaffold``: documents to countdown-token shards in llm.c's format (train/, val/).
+    ``settings``: its flags as keyword arguments (transforms.scaffold.settings.ScaffoldSettings)."""
+    from pipelines import scaffold as module
+    from transforms.scaffold.settings import ScaffoldSettings
+
+    values = {"input": input, "output": output, **settings}
+    return _writing_job("scaffold", module, ScaffoldSettings, values, Run(runner, workers, beam_args, break_lock))
+
+
+def verify(output: str, *, runner: str | None = None, workers: int | None = None, beam_args: Sequence[str] = (),
+           **settings: Any) -> Verdict | None:
+    """``pretokenize verify``: the tree's problems, as a pipelines.verify.Verdict (``ok``,
+    ``problems``, ``shown``, ``checked``); None for a dry run. ``settings``: ``input``, ``sample``,
+    ``removal_list``, ``report`` (pipelines.verify.VerifySettings)."""
+    from pipelines import verify as module
+
+    with _said_as("verify"):
+        args, options = _prepared("verify", module, module.VerifySettings, {"output": output, **settings},
+                                  Run(runner, workers, beam_args), input_files=False)
+        return module.check(args, options)
+
+
+@dataclasses.dataclass(frozen=True)
+class RemoveResult:
+    """What ``remove`` did to the tree ``output``: the documents and tokens it took out, the shard
+    files it rewrote (``deleted``: those of them now empty, so gone) and the run named in removals.txt
+    (None when no listed id was in the tree: nothing changed)."""
+
+    output: str
+    removed_documents: int
+    removed_tokens: int
+    files: tuple[str, ...]
+    deleted: tuple[str, ...]
+    run: str | None
+
+
+def remove(output: str, removal_list: str, *, runner: str | None = None, workers: int | None = None,
+           beam_args: Sequence[str] = (), break_lock: bool = False) -> RemoveResult:
+    """``pretokenize remove``: the documents ``removal_list`` names taken out of a bucketed tree."""
+    from pipelines import remove as module
+
+    values = {"output": output, "removal_list": removal_list}
+    run = Run(runner, workers, beam_args, break_lock)
+    with _said_as("remove"), _lock_scope("remove", str(output), break_lock):
+        prepared = _prepared("remove", module, module.RemoveSettings, values, run, input_files=False)
+        plan = module.run_prepared(lambda: prepared)
+    url = storage.normalize(storage_text(output))
+    if plan is None:
+        return RemoveResult(url, 0, 0, (), (), None)
+    return RemoveResult(url, plan.removed_documents, plan.removed_tokens, tuple(f.rel_path for f in plan.files),
+                        tuple(f.rel_path for f in plan.files if f.tokens_after == 0), plan.run)
+
+
+def stats(output: str, *, break_lock: bool = False, **settings: Any) -> StatsWritten:
+    """``pretokenize stats``: the document lengths per bucket of a finished tree, as a table and a
+    histogram PNG (written, by default in the tree); returns pipelines.stats.StatsWritten: ``table``,
+    ``png`` (their URLs), ``text`` (the table) and ``summary`` (what --json prints). ``settings``:
+    ``png``, ``table``, ``split``, ``val_fraction``, ``bins`` (pipelines.stats.StatsSettings)."""
+    from pipelines import stats as module
+    from pipelines.errors import launching
+
+    values = {"output": output, **settings}
+    with _said_as("stats"), _lock_scope("stats", str(output), break_lock), launching():
+        parser = module.make_parser()
+        check_values(parser, module.StatsSettings, values)
+        return module.write_stats(build_settings(module.StatsSettings, values))

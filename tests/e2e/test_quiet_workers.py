@@ -1,0 +1,60 @@
+"""--workers 2 prints what one worker prints, and nothing of Beam's SDK harness (issue 37).
+
+A worker process imports Beam; without its GCP extra that logs a warning through
+``logging.warning``, which gives the worker a handler on standard error, and every harness record
+after it (``INFO:__main__:Logging handler created.``, ...) and each of this project's lines (a second
+time: the launcher shows them once from Beam's logging service) was printed there.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO, SAMPLE_PARQUET
+
+from pipelines.worker_stderr import _pass_on, harness_line
+
+CLI = "import sys; from pipelines.cli import main; sys.exit(main())"
+HARNESS = re.compile(r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL):|sdk harness|Logging handler created|control channel|"
+                     r"apitools not found")
+
+
+def run_lines(tmp_path, name: str, *extra: str) -> list[str]:
+    """The lines a run of the bucketed job on the sample prints (stdout and stderr, no terminal),
+    without their timestamps; progress lines only at the end."""
+    env = {**os.environ, "PRETOKENIZE_PROGRESS_SECONDS": "100000"}
+    done = subprocess.run([sys.executable, "-c", CLI, "bucketed", "--input", str(SAMPLE_PARQUET), "--output",
+                           str(tmp_path / name), "--runner=FnApiRunner", *extra], cwd=REPO, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=True)
+    return [re.sub(r"^\d{4}-\d\d-\d\d [\d:,]+ ", "", line) for line in done.stdout.splitlines()]
+
+
+@pytest.mark.smoke
+def test_two_workers_print_no_more_lines_than_one_and_none_of_the_harness(tmp_path):
+    one = run_lines(tmp_path, "one")
+    two = run_lines(tmp_path, "two", "--workers", "2")
+    assert [line for line in two if HARNESS.search(line)] == []
+    assert len(two) <= len(one), "\n".join(two)
+    probe = [line for line in two if "on the probe" in line]
+    published = [line for line in two if "published " in line and " files, " in line]
+    assert len(probe) == 1 and len(published) == 1, "\n".join(two)
+
+
+@pytest.mark.unit
+def test_only_the_records_below_error_of_the_default_format_are_kept_back(tmp_path):
+    lines = [b"INFO:__main__:Logging handler created.", b"WARNING:root:apitools not found",
+             b"INFO:apache_beam.runners.worker.sdk_worker:Creating insecure control channel",
+             b"ERROR:__main__:Python sdk harness failed:", b"Traceback (most recent call last):",
+             b"  a line of it", b"INFO in the middle: not a record", b"no newline at the end"]
+    assert [harness_line(line) for line in lines] == [True, True, True, False, False, False, False, False]
+    read_end, write_end = os.pipe()
+    out = tmp_path / "out"
+    with open(out, "wb") as f:
+        os.write(write_end, b"\n".join(lines))
+        os.close(write_end)
+        _pass_on(read_end, os.dup(f.fileno()))
+    assert out.read_bytes() == b"\n".join(lines[3:])

@@ -1,0 +1,36 @@
+"""A flag neither the job nor Beam knows is refused before Beam is imported (pipelines/beam_flags.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO, SAMPLE_PARQUET
+
+from pipelines.beam_flags import surely_unknown
+
+pytestmark = pytest.mark.unit
+
+# A fresh interpreter: whether Beam was imported is a fact of the process, not of this test session.
+TYPO = """
+import sys
+from pipelines.cli import main
+code = main(["bucketed", "--input", sys.argv[1], "--output", sys.argv[2], "--tokenzier", "gpt2"])
+print(code, "apache_beam" in sys.modules)
+"""
+
+
+def test_a_typo_is_refused_with_its_did_you_mean_and_no_beam_imported(tmp_path):
+    done = subprocess.run([sys.executable, "-c", TYPO, str(SAMPLE_PARQUET), str(tmp_path / "out")], cwd=REPO,
+                          capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["2", "False"]
+    assert done.stderr.strip() == ("pretokenize bucketed: unknown flag or argument: --tokenzier (did you mean "
+                                   "--tokenizer?); see --help; nothing was published")
+    assert not (tmp_path / "out").exists()
+
+
+def test_only_flags_no_beam_source_spells_are_sure():
+    args = ["--runner=FnApiRunner", "--temp_location", "/tmp/x", "--direct_num_workers=2", "--tokenzier", "gpt2",
+            "--experiments=use_runner_v2", "--nonsense_flag=1", "--", "--after-the-end"]
+    assert surely_unknown(args) == ["--tokenzier", "--nonsense_flag=1"]
