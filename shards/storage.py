@@ -130,9 +130,22 @@ def _read_s3_range(fs, path: str, start: int, end: int, etag: str) -> bytes:
     try:
         return fsspec.asyn.sync(fs.loop, get)
     except Exception as e:
-        if "PreconditionFailed" in f"{type(e).__name__} {e}" or "412" in str(e):
+        if _precondition_failed(e):
             raise ChangedError(f"{path}: its ETag is no longer {etag}") from None
         raise
+
+
+def _precondition_failed(error: BaseException | None) -> bool:
+    """Whether the store answered 412 Precondition Failed (s3fs gives an OSError caused by botocore's)."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        response = getattr(error, "response", None)
+        if isinstance(response, dict) and (response.get("Error", {}).get("Code") in ("PreconditionFailed", "412") or
+                                           response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 412):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
 
 
 class Unreachable(OSError):

@@ -239,8 +239,9 @@ def _open_indexed(fs, root: str, url: str, stats: manifest.DatasetStats, record)
     except ValueError as e:  # the index's problem, not the tree's: the manifest still opens it
         log.warning("%s: its reader index is not used (%s); reading its manifest instead", url, e)
         return None
-    except OSError as e:  # the local cache cannot hold a copy (read-only home, full disk, not the user's)
-        log.warning("%s: no local copy of its reader index (%s); reading its manifest instead", url, e)
+    except OSError as e:  # gone, unreadable, or (remote) the local cache cannot hold a copy
+        what = "is not used" if isinstance(fs, LocalFileSystem) else "has no local copy"
+        log.warning("%s: its reader index %s (%s); reading its manifest instead", url, what, e)
         return None
     index = documents._index
     dtype = layout.DTYPES[stats.dtype]

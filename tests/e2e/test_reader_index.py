@@ -351,7 +351,7 @@ def test_a_remote_tree_opens_from_its_manifest_when_no_local_copy_can_be_made(sa
         remote, local = reader.open_tree("memory://no-cache"), reader.open_tree(str(sample_tree))
         assert not isinstance(remote.documents, IndexedDocuments)
         assert len(remote) == len(local) and remote.documents.id(3) == local.documents.id(3)
-        assert any("no local copy of its reader index" in r.getMessage() for r in caplog.records)
+        assert any("its reader index has no local copy" in r.getMessage() for r in caplog.records)
     finally:
         fs.rm("/no-cache", recursive=True)
 
