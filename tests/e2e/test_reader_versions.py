@@ -12,6 +12,7 @@ import hashlib
 import logging
 import os
 import pickle
+import random
 import shutil
 import struct
 from pathlib import Path
@@ -266,3 +267,66 @@ def test_5_a_shared_cache_directory_others_can_write_is_ignored(bucketed_tree, t
         assert any("others can write it" in r.getMessage() for r in caplog.records)
     finally:
         fs.rm("/shared-cache", recursive=True)
+
+
+# -- the random walk -------------------------------------------------------------------------------
+
+def _check_reads(t, snapshot: dict[str, np.ndarray], ids) -> None:
+    for doc_id in ids:
+        got = read_or_refused(t, doc_id)
+        assert got is None or np.array_equal(got, snapshot[doc_id]), f"{doc_id}: a wrong token"
+
+
+def _step(op: str, rng: random.Random, root: Path, source: Path, tmp_path: Path, readers: list) -> None:
+    if op == "open":
+        t = reader.open_tree(str(root))
+        now = truth(root)
+        _check_reads(t, now, now)  # a fresh reader is the tree as it is now, whatever came before
+        assert sorted(t.documents.id(i) for i in range(len(t))) == sorted(now)
+        readers.append((t, now))
+    elif op in ("read", "pickle") and readers:
+        t, snapshot = rng.choice(readers)
+        if op == "pickle":
+            try:
+                t = pickle.loads(pickle.dumps(t))  # noqa: S301 - our own object: a spawned worker's copy
+            except reader.TreeChangedError:
+                return
+            readers.append((t, snapshot))
+        _check_reads(t, snapshot, rng.sample(sorted(snapshot), min(8, len(snapshot))))
+    elif op == "remove":
+        ids = sorted(truth(root))
+        if len(ids) > 6:
+            remove(root, rng.sample(ids, rng.randint(1, 3)), tmp_path)
+    elif op == "rerun":
+        assert cli.main(["bucketed", "--input", str(source), "--output", str(root), "--partitions", "2",
+                         "--runner=FnApiRunner"]) == 0
+    elif op == "edit index":  # by a new file renamed over it, as an editor saves (one written in place
+        edited = tmp_path / "edited.idx"  # under a reader's map is that reader's to see: see the docs)
+        shutil.copy(root / reader_index.INDEX_NAME, edited)
+        craft(edited, _shift_two_starts)
+        os.replace(edited, root / reader_index.INDEX_NAME)
+    elif op == "edit cache":
+        for mark in Path(reader_index.cache_dir()).glob("mark-*"):
+            mark.unlink() if rng.random() < 0.5 else mark.chmod(0o666)  # gone, or others could have written it
+
+
+OPS = ["open"] * 3 + ["read"] * 4 + ["pickle"] * 2 + ["remove"] * 2 + ["edit index", "edit cache"]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_sequences_never_serve_a_wrong_token(bucketed_tree, source, tmp_path, monkeypatch, seed):
+    """Open, read, remove, re-run, pickle-and-read, edits of the index and of the cache, in a seeded
+    random order: every byte any reader returns is its opened version's document of that id, and a
+    fresh reader's is the tree's current one; otherwise the read is refused in one line."""
+    rng = random.Random(seed)
+    root = Path(shutil.copytree(bucketed_tree, tmp_path / "out", symlinks=True))
+    monkeypatch.setenv(reader_index.CACHE_ENV, str(tmp_path / "cache"))
+    readers: list = []
+    reran = False
+    for _ in range(12):
+        op = rng.choice(OPS + ([] if reran else ["rerun"]))
+        reran |= op == "rerun"
+        _step(op, rng, root, source, tmp_path, readers)
+    _step("open", rng, root, source, tmp_path, readers)
+    for t, snapshot in readers:
+        _check_reads(t, snapshot, snapshot)
