@@ -367,22 +367,34 @@ def open_llmc(files: Mapping[str, Sequence[str]]) -> ShardTree:
     return _open_llmc(fs, "", ",".join(urls), rels)
 
 
+def _version_of(fs, path: str, f) -> tuple[int, tuple]:
+    """Size and version (as TokenStore keeps it) of the file at ``path``, open as ``f`` on a local disk."""
+    if isinstance(fs, LocalFileSystem):
+        st = os.fstat(f.fileno())
+        return st.st_size, local_version(st)
+    info = fs.info(path)
+    return int(info["size"]), (storage.file_version(info), int(info["size"]))
+
+
 def _open_llmc(fs, root: str, url: str, files: Mapping[str, Sequence[str]]) -> ShardTree:
-    rel_paths, counts, split_of_file = [], [], []
+    rel_paths, counts, split_of_file, versions = [], [], [], []
     for split in llmc.SPLITS:
         for rel in files.get(split, ()):
             path = posixpath.join(root, rel) if root else rel
             with storage.open_read(fs, path) as f:
                 count = llmc.parse_header(f.read(llmc.HEADER_BYTES), path)
-            body = fs.size(path) - llmc.HEADER_BYTES
+                size, version = _version_of(fs, path, f)
+            body = size - llmc.HEADER_BYTES
             if body != count * llmc.TOKEN_DTYPE.itemsize:
                 raise ValueError(f"{path}: header says {count} tokens, the file holds {body} bytes of tokens")
+            versions.append(version)
             rel_paths.append(rel)
             counts.append(count)
             split_of_file.append(llmc.SPLITS.index(split))
     if not rel_paths:
         raise ValueError(f"{url} holds no llm.c shard files (train/shard_NNN.bin, val/shard_NNN.bin)")
-    store = TokenStore(fs, root, rel_paths, counts, llmc.TOKEN_DTYPE, header_bytes=llmc.HEADER_BYTES)
+    store = TokenStore(fs, root, rel_paths, counts, llmc.TOKEN_DTYPE, header_bytes=llmc.HEADER_BYTES,
+                       versions=versions, url=url)
     start, length, split = _llmc_documents(store, split_of_file, url)
     ids = np.concatenate([
         np.char.add(f"{llmc.SPLITS[s]}:".encode(), np.arange(np.count_nonzero(split == s)).astype(np.bytes_))
