@@ -45,7 +45,10 @@ def _listing(fs, root: str, dirs: Iterable[str]) -> dict[str, tuple[int, tuple]]
         if local:
             with os.scandir(full) as entries:
                 for entry in entries:
-                    st = entry.stat()
+                    try:
+                        st = entry.stat()
+                    except OSError:  # a dangling link: a named shard there "does not exist"
+                        continue
                     if stat.S_ISREG(st.st_mode):
                         found[f"{d}/{entry.name}"] = (st.st_size, local_version(st))
             continue
@@ -265,7 +268,7 @@ def _proven_index(fs, root: str, url: str) -> IndexedDocuments:
         mapped = path
     else:  # nothing in a remote tree is a link: the name rules hold
         mapped = reader_index.local_copy(fs, path, storage.join(url, reader_index.INDEX_NAME))
-    fd = os.open(mapped, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    fd = os.open(mapped, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))  # a FIFO never waits
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):

@@ -81,7 +81,7 @@ class TokenStore:
         m = self._maps[i]
         if m is None:
             try:
-                with open(self.path(i), "rb") as f:
+                with storage.open_read(self.fs, self.path(i)) as f:  # a regular file, or NotRegularFileError
                     if self.versions is not None and local_version(os.fstat(f.fileno())) != self.versions[i]:
                         raise TreeChangedError.of_file(self.url, self.rel_paths[i])
                     mapped = np.memmap(f, dtype=self.dtype, mode="r", offset=self.header_bytes,
@@ -212,7 +212,7 @@ class IndexedDocuments(Documents):
     def _open_again(self, version: tuple | None):
         """The index mapped again in a receiving process, only if it is the file the reader opened."""
         try:
-            fd = os.open(self._path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            fd = os.open(self._path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
         except FileNotFoundError:
             raise TreeChangedError.of_file(self._url, reader_index.INDEX_NAME) from None
         try:
