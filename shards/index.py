@@ -533,6 +533,8 @@ PARTIAL_SUFFIX = ".partial"
 # A partial copy this old was left by a process that died while copying (a live copy is renamed in
 # long before: an index is ~85 bytes a document).
 STALE_PARTIAL_SECONDS = 24 * 3600
+# Marks are a few hundred bytes' worth of inode each, one per version of a tree proven here.
+STALE_MARK_SECONDS = 30 * 24 * 3600
 
 
 def prune_copies(directory: str, tree_key: str, keep: str, now: float | None = None) -> list[str]:
@@ -540,7 +542,8 @@ def prune_copies(directory: str, tree_key: str, keep: str, now: float | None = N
 
     - the copies of older versions of the index ``tree_key`` names (every ``TREEKEY-*.idx`` but ``keep``);
     - copies named as before the tree key was in the name (``KEY.idx``);
-    - partial copies older than a day (a killed process's).
+    - partial copies older than a day (a killed process's);
+    - marks (``mark``) older than STALE_MARK_SECONDS: a proof still needed is made again, once.
 
     Only regular files with the names local_copy gives are touched (a link or a directory stays as it
     is), and never a copy a process holds open (``hold``: a reader of that version, whose DataLoader
@@ -560,6 +563,8 @@ def prune_copies(directory: str, tree_key: str, keep: str, now: float | None = N
                 continue
             if kind == "partial" and now - os.lstat(path).st_mtime < STALE_PARTIAL_SECONDS:
                 continue  # another process may be copying it now
+            if kind == "mark" and now - os.lstat(path).st_mtime < STALE_MARK_SECONDS:
+                continue
             if kind == "old" and in_use(path):
                 continue  # a reader maps it, and its DataLoader workers will map it again
             os.unlink(path)
@@ -574,16 +579,20 @@ def prune_copies(directory: str, tree_key: str, keep: str, now: float | None = N
 _COPY_NAME = re.compile(r"(?P<tree>[0-9a-f]{16})-[0-9a-f]{32}\.idx")
 _PARTIAL_NAME = re.compile(r"[0-9a-f]{16}-[0-9a-f]{32}\.[a-z0-9_]+\.partial")
 _UNKEYED_NAME = re.compile(r"[0-9a-f]{32}\.idx")
+_MARK_NAME = re.compile(r"mark-[0-9a-f]{32}")
 
 
 def _cache_file_kind(name: str, tree_key: str, keep: str) -> str | None:
     """"old" (a copy no lookup uses again), "partial" (a copy being made, or left by a killed
-    process), or None (a file to leave: the copy to keep, another tree's, or not a name of ours)."""
+    process), "mark" (a proof's mark), or None (a file to leave: the copy to keep, another tree's, or
+    not a name of ours)."""
     copy = _COPY_NAME.fullmatch(name)
     if copy is not None:
         return "old" if copy["tree"] == tree_key and name != keep else None
     if _UNKEYED_NAME.fullmatch(name):
         return "old"
+    if _MARK_NAME.fullmatch(name):
+        return "mark"
     return "partial" if _PARTIAL_NAME.fullmatch(name) else None
 
 
