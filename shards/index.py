@@ -40,6 +40,7 @@ import bisect
 import fcntl
 import hashlib
 import io
+import mmap
 import os
 import posixpath
 import re
@@ -364,7 +365,23 @@ def column_problem(index: ReaderIndex) -> str | None:
         problem = _rows_problem(index, a, min(n, a + _CHECK_ROWS), file_start, part_of_file, seen)
         if problem is not None:
             return problem
+        if a % (16 * _CHECK_ROWS) == 0:
+            release(index)
+    release(index)
     return None if seen.all() else "its lookup table is not a permutation of its rows"
+
+
+def release(index: ReaderIndex) -> None:
+    """Drop the pages of the index this process touched from its resident memory (a read pages them in
+    again from the page cache): a pass over every column costs no more than a slice of it."""
+    base = index.start
+    while base is not None and not isinstance(getattr(base, "_mmap", None), mmap.mmap):
+        base = getattr(base, "base", None)
+    if base is not None and hasattr(mmap, "MADV_DONTNEED"):
+        try:
+            base._mmap.madvise(mmap.MADV_DONTNEED)
+        except (OSError, ValueError):
+            pass
 
 
 def _rows_problem(index: ReaderIndex, a: int, b: int, file_start: np.ndarray, part_of_file: np.ndarray,
