@@ -15,22 +15,32 @@ record as derived (so the next publish replaces it, and only the tool deletes it
                 int64[n] length (EOS included), int32[n] file, int8[n] bucket, int32[n] partition
     ids         int64[n + 1] offsets into the ids blob, the ids (UTF-8)
     lookup      uint64[n] id hashes sorted, int64[n] the document of each (``id_hash``)
+    trailer     the manifest's sha256 (of its bytes, as the index was built from them), then the
+                sha256 of every byte of the index before it (version 2; version 1 had no trailer)
 
 Documents are in storage order (files in layout order: bucket, partition, rolling index; a file's
 documents in its order), which is the order of a published manifest. The index is built in one pass
 over the manifest with its columns spooled to local scratch files, and the lookup table sorted in
 slices of the hash range, so building it holds a few hundred MB at most, whatever the tree's size.
 
-A reader uses the index only when the record lists it and its header's manifest size and file
-token counts agree with the tree (the counts are checked against the shards' sizes, as without
-an index); otherwise it parses the manifest, as for a tree written before indexes existed.
-``verify`` rebuilds the index from the manifest and compares the bytes.
+A reader uses the index only when the record lists it and it proves it describes this manifest
+and these shards: its manifest size and sha256 are the manifest's, its own sha256 holds, its
+columns are in order and within bounds (``column_problem``), every file it names is a shard name
+of the layout, and its file token counts are the shards' sizes. Hashing a large manifest costs
+seconds, so a reader does it once per machine and version: a mark in the cache directory, named
+by the exact identity of the manifest and the index (device, inode, size, modification and
+change times, or an object's version), says it was done (``verified_mark``). Otherwise, or for an
+index of version 1, it parses the manifest. ``verify`` rebuilds the index from the manifest and
+compares the bytes.
 """
 
 from __future__ import annotations
 
 import bisect
+import fcntl
 import hashlib
+import io
+import mmap
 import os
 import posixpath
 import re
@@ -48,7 +58,8 @@ from shards import layout, manifest, storage
 
 INDEX_NAME = "processed_spec.idx"
 MAGIC = b"PTKIDX\x00\x00"
-VERSION = 1
+VERSION = 2
+OLD_VERSIONS = (1,)  # written before the trailer: never trusted, the manifest is parsed
 HEADER_BYTES = 256
 SECTIONS = ("file_offsets", "file_names", "file_tokens", "start", "length", "file", "bucket", "partition",
             "id_offsets", "id_blob", "hashes", "hash_rows")
@@ -56,6 +67,7 @@ DTYPES = {"file_offsets": "<i8", "file_tokens": "<i8", "start": "<i8", "length":
           "bucket": "i1", "partition": "<i4", "id_offsets": "<i8", "hashes": "<u8", "hash_rows": "<i8"}
 _HEAD = struct.Struct("<8sIIQQQ")  # magic, version, reserved, documents, files, manifest bytes
 _SPAN = struct.Struct("<QQ")
+TRAILER = struct.Struct("<32s32s")  # the manifest's sha256, the sha256 of every byte before it
 _ROWS_PER_FLUSH = 1 << 18
 _LOOKUP_SLICE = 1 << 22  # documents per slice of the hash range when sorting the lookup table
 
@@ -101,9 +113,24 @@ class _Spool:
         return os.path.getsize(self.path)
 
 
-def write_index(rows, manifest_bytes: int, out: BinaryIO) -> int:
+class _Hashed:
+    """A writer that hashes what it passes on (the index's own sha256, for its trailer)."""
+
+    def __init__(self, out: BinaryIO):
+        self.out = out
+        self.digest = hashlib.sha256()
+
+    def write(self, data) -> int:
+        self.digest.update(data)
+        return self.out.write(data)
+
+
+def write_index(rows, manifest_bytes: int, out: BinaryIO, manifest_sha256=None) -> int:
     """Write the index of the manifest ``rows`` ((rel_path, id, tokens), as manifest.read_rows gives
-    them) to ``out``; the number of documents. NotIndexable when the rows are not in storage order."""
+    them) to ``out``; the number of documents. ``manifest_sha256``: the manifest's digest (bytes),
+    or a function giving it once the rows are read (they are read as the manifest is hashed).
+    NotIndexable when the rows are not in storage order."""
+    hashed = _Hashed(out)
     with tempfile.TemporaryDirectory(prefix="pretokenize-index-") as scratch:
         spools = {name: _Spool(scratch, name, DTYPES.get(name)) for name in
                   ("start", "length", "file", "bucket", "partition", "id_offsets", "id_blob", "hashes")}
@@ -124,8 +151,11 @@ def write_index(rows, manifest_bytes: int, out: BinaryIO) -> int:
             at += size + (-size) % 8
         header = _HEAD.pack(MAGIC, VERSION, 0, n, len(files), manifest_bytes)
         header += b"".join(_SPAN.pack(*s) for s in spans)
-        out.write(header.ljust(HEADER_BYTES, b"\0"))
-        _write_sections(out, scratch, small, spans, n)
+        hashed.write(header.ljust(HEADER_BYTES, b"\0"))
+        _write_sections(hashed, scratch, small, spans, n)
+    digest = manifest_sha256() if callable(manifest_sha256) else manifest_sha256
+    hashed.write(digest if digest is not None else bytes(32))
+    out.write(hashed.digest.digest())
     return n
 
 
@@ -215,6 +245,7 @@ class ReaderIndex(NamedTuple):
     files: list[str]
     file_tokens: np.ndarray
     manifest_bytes: int
+    manifest_sha256: bytes
     start: np.ndarray
     length: np.ndarray
     file: np.ndarray
@@ -240,20 +271,32 @@ class ReaderIndex(NamedTuple):
         return None
 
 
-def open_index(path: str) -> ReaderIndex:
-    """Map a local index file; ValueError when it is not one this version reads."""
-    with open(path, "rb") as f:
+class OldIndexError(ValueError):
+    """An index of an earlier version: it carries no proof of the manifest it describes."""
+
+
+def open_index(path: str, fd: int | None = None) -> ReaderIndex:
+    """Map a local index file (through ``fd`` when given: the file already opened and checked);
+    OldIndexError for an index of version 1, ValueError when it is not one this version reads.
+    Its structure is checked here; its digests and columns by ``digest_problem`` and
+    ``column_problem``."""
+    with open(path if fd is None else os.dup(fd), "rb") as f:
         head = f.read(HEADER_BYTES)
-    if len(head) < HEADER_BYTES:
-        raise ValueError(f"{path}: too short for a reader index")
-    magic, version, _, n, f_count, manifest_bytes = _HEAD.unpack_from(head)
-    if magic != MAGIC or version != VERSION:
-        raise ValueError(f"{path}: not a reader index of version {VERSION}")
-    spans = [_SPAN.unpack_from(head, _HEAD.size + k * _SPAN.size) for k in range(len(SECTIONS))]
-    size = os.path.getsize(path)
-    if any(at + length > size for at, length in spans):
-        raise ValueError(f"{path}: a section runs past the end of the file")
-    whole = np.memmap(path, dtype=np.uint8, mode="r")
+        size = os.fstat(f.fileno()).st_size
+        if len(head) < HEADER_BYTES:
+            raise ValueError(f"{path}: too short for a reader index")
+        magic, version, _, n, f_count, manifest_bytes = _HEAD.unpack_from(head)
+        if magic == MAGIC and version in OLD_VERSIONS:
+            raise OldIndexError(f"{path}: a reader index of version {version}, which proves no manifest")
+        if magic != MAGIC or version != VERSION:
+            raise ValueError(f"{path}: not a reader index of version {VERSION}")
+        spans = [_SPAN.unpack_from(head, _HEAD.size + k * _SPAN.size) for k in range(len(SECTIONS))]
+        end = spans[-1][0] + spans[-1][1] + (-spans[-1][1]) % 8
+        if any(at + length > size for at, length in spans) or end + TRAILER.size != size:
+            raise ValueError(f"{path}: its sections and trailer do not fill the file")
+        f.seek(end)
+        manifest_sha256, _ = TRAILER.unpack(f.read(TRAILER.size))
+        whole = np.memmap(f, dtype=np.uint8, mode="r", shape=(end,))
     cols = {}
     for name, (at, length) in zip(SECTIONS, spans, strict=True):
         raw = whole[at:at + length]
@@ -264,10 +307,110 @@ def open_index(path: str) -> ReaderIndex:
         raise ValueError(f"{path}: section sizes do not match its {n} documents and {f_count} files")
     names_blob = cols["file_names"].tobytes()
     offsets = cols["file_offsets"].tolist()
-    files = [names_blob[a:b].decode("utf-8") for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
-    return ReaderIndex(n, files, np.asarray(cols["file_tokens"]), manifest_bytes, cols["start"], cols["length"],
-                       cols["file"], cols["bucket"], cols["partition"], cols["id_offsets"], cols["id_blob"],
-                       cols["hashes"], cols["hash_rows"])
+    if offsets[:1] != [0] or offsets != sorted(offsets) or offsets[-1] > len(names_blob):
+        raise ValueError(f"{path}: its file names' offsets are out of order or bounds")
+    try:
+        files = [names_blob[a:b].decode("utf-8") for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: a file name is not UTF-8") from None
+    return ReaderIndex(n, files, np.asarray(cols["file_tokens"]), manifest_bytes, manifest_sha256, cols["start"],
+                       cols["length"], cols["file"], cols["bucket"], cols["partition"], cols["id_offsets"],
+                       cols["id_blob"], cols["hashes"], cols["hash_rows"])
+
+
+def digest_problem(fd: int) -> str | None:
+    """Why the index file open as ``fd`` is not the bytes its writer wrote (its own sha256, the
+    trailer's last 32 bytes, does not hold), or None."""
+    digest = hashlib.sha256()
+    size = os.fstat(fd).st_size
+    at, end = 0, size - 32
+    while at < end:
+        block = os.pread(fd, min(end - at, 8 << 20), at)
+        if not block:
+            break
+        digest.update(block)
+        at += len(block)
+    if at != end or os.pread(fd, 32, end) != digest.digest():
+        return "its own sha256 does not hold (the file was changed or damaged since it was written)"
+    return None
+
+
+# Rows checked at a time by column_problem: its arrays are a few MB at most, whatever the tree's size.
+_CHECK_ROWS = 1 << 16
+
+
+def column_problem(index: ReaderIndex) -> str | None:
+    """Why the columns of ``index`` cannot describe a tree, or None: vectorised, a slice of rows at a
+    time. Every file a shard name of the layout; lengths at least 1; starts the running sum of the
+    lengths, and each document inside its file (files in order, their token counts the stream's);
+    buckets by length, partitions by file; id offsets in order within the blob; the lookup sorted,
+    and a permutation of the rows."""
+    try:
+        names = [layout.parse_shard_rel_path(rel) for rel in index.files]
+    except ValueError as e:
+        return str(e)
+    if [_layout_key(r) for r in index.files] != sorted({_layout_key(r) for r in index.files}):
+        return "its files are not in layout order"
+    file_start = np.zeros(len(names) + 1, dtype=np.int64)
+    np.cumsum(index.file_tokens, out=file_start[1:])
+    part_of_file = np.array([name.partition for name in names] or [0], dtype=np.int64)
+    n = index.documents
+    seen = np.zeros(n, dtype=bool)
+    if int(index.id_offsets[0]) != 0 or int(index.id_offsets[n]) != len(index.id_blob) or \
+            (n and int(file_start[-1]) != int(index.start[n - 1]) + int(index.length[n - 1])):
+        return "its id offsets or its last document do not end where the blob and the files do"
+    if not n and int(file_start[-1]) != 0:
+        return "its files hold tokens but it has no document"
+    for a in range(0, n, _CHECK_ROWS):
+        problem = _rows_problem(index, a, min(n, a + _CHECK_ROWS), file_start, part_of_file, seen)
+        if problem is not None:
+            return problem
+        if a % (16 * _CHECK_ROWS) == 0:
+            release(index)
+    release(index)
+    return None if seen.all() else "its lookup table is not a permutation of its rows"
+
+
+def release(index: ReaderIndex) -> None:
+    """Drop the pages of the index this process touched from its resident memory (a read pages them in
+    again from the page cache): a pass over every column costs no more than a slice of it."""
+    base = index.start
+    while base is not None and not isinstance(getattr(base, "_mmap", None), mmap.mmap):
+        base = getattr(base, "base", None)
+    if base is not None and hasattr(mmap, "MADV_DONTNEED"):
+        try:
+            base._mmap.madvise(mmap.MADV_DONTNEED)
+        except (OSError, ValueError):
+            pass
+
+
+def _rows_problem(index: ReaderIndex, a: int, b: int, file_start: np.ndarray, part_of_file: np.ndarray,
+                  seen: np.ndarray) -> str | None:
+    """column_problem's tests of rows [a, b)."""
+    length = np.asarray(index.length[a:b])
+    start = np.asarray(index.start[a:b])
+    file = np.asarray(index.file[a:b]).astype(np.int64)
+    expected_start = np.cumsum(length) - length + (int(index.start[a - 1]) + int(index.length[a - 1]) if a else 0)
+    if length.min() < 1 or not np.array_equal(start, expected_start):
+        return f"its start or length column is wrong at rows {a}..{b - 1}"
+    if file.min() < 0 or file.max() >= len(file_start) - 1 or np.any(np.diff(file) < 0) or \
+            (a and int(index.file[a - 1]) > file[0]):
+        return f"its file column is out of order or bounds at rows {a}..{b - 1}"
+    if np.any(start < file_start[file]) or np.any(start + length > file_start[file + 1]):
+        return f"a document of rows {a}..{b - 1} is not inside its file"
+    bounds = np.asarray(layout.BUCKET_BOUNDS, dtype=np.int64)
+    if not np.array_equal(np.asarray(index.bucket[a:b]), np.searchsorted(bounds, length, side="left")) or \
+            not np.array_equal(np.asarray(index.partition[a:b]), part_of_file[file]):
+        return f"its bucket or partition column is wrong at rows {a}..{b - 1}"
+    offsets = np.asarray(index.id_offsets[a:b + 1])
+    if np.any(np.diff(offsets) < 0):
+        return f"its id offsets are out of order at rows {a}..{b - 1}"
+    hashes, rows = np.asarray(index.hashes[a:b]), np.asarray(index.hash_rows[a:b])
+    if np.any(hashes[1:] < hashes[:-1]) or (a and index.hashes[a - 1] > hashes[0]) or \
+            rows.min() < 0 or rows.max() >= len(seen):
+        return f"its lookup table is out of order or bounds at rows {a}..{b - 1}"
+    seen[rows] = True
+    return None
 
 
 # Where local copies of remote trees' indexes go (``PRETOKENIZE_INDEX_CACHE`` overrides it).
@@ -284,52 +427,131 @@ def cache_dir() -> str:
     return os.path.join(base, "beam-pretokenize", "indexes")
 
 
+class UntrustedCache(OSError):
+    """The cache directory is not the user's alone: nothing in it is read or written."""
+
+
+def trusted_cache() -> str:
+    """The cache directory, made (mode 0700) if missing; UntrustedCache, naming it, when it is not a
+    directory this user owns and others cannot write (a copy or a mark there could be anyone's)."""
+    directory = cache_dir()
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    st = os.stat(directory)
+    problem = ("it is not a directory" if not stat.S_ISDIR(st.st_mode) else
+               f"it is owned by uid {st.st_uid}, not this user ({os.getuid()})" if st.st_uid != os.getuid() else
+               f"others can write it (mode {st.st_mode & 0o777:o})" if st.st_mode & 0o022 else None)
+    if problem is not None:
+        raise UntrustedCache(f"index cache {directory} is not used: {problem}; set {CACHE_ENV} to a directory of "
+                             "your own")
+    return directory
+
+
+def own_file(path: str) -> os.stat_result | None:
+    """``path``'s lstat when it is a regular file of this user's that others cannot write; else None."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    ok = stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o022
+    return st if ok else None
+
+
+def identity(st: os.stat_result) -> tuple[int, ...]:
+    """A local file's exact identity: device, inode, size, modification and change times. Any write
+    changes the change time, which no user can set back, so an equal identity is the same bytes."""
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+def _mark_path(directory: str, facts: tuple) -> str:
+    key = hashlib.blake2b(repr(facts).encode(), digest_size=16, person=b"ptk-mark").hexdigest()
+    return os.path.join(directory, f"mark-{key}")
+
+
+def is_marked(directory: str, facts: tuple) -> bool:
+    """Whether this user's cache holds the mark of ``facts`` (something checked once: a copy is its
+    source's bytes, an index describes a manifest), left by ``mark``."""
+    return own_file(_mark_path(directory, facts)) is not None
+
+
+def mark(directory: str, facts: tuple) -> None:
+    """Leave the mark of ``facts`` (best effort: without it the check is made again next time)."""
+    path = _mark_path(directory, facts)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
+        os.close(fd)
+    except OSError:
+        pass
+
+
 def local_copy(fs, path: str, url: str) -> str:
     """A local file holding the remote index at ``path`` (on ``fs``; ``url`` names it), to map:
     copied once per version of the file (its size and ETag or generation name the copy, so a new
     index is a new copy) and reused by every process on the machine (DataLoader workers, ranks).
-    The copy is written under a temporary name and renamed whole, so two processes copying at once
-    both end with a complete file; one whose size is not the remote's is never renamed in. The cache
-    keeps one copy per remote index: a new version's copy replaces the copies of older ones
-    (prune_copies)."""
-    from shards import storage
 
+    Only this user's cache is used (``trusted_cache``). A copy is served only if a mark says it is
+    the bytes downloaded from the source (checked then against a single-part ETag's MD5) and its
+    identity (``identity``: change time included) is the same since; any other is copied again.
+    The copy is written under a temporary name and renamed whole, so two processes copying at once
+    both end with a complete file. The cache keeps one copy per remote index: a new version's copy
+    replaces the copies of older ones no process still uses (prune_copies)."""
     info = fs.info(path)
-    size = int(info["size"])
+    size, version = int(info["size"]), storage.file_version(info)
     tree_key = hashlib.blake2b(url.encode(), digest_size=8).hexdigest()
-    key = hashlib.blake2b(f"{url}\n{size}\n{storage.file_version(info)}".encode(), digest_size=16).hexdigest()
-    directory = cache_dir()
+    key = hashlib.blake2b(f"{url}\n{size}\n{version}".encode(), digest_size=16).hexdigest()
+    directory = trusted_cache()
     local = os.path.join(directory, f"{tree_key}-{key}.idx")
-    # A copy is stamped with a modification time of its own (from its key): one written to since, by
-    # an editor or anything else, no longer has it and is copied again rather than trusted.
-    stamp = int(key[:8], 16) * 1_000_000_000
-    try:
-        seen = os.lstat(local)
-    except FileNotFoundError:
-        seen = None
-    if seen is not None and stat.S_ISREG(seen.st_mode) and seen.st_size == size and seen.st_mtime_ns == stamp:
+    seen = own_file(local)
+    if seen is not None and is_marked(directory, ("copy", url, size, version, identity(seen))):
         return local
-    os.makedirs(directory, mode=0o700, exist_ok=True)  # the user's own: another user cannot plant a copy
     fd, tmp = tempfile.mkstemp(prefix=f"{tree_key}-{key}.", suffix=PARTIAL_SUFFIX, dir=directory)
     try:
+        md5 = hashlib.md5(usedforsecurity=False)
         with os.fdopen(fd, "wb") as out, fs.open(path, "rb", block_size=8 << 20) as src:
-            shutil.copyfileobj(src, out, 8 << 20)
+            while block := src.read(8 << 20):
+                md5.update(block)
+                out.write(block)
         if os.path.getsize(tmp) != size:
             raise OSError(f"{url}: copied {os.path.getsize(tmp)} bytes of the index's {size}")
-        os.utime(tmp, ns=(stamp, stamp))
+        etag = str(info.get("ETag") or info.get("etag") or "").strip('"')
+        if re.fullmatch(r"[0-9a-f]{32}", etag) and md5.hexdigest() != etag:
+            raise OSError(f"{url}: the copy's MD5 is not the object's ETag {etag}: the download was damaged")
         os.replace(tmp, local)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+    mark(directory, ("copy", url, size, version, identity(os.lstat(local))))
     prune_copies(directory, tree_key, keep=os.path.basename(local))
     return local
+
+
+def hold(path: str, fd: int) -> None:
+    """Say, while ``fd`` (open on the copy at ``path``) stays open, that a process uses the copy:
+    a shared lock on it, which prune_copies respects."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError as e:
+        raise OSError(f"{path}: cannot hold the index copy for this reader: {e}") from None
+
+
+def in_use(path: str) -> bool:
+    """Whether a process holds the copy at ``path`` (``hold``)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
 
 
 PARTIAL_SUFFIX = ".partial"
 # A partial copy this old was left by a process that died while copying (a live copy is renamed in
 # long before: an index is ~85 bytes a document).
 STALE_PARTIAL_SECONDS = 24 * 3600
+# Marks are a few hundred bytes' worth of inode each, one per version of a tree proven here.
+STALE_MARK_SECONDS = 30 * 24 * 3600
 
 
 def prune_copies(directory: str, tree_key: str, keep: str, now: float | None = None) -> list[str]:
@@ -337,11 +559,13 @@ def prune_copies(directory: str, tree_key: str, keep: str, now: float | None = N
 
     - the copies of older versions of the index ``tree_key`` names (every ``TREEKEY-*.idx`` but ``keep``);
     - copies named as before the tree key was in the name (``KEY.idx``);
-    - partial copies older than a day (a killed process's).
+    - partial copies older than a day (a killed process's);
+    - marks (``mark``) older than STALE_MARK_SECONDS: a proof still needed is made again, once.
 
     Only regular files with the names local_copy gives are touched (a link or a directory stays as it
-    is). A copy another process still maps stays readable by it (POSIX keeps an unlinked file's
-    pages for its maps). Best effort: an OSError leaves the file, which costs only space."""
+    is), and never a copy a process holds open (``hold``: a reader of that version, whose DataLoader
+    workers will map the copy again by its name). Best effort: an OSError leaves the file, which
+    costs only space."""
     now = time.time() if now is None else now
     try:
         names = os.listdir(directory)
@@ -356,6 +580,10 @@ def prune_copies(directory: str, tree_key: str, keep: str, now: float | None = N
                 continue
             if kind == "partial" and now - os.lstat(path).st_mtime < STALE_PARTIAL_SECONDS:
                 continue  # another process may be copying it now
+            if kind == "mark" and now - os.lstat(path).st_mtime < STALE_MARK_SECONDS:
+                continue
+            if kind == "old" and in_use(path):
+                continue  # a reader maps it, and its DataLoader workers will map it again
             os.unlink(path)
             removed.append(name)
         except OSError:
@@ -368,16 +596,20 @@ def prune_copies(directory: str, tree_key: str, keep: str, now: float | None = N
 _COPY_NAME = re.compile(r"(?P<tree>[0-9a-f]{16})-[0-9a-f]{32}\.idx")
 _PARTIAL_NAME = re.compile(r"[0-9a-f]{16}-[0-9a-f]{32}\.[a-z0-9_]+\.partial")
 _UNKEYED_NAME = re.compile(r"[0-9a-f]{32}\.idx")
+_MARK_NAME = re.compile(r"mark-[0-9a-f]{32}")
 
 
 def _cache_file_kind(name: str, tree_key: str, keep: str) -> str | None:
     """"old" (a copy no lookup uses again), "partial" (a copy being made, or left by a killed
-    process), or None (a file to leave: the copy to keep, another tree's, or not a name of ours)."""
+    process), "mark" (a proof's mark), or None (a file to leave: the copy to keep, another tree's, or
+    not a name of ours)."""
     copy = _COPY_NAME.fullmatch(name)
     if copy is not None:
         return "old" if copy["tree"] == tree_key and name != keep else None
     if _UNKEYED_NAME.fullmatch(name):
         return "old"
+    if _MARK_NAME.fullmatch(name):
+        return "mark"
     return "partial" if _PARTIAL_NAME.fullmatch(name) else None
 
 
@@ -385,8 +617,42 @@ def build_from_manifest(fs, root: str, out: BinaryIO) -> int:
     """Write the index of the manifest at ``root`` (on ``fs``) to ``out``; its documents."""
     path = posixpath.join(root, layout.MANIFEST_NAME)
     size = fs.size(path)
-    with storage.open_read(fs, path, "r", encoding="utf-8") as f:
-        return write_index(manifest.read_rows(f), size, out)
+    with storage.open_read(fs, path, "rb") as raw:
+        hashing = HashingReader(raw)
+        text = io.TextIOWrapper(io.BufferedReader(hashing), encoding="utf-8")
+        return write_index(manifest.read_rows(text), size, out, hashing.finish)
+
+
+class HashingReader(io.RawIOBase):
+    """A binary file read through, its sha256 taken of every byte read (``finish``: the digest,
+    once the file is read to its end)."""
+
+    def __init__(self, raw: BinaryIO):
+        self.raw = raw
+        self.digest = hashlib.sha256()
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        data = self.raw.read(len(buffer))
+        buffer[:len(data)] = data
+        self.digest.update(data)
+        return len(data)
+
+    def finish(self) -> bytes:
+        while block := self.raw.read(1 << 20):  # anything after the last row is the manifest's too
+            self.digest.update(block)
+        return self.digest.digest()
+
+
+def manifest_sha256(fs, path: str) -> bytes:
+    """The sha256 of the manifest at ``path`` (on ``fs``), streamed."""
+    digest = hashlib.sha256()
+    with storage.open_read(fs, path, "rb") as f:
+        while block := f.read(8 << 20):
+            digest.update(block)
+    return digest.digest()
 
 
 def write_index_file(fs, manifest_root: str, dest: str, tmp: str) -> None:

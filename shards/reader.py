@@ -50,6 +50,7 @@ from shards.reading.opening import open_llmc, open_tree
 from shards.reading.records import Batch, DocumentInfo, Window, block_causal_mask, stack_windows
 from shards.reading.samplers import LengthSampler, WindowSampler
 from shards.reading.shard_tree import SPLITS, ShardTree
+from shards.reading.store import TreeChangedError
 from shards.tree import IncompleteTreeError
 
 __all__ = [
@@ -59,6 +60,7 @@ __all__ = [
     "IncompleteTreeError",
     "LengthSampler",
     "ShardTree",
+    "TreeChangedError",
     "Window",
     "WindowSampler",
     "block_causal_mask",

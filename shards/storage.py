@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Iterator
 
 import fsspec
+import fsspec.asyn
 from fsspec.implementations.local import LocalFileSystem
 
 
@@ -88,6 +89,63 @@ def file_version(info: dict) -> str:
         if info.get(key):
             return f"{key}:{info[key]}"
     return next((str(info[k]) for k in _VERSION_KEYS if info.get(k) is not None), "")
+
+
+class ChangedError(OSError):
+    """A file is no longer the version a reader opened (another one was written at its name)."""
+
+
+def conditional_reads(fs: fsspec.AbstractFileSystem) -> bool:
+    """Whether read_range asks the store itself to refuse another version (s3fs: If-Match); elsewhere
+    the version is the one ``fs.info`` gives, asked before each read."""
+    return hasattr(fs, "_call_s3") and hasattr(fs, "split_path")
+
+
+def read_range(fs: fsspec.AbstractFileSystem, path: str, start: int, end: int, version: str, size: int) -> bytes:
+    """Bytes [start, end) of the object at ``path``, only from the version a reader opened
+    (``version``: file_version of its info then; ``size``): ChangedError otherwise. On S3 the read
+    is conditional (If-Match the ETag: the store refuses another version's bytes); elsewhere the
+    version is asked just before the read."""
+    if version and conditional_reads(fs):
+        return _read_s3_range(fs, path, start, end, version)
+    fs.invalidate_cache(path)
+    info = fs.info(path)
+    if file_version(info) != version or int(info["size"]) != size:
+        raise ChangedError(f"{path}: version {file_version(info)!r}, {info['size']} bytes; opened as {version!r}, "
+                           f"{size} bytes")
+    return fs.cat_file(path, start=start, end=end)
+
+
+def _read_s3_range(fs, path: str, start: int, end: int, etag: str) -> bytes:
+    bucket, key, _ = fs.split_path(path)
+
+    async def get() -> bytes:
+        response = await fs._call_s3("get_object", Bucket=bucket, Key=key, Range=f"bytes={start}-{end - 1}",
+                                     IfMatch=etag)
+        try:
+            return await response["Body"].read()
+        finally:
+            response["Body"].close()
+
+    try:
+        return fsspec.asyn.sync(fs.loop, get)
+    except Exception as e:
+        if _precondition_failed(e):
+            raise ChangedError(f"{path}: its ETag is no longer {etag}") from None
+        raise
+
+
+def _precondition_failed(error: BaseException | None) -> bool:
+    """Whether the store answered 412 Precondition Failed (s3fs gives an OSError caused by botocore's)."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        response = getattr(error, "response", None)
+        if isinstance(response, dict) and (response.get("Error", {}).get("Code") in ("PreconditionFailed", "412") or
+                                           response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 412):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
 
 
 class Unreachable(OSError):

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from fsspec.implementations.local import LocalFileSystem
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
@@ -67,8 +68,8 @@ def build_tree(root: Path, documents: int) -> Path:
             b.files += 1
             b.documents += len(docs)
             b.tokens += int(n.sum())
-    with open(tmp / reader_index.INDEX_NAME, "wb") as out, open(tmp / layout.MANIFEST_NAME, encoding="utf-8") as m:
-        reader_index.write_index(manifest.read_rows(m), os.path.getsize(tmp / layout.MANIFEST_NAME), out)
+    with open(tmp / reader_index.INDEX_NAME, "wb") as out:  # as publish builds it, the manifest hashed
+        reader_index.build_from_manifest(LocalFileSystem(), str(tmp), out)
     (tmp / tree.RECORD_NAME).write_text(json.dumps({"tool": tree.TOOL, "kind": "bucketed", "files": files,
                                                     "derived": [reader_index.INDEX_NAME]}))
     stats = manifest.DatasetStats(

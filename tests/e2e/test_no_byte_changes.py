@@ -18,9 +18,10 @@ RUNNER = ["--runner=FnApiRunner"]
 
 SAMPLE_HASHES = {
     # Issue 14: the record lists the tree's description (dataset_stats.json, README.md) as derived;
-    # issue 26: and the reader index, processed_spec.idx (added below; no other file changed).
+    # issue 26: and the reader index, processed_spec.idx (added below; no other file changed);
+    # issue 35: the index gained its trailer (the manifest's sha256, its own): only its hash changed.
     ".pretokenize-tree.json": "c18cca6acfad81edb1db9263711d89ce0cdd80dc277b3e3b418c0ad5afb3977a",
-    "processed_spec.idx": "6ec000884148453db25dd2bbf88592ecebc3e7d9fb2b16ea59f0d90e66f9f116",
+    "processed_spec.idx": "290f91e48ca4418888bc9c4a986316d493cc745cb3f55f3c0170cef762413fe5",
     "1024/p00_00000.npy": "ff8846534814550d69338c89caccab60cf771c081e5d0bc130a4a52994fee365",
     "1024/p01_00000.npy": "9e7a5e598219871da7466554894c72cf33810ab52b1fc5e6fa5bc791b4c320e9",
     "1024/p03_00000.npy": "d42efda35652d36ffa7e7755cee19107b3c5dc5819f5b4fca8f6d622cfe99870",

@@ -401,7 +401,7 @@ def test_shards_reader_is_the_public_api_and_defines_nothing_itself():
     assert sorted(reader.__all__) == sorted(n for n in vars(reader) if not n.startswith("_"))
     homes = {getattr(reader, n).__module__ for n in reader.__all__ if hasattr(getattr(reader, n), "__module__")}
     assert homes == {"shards.reading.hashes", "shards.reading.opening", "shards.reading.records",
-                     "shards.reading.samplers", "shards.reading.shard_tree", "shards.tree"}
+                     "shards.reading.samplers", "shards.reading.shard_tree", "shards.reading.store", "shards.tree"}
 
 
 def test_a_uint16_tree(tmp_path):

@@ -215,7 +215,8 @@ def index_problems(output: str) -> list[str]:
     except (ValueError, FileNotFoundError) as e:
         return [f"{name}: cannot be rebuilt from {layout.MANIFEST_NAME} to compare: {e}"]
     if rebuilt.digest.digest() != digest.digest():
-        return [f"{name}: does not describe {layout.MANIFEST_NAME} (readers would skip it; a publish rewrites it)"]
+        return [f"{name}: does not describe {layout.MANIFEST_NAME} (readers do not use it: they check it at open and "
+                "read the manifest instead, with a warning; a publish or a remove rewrites it)"]
     return []
 
 
