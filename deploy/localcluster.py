@@ -27,6 +27,9 @@ from pathlib import Path
 
 HOST = "127.0.0.1"
 STOP_GRACE_SECONDS = 20
+# Keep an SDK worker for the next stage of the job rather than start one per stage: each start
+# imports Beam and the project in a new Python (seconds), and a job has a dozen stages per slot.
+ENVIRONMENT_CACHE_MILLIS = 60_000
 
 
 class ClusterError(RuntimeError):

@@ -75,9 +75,10 @@ def configuration(state_dir: Path, ports: dict[str, int]) -> dict[str, str]:
         "cluster.evenly-spread-out-slots": "true",
         # Beam's job server ships its jars with each job; the TaskManagers already have them.
         "classloader.resolve-order": "parent-first",
-        # A lost TaskManager is noticed within heartbeat.timeout; the job then restarts.
+        # A killed TaskManager is noticed when heartbeats to it fail (heartbeat.rpc-failure-threshold),
+        # a hung one within heartbeat.timeout; the job then restarts.
         "heartbeat.interval": "2000",
-        "heartbeat.timeout": "10000",
+        "heartbeat.timeout": "30000",
         "restart-strategy.type": "fixed-delay",
         "restart-strategy.fixed-delay.attempts": "3",
         "restart-strategy.fixed-delay.delay": "2 s",
@@ -147,7 +148,8 @@ def start(state: localcluster.State, args) -> dict:
     state.wait_for_port("job-server", ports["job"])
     flags = ["--runner=PortableRunner", f"--job_endpoint={HOST}:{ports['job']}",
              f"--parallelism={TASK_MANAGERS}",
-             "--environment_type=EXTERNAL", f"--environment_config={HOST}:{ports['pool']}"]
+             "--environment_type=EXTERNAL", f"--environment_config={HOST}:{ports['pool']}",
+             f"--environment_cache_millis={localcluster.ENVIRONMENT_CACHE_MILLIS}"]
     return {"ports": ports, "rest": f"http://{HOST}:{ports['rest']}", "flags": flags}
 
 

@@ -94,7 +94,7 @@ def start(state: localcluster.State, args) -> dict:
     classpath = f"{lib}/*"
     master_url = f"spark://{HOST}:{ports['master']}"
     state.start("master", spark(classpath, "256m", MASTER, "--host", HOST, "--port", str(ports["master"]),
-                                "--webui-port", str(ports["master-ui"]), props={"spark.worker.timeout": "10"}), env)
+                                "--webui-port", str(ports["master-ui"]), props={"spark.worker.timeout": "30"}), env)
     state.wait_for_port("master", ports["master"])
     for n in range(1, WORKERS + 1):
         work_dir = state.root / f"worker-{n}-work"
@@ -113,7 +113,8 @@ def start(state: localcluster.State, args) -> dict:
         "--artifacts-dir", str(state.root / "artifacts"), props=driver_properties(state.root)), beam_env)
     state.wait_for_port("job-server", ports["job"])
     flags = ["--runner=PortableRunner", f"--job_endpoint={HOST}:{ports['job']}",
-             "--environment_type=EXTERNAL", f"--environment_config={HOST}:{ports['pool']}"]
+             "--environment_type=EXTERNAL", f"--environment_config={HOST}:{ports['pool']}",
+             f"--environment_cache_millis={localcluster.ENVIRONMENT_CACHE_MILLIS}"]
     return {"ports": ports, "master": master_url, "master_ui": f"http://{HOST}:{ports['master-ui']}",
             "flags": flags}
 
