@@ -170,18 +170,23 @@ def _alive(pid: int) -> bool:
 
 def listening_sockets(pid: int) -> list[tuple[str, int]]:
     """(address, port) of every TCP socket process ``pid`` listens on (IPv4 and IPv6), from
-    /proc/<pid>/net/tcp* matched against the inodes of the process's open sockets."""
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            target = os.readlink(fd)
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[len("socket:["):-1])
+    /proc/<pid>/net/tcp* matched against the inodes of the process's open sockets; [] for a
+    process that has exited."""
+    try:
+        inodes = set()
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[len("socket:["):-1])
+        tables = [Path(f"/proc/{pid}/net/{table}").read_text() for table in ("tcp", "tcp6")]
+    except (FileNotFoundError, ProcessLookupError):
+        return []
     found = []
-    for table in ("tcp", "tcp6"):
-        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+    for table in tables:
+        for line in table.splitlines()[1:]:
             fields = line.split()
             if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
                 found.append(_address(fields[1]))

@@ -87,6 +87,38 @@ class Cluster:
         assert not left, f"the {self.engine} cluster's stop left processes running: {left}"
 
 
+class SocketWatch:
+    """Every listening socket of every process of ``cluster`` (and what each started: executors,
+    SDK workers), sampled every 0.2 s while in the ``with`` block: Beam's servers in the
+    TaskManagers and executors live only while a job runs. ``seen`` maps each process name to
+    the (address, port) pairs it listened on."""
+
+    def __init__(self, cluster: Cluster, seen: dict[str, set] | None = None):
+        self.cluster = cluster
+        self.seen = seen if seen is not None else {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def sample(self) -> None:
+        for name, pids in self.cluster.family().items():
+            for n, pid in enumerate(pids):
+                role = name if n == 0 else f"{name} (started by it, pid {pid})"
+                self.seen.setdefault(role, set()).update(localcluster.listening_sockets(pid))
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            time.sleep(0.2)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
 def job_command(job: str, flags: list[str], output: Path, gpt2: str) -> list[str]:
     """The CLI command of ``job`` on the bundled sample (test_engines.py's settings) with ``flags``."""
     sample = str(REPO / "tests" / "data" / "finepdfs_sample.parquet")

@@ -9,12 +9,22 @@ FnApiRunner's, verifies, and was published once. Nothing any cluster process ope
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from cluster_setup import CLUSTERS, Cluster, PublishWatch, cluster_flags_or_skip, job_command, run, spill_written
+from cluster_setup import (
+    CLUSTERS,
+    Cluster,
+    PublishWatch,
+    SocketWatch,
+    cluster_flags_or_skip,
+    job_command,
+    run,
+    spill_written,
+)
 from engine_setup import tree_hashes
 
 from pipelines import verify
@@ -27,6 +37,9 @@ RECOVERY = {
     "flink": ("jobmanager", "switched from state RUNNING to RESTARTING"),
     "spark": ("job-server", "Lost executor"),
 }
+# The processes in which Beam runs its Fn API servers for the SDK workers: the TaskManagers, the
+# executors a Spark worker starts.
+BEAM_HOST = {"flink": r"taskmanager-\d+$", "spark": r"worker-\d+ \(started by it"}
 # The member each kill test takes down: a TaskManager, a Spark worker with its executor.
 VICTIM = {"flink": "taskmanager-1", "spark": "worker-1"}
 
@@ -70,37 +83,37 @@ def verify_passes(out: Path, tmp_path: Path) -> None:
     verify.run(["--output", str(out), "--temp_location", str(tmp_path / "verify-tmp"), "--runner=FnApiRunner"])
 
 
+# The listening sockets each cluster's processes opened during the jobs (SocketWatch), by engine.
+SOCKETS: dict[str, dict[str, set]] = {}
+
+
 @pytest.mark.parametrize("job", JOBS)
 def test_cluster_job_writes_the_same_bytes_as_the_fnapi_runner(cluster, job, references, gpt2_spec, tmp_path):
     expected = references(job)
     out = tmp_path / "out"
-    with PublishWatch(out) as watch:
+    with PublishWatch(out) as watch, SocketWatch(cluster, SOCKETS.setdefault(cluster.engine, {})):
         finished = subprocess.run(job_command(job, cluster.flags, out, gpt2_spec), capture_output=True, text=True)
     assert finished.returncode == 0, f"{cluster.engine} cluster, {job}: {finished.stdout[-3000:]}"
     assert_same_tree(out, expected, f"{cluster.engine} cluster, {job}")
     watch.assert_published_once()
 
 
-def test_cluster_listens_on_loopback_only(cluster):
-    """Every socket every cluster process (and what it started: executors, SDK workers) listens on
-    is bound to 127.0.0.1; run after the jobs, so Beam's servers in the TaskManagers and
-    executors are there too."""
-    family = cluster.family()
-    assert set(family) >= {"job-server", "worker-pool"}, family
-    listening = {name: [(addr, port) for pid in pids for addr, port in cluster_sockets(pid)]
-                 for name, pids in family.items()}
-    assert all(listening.values()), f"a process listens on nothing, so the check reads no socket: {listening}"
-    beyond = {name: [s for s in sockets if s[0] not in LOOPBACK] for name, sockets in listening.items()}
+def test_cluster_listens_on_loopback_only(cluster, gpt2_spec, tmp_path):
+    """Every socket every cluster process (and what it started: executors, SDK workers) listened
+    on while the jobs ran is bound to 127.0.0.1. Run alone, it runs the bucketed job to watch."""
+    seen = SOCKETS.setdefault(cluster.engine, {})
+    with SocketWatch(cluster, seen) as watch:
+        if not seen:  # no job was watched before this test
+            finished = subprocess.run(job_command("bucketed", cluster.flags, tmp_path / "out", gpt2_spec),
+                                      capture_output=True, text=True)
+            assert finished.returncode == 0, finished.stdout[-3000:]
+        watch.sample()
+    assert {"job-server", "worker-pool"} <= set(seen), sorted(seen)
+    # The processes that host Beam's Fn API servers were seen listening: the check read their sockets.
+    beam_hosts = [role for role, sockets in seen.items() if re.match(BEAM_HOST[cluster.engine], role) and sockets]
+    assert beam_hosts, f"no {BEAM_HOST[cluster.engine]} socket was seen while the jobs ran: {seen}"
+    beyond = {role: sorted(s for s in sockets if s[0] not in LOOPBACK) for role, sockets in seen.items()}
     assert not any(beyond.values()), f"{cluster.engine} cluster processes listen beyond 127.0.0.1: {beyond}"
-
-
-def cluster_sockets(pid: int) -> list[tuple[str, int]]:
-    from cluster_setup import localcluster
-
-    try:
-        return localcluster.listening_sockets(pid)
-    except FileNotFoundError:  # a short-lived SDK worker that exited meanwhile
-        return []
 
 
 def test_cluster_finishes_a_job_through_a_killed_member(cluster, references, gpt2_spec, tmp_path):
