@@ -38,14 +38,14 @@ TASK_MANAGER_MEMORY = {
     "taskmanager.memory.task.heap.size": "384m",
     "taskmanager.memory.framework.off-heap.size": "128m",
     "taskmanager.memory.task.off-heap.size": "0m",
-    "taskmanager.memory.network.min": "64m",
-    "taskmanager.memory.network.max": "64m",
+    "taskmanager.memory.network.min": "128m",
+    "taskmanager.memory.network.max": "128m",
     "taskmanager.memory.managed.size": "64m",
     "taskmanager.memory.jvm-metaspace.size": "256m",
     "taskmanager.memory.jvm-overhead.min": "128m",
     "taskmanager.memory.jvm-overhead.max": "128m",
 }
-TASK_MANAGER_JVM = ["-Xms512m", "-XX:MaxDirectMemorySize=192m", "-XX:MaxMetaspaceSize=256m"]
+TASK_MANAGER_JVM = ["-Xms512m", "-XX:MaxDirectMemorySize=256m", "-XX:MaxMetaspaceSize=256m"]
 
 
 def default_lib() -> Path:
