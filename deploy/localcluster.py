@@ -271,6 +271,10 @@ def main(argv: list[str] | None = None, *, start, describe: str) -> int:
     try:
         if args.command == "start":
             state.root.mkdir(parents=True, exist_ok=True)
+            running = [name for name in state.names() if state.pid(name) is not None]
+            if running:  # refused before anything starts, so the failure path below stops nothing of theirs
+                raise ClusterError(f"a cluster is already running from {state.root} ({', '.join(running)}): "
+                                   "stop it first")
             try:
                 state.save(start(state, args))
             except BaseException:

@@ -51,8 +51,10 @@ def spark_home(state_dir: Path, lib: Path) -> Path:
     home.mkdir(exist_ok=True)
     (home / "RELEASE").write_text(f"Spark 3.5.0 jars from {lib} (deploy/spark/cluster.py)\n")
     jars = home / "jars"
-    if jars.is_symlink() or jars.exists():
+    if jars.is_symlink():
         jars.unlink()
+    elif jars.exists():
+        raise localcluster.ClusterError(f"{jars} exists and is not the link this script makes: move it away")
     jars.symlink_to(lib, target_is_directory=True)
     return home
 
