@@ -19,7 +19,9 @@ import threading
 import time
 from pathlib import Path
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
+# The checkout first (tests/ has folders named as its packages), then tests/engines and tests/, as pytest has them.
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parents[1]), str(HERE), str(HERE.parent)]
 from cluster_setup import Cluster, job_command, run  # noqa: E402
 from conftest import GPT2_RANKS  # noqa: E402
 
