@@ -155,6 +155,7 @@ def main(argv: list[str] | None = None, wait: bool = True) -> int:
     _set_up_logging()
     # Imported here, not above: `pretokenize --help` and a job's --help import no Beam (nor numpy).
     from pipelines.errors import launching
+    from shards.lock import unfreed_note
 
     module = __import__(JOBS[job][0], fromlist=["run"])
     published = "; nothing was published" if job in PUBLISHING else ""
@@ -164,8 +165,8 @@ def main(argv: list[str] | None = None, wait: bool = True) -> int:
                 result = module.run(rest)
         else:
             result = module.run(rest, **({} if wait else {"wait": False}))
-    except KeyboardInterrupt:
-        print(f"pretokenize {job}: interrupted{published}", file=sys.stderr)
+    except KeyboardInterrupt as e:
+        print(f"pretokenize {job}: interrupted{published}{unfreed_note(e)}", file=sys.stderr)
         return 2
     except Exception as e:  # noqa: BLE001 - reported below, never swallowed
         from pipelines.api import job_error  # the Python API's errors, each the line said here
@@ -173,7 +174,7 @@ def main(argv: list[str] | None = None, wait: bool = True) -> int:
         error = job_error(job, e)
         if error is None:
             raise
-        print(f"pretokenize {job}: {error}", file=sys.stderr)
+        print(f"pretokenize {job}: {error}{unfreed_note(e)}", file=sys.stderr)
         return 2
     return result if isinstance(result, int) else 0
 

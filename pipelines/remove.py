@@ -69,8 +69,16 @@ def prepare(options: RemoveSettings, write: bool = True, plan_url: str | None = 
     dataset_stats.txt removed before any shard changes. Without ``write`` (a dry run) the same
     reading and checks, and nothing is written in the tree (the plan's rows go to ``plan_url``).
     """
-    from transforms.tools.surgery import check_checksums, check_plan, load_journal, scan_tree_log, write_journal
+    from transforms.tools.surgery import (
+        check_checksums,
+        check_plan,
+        check_tree_files,
+        load_journal,
+        scan_tree_log,
+        write_journal,
+    )
 
+    check_tree_files(options.output)  # links included, before any of them is read
     audit = scan_tree_log(options.output)  # a log it cannot read stops the removal here, naming the line
     check_checksums(options.output)  # and so do checksums it could not rewrite at the end
     plan = load_journal(options.output)

@@ -178,7 +178,8 @@ def _status(error: BaseException) -> int | None:
     return code if isinstance(code, int) else None
 
 
-def _one_line(error: BaseException) -> str:
+def one_line(error: BaseException) -> str:
+    """An error's text on one line, at most 240 characters."""
     text = " ".join(line.strip() for line in str(error).splitlines() if line.strip()) or type(error).__name__
     return text if len(text) <= 240 else text[:237] + "..."
 
@@ -201,9 +202,9 @@ def unreachable_problem(error: BaseException, remote: bool = True) -> str | None
     while error is not None and id(error) not in seen:
         seen.add(id(error))
         if _refused(error, remote):
-            return f"access refused (check the credentials): {_one_line(error)}"
+            return f"access refused (check the credentials): {one_line(error)}"
         if {cls.__name__ for cls in type(error).__mro__} & _CONNECTION:
-            return f"connection failed: {_one_line(error)}"
+            return f"connection failed: {one_line(error)}"
         error = error.__cause__ or error.__context__
     return None
 
