@@ -203,7 +203,8 @@ def test_a_removal_killed_while_matching_leaves_no_listed_id_past_the_next_writi
     match = copy / layout.TEMP_DIR_NAME / "removal" / "match"
     left = [p for p in match.iterdir() if p.stat().st_size]
     scratch = idmatch.Scratch(None, str(match))
-    decoded = {doc_id for p in left if p.name.startswith("list-") for _, doc_id in idmatch.read_numbered(scratch, p.name)}
+    decoded = {doc_id for p in left if p.name.startswith("list-")
+               for _, doc_id in idmatch.read_numbered(scratch, p.name)}
     assert {"doc-17", "doc-33"} <= {d.strip() for d in decoded}  # the list is there, decodable
 
     code = subprocess.run([sys.executable, "-m", "pipelines.cli", "verify", "--output", str(copy), *RUNNER],
