@@ -45,7 +45,8 @@ SUBMITTABLE = ("bucketed", "scaffold")
 
 _BAD_INPUT = re.compile(re.escape(BadInputError.PREFIX) + r"(.+?)(?: \[while running |\\n|\n|$)")
 # A store a worker could not reach: "cannot reach URL: connection failed: ..." (storage.reaching).
-_UNREACHABLE = re.compile(re.escape(Unreachable.PREFIX) + r"(\S+: (?:connection failed|access refused).+?)"
+_UNREACHABLE = re.compile(re.escape(Unreachable.PREFIX)
+                          + r"(\S+: (?:connection failed|access refused|the store failed).+?)"
                           r"(?: \[while running |\\n|\n|$)")
 
 

@@ -340,14 +340,18 @@ class _S3Store:
     def renew(self, data: bytes, version: object) -> object | None:
         try:
             out = self.fs.pipe_file(self.path, data, IfMatch=version)
-        except (FileNotFoundError, OSError):
-            return None
+        except OSError as e:
+            if storage.unreachable_problem(e) is not None:
+                raise  # the store failed: not an answer about the lock (the heartbeat tries again)
+            return None  # 412 (another's ETag), or gone
         return out["ETag"]
 
     def remove(self, version: object) -> bool:
         try:
             self.fs.call_s3("delete_object", Bucket=self.bucket, Key=self.key, IfMatch=version)
-        except (FileNotFoundError, OSError):
+        except OSError as e:
+            if storage.unreachable_problem(e) is not None:
+                raise  # not freed: the command says so in its line (scope)
             return False
         finally:
             self.fs.invalidate_cache(self.path)

@@ -7,6 +7,7 @@ and then runs the CLI:
 
     python tests/faults.py --publish-delay 0.05 -- bucketed --input ... --output ...
     python tests/faults.py --marker-delay 0.5 --marker-note notes.txt -- scaffold --input ... --output ...
+    python tests/faults.py --spill-full-disk 2 -- bucketed --input ... --output ...
 """
 
 from __future__ import annotations
@@ -192,12 +193,33 @@ def slow_spill(seconds: float) -> None:
     spill.SpillTokensFn.process = process
 
 
+def spill_full_disk(at_flush: int) -> None:
+    """The ``at_flush``-th spill a SpillTokensFn writes (counted in this process) goes out, then
+    fails as a full disk does: OSError(ENOSPC) naming its file, which is left as written."""
+    import errno
+
+    from transforms.core import spill
+
+    original, flushes = spill.SpillTokensFn._flush, [0]
+
+    def _flush(self):
+        written = original(self)
+        flushes[0] += 1
+        if flushes[0] == at_flush and self._file is not None:
+            self._file.flush()
+            raise OSError(errno.ENOSPC, "No space left on device", self._path)
+        return written
+
+    spill.SpillTokensFn._flush = _flush
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--publish-delay", type=float, default=0.0)
     parser.add_argument("--marker-delay", type=float, default=0.0)
     parser.add_argument("--marker-note", default=None)
     parser.add_argument("--spill-delay", type=float, default=0.0)
+    parser.add_argument("--spill-full-disk", type=int, default=0)
     split = argv.index("--")
     args = parser.parse_args(argv[:split])
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -207,6 +229,8 @@ def main(argv: list[str]) -> int:
         slow_markers(args.marker_delay, args.marker_note)
     if args.spill_delay:
         slow_spill(args.spill_delay)
+    if args.spill_full_disk:
+        spill_full_disk(args.spill_full_disk)
     from pipelines import cli
 
     return cli.main(argv[split + 1:])

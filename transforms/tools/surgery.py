@@ -813,12 +813,14 @@ class RewriteFileFn(beam.DoFn):
         self._rewritten = beam.metrics.Metrics.counter("pretokenize", "files_rewritten")
 
     def setup(self):
-        self._plan = _read_plan(self._plan_url)
+        with storage.reaching(self._output):
+            self._plan = _read_plan(self._plan_url)
         self._progress = Progress("rewrite")
 
     def process(self, k: int):
-        plan = self._plan.file_plan(k)
-        outcome, digest = rewrite_file(self._output, plan, self._itemsize)
+        with storage.reaching(self._output):  # a store that fails: one line naming the tree
+            plan = self._plan.file_plan(k)
+            outcome, digest = rewrite_file(self._output, plan, self._itemsize)
         self._rewritten.inc()
         self._progress.add(files=1)
         log.info("%s: %s", plan.rel_path, outcome)
@@ -831,7 +833,9 @@ class FinishRemovalFn(beam.DoFn):
         self._plan_url = plan_url
 
     def process(self, outcomes: list[tuple[str, str | None]]):
-        yield finish_removal(self._output, _read_plan(self._plan_url), dict(outcomes))
+        with storage.reaching(self._output):  # a store that fails: one line naming the tree
+            stats = finish_removal(self._output, _read_plan(self._plan_url), dict(outcomes))
+        yield stats
 
 
 def _read_plan(plan_url: str) -> RemovalPlan:
