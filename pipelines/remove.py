@@ -236,14 +236,16 @@ def _stopped(output: str, error: BaseException, interrupted: bool, dry_run: bool
     unreachable store (the error itself for anything else)."""
     from transforms.tools.surgery import load_journal
 
+    unasked = None
     try:
         pending = None if dry_run else load_journal(output)
     except ValueError:  # a journal it refuses to read (a link in it): refused before anything changed
         pending = None
     except Exception as e:  # noqa: BLE001 - the store that stopped the removal: said, never instead of its line
-        pending = f"{output} could not be asked whether the removal began ({storage.unreachable_problem(e) or e})"
-    if isinstance(pending, str):
-        state = f"{pending}: run the same command again; it finishes whatever was begun"
+        pending, unasked = None, storage.unreachable_problem(e) or storage.one_line(e)
+    if unasked is not None:
+        state = (f"{output} could not be asked whether the removal began ({unasked}): run the same command again; "
+                 "it finishes whatever was begun")
     elif pending is not None:
         state = (f"the removal {pending.run} is journalled and {output} reads as unfinished until it is done: "
                  "run the same command again to finish it")

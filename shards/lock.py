@@ -225,7 +225,9 @@ def why_free(found: Found, break_lock: bool, now: float | None = None) -> str | 
     if h.on_this_host():
         if not _pid_runs(h.pid, h.pid_started):
             return f"freed the lock of {h.describe()}: that process is no longer running on this host"
-        return None  # it runs: stopped or slow, it keeps its lock whatever its lease
+        if h.pid_started:
+            return None  # that very process runs: stopped or slow, it keeps its lock whatever its lease
+        # A lock written before start times were recorded: the pid may be another process's since.
     if now > found.expiry():
         return f"took over the lock of {h.describe()}: its lease expired at {_utc(found.expiry())} unrenewed"
     return None

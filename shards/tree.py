@@ -360,6 +360,8 @@ class Tree:
         """Delete what a killed removal's id match left (the ids of its list, encoded): run by every
         writing command once it holds the lock, when no command can be using it."""
         name = self.temp_name(self.JOURNAL_DIR, self.MATCH_DIR)
+        if self.local and os.path.islink(posixpath.join(self.root, self.TEMP_DIR)):
+            return  # never followed: the commands that use the temporary directory refuse it
         if self.lexists(self.TEMP_DIR) and self.lexists(name):
             self.remove_dir(name, "removal's id match")
             self.remove_empty_dir(self.temp_name(self.JOURNAL_DIR))  # nothing else was begun there
