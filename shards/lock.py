@@ -648,12 +648,13 @@ def scope(command_line: str, break_lock: bool = False, stop_process: bool = Fals
             problem = lock.release()
             if problem is None:
                 continue
-            note = (f"; its lock {storage.join(lock.url, LOCK_NAME)} could not be freed ({problem}): the next "
-                    "command frees it once this process has ended (from another host, once its lease has expired)")
+            later = ("the next command frees it once this process has ended (from another host, once its lease has "
+                     "expired)")
             if error is not None:
+                note = f"; its lock {storage.join(lock.url, LOCK_NAME)} could not be freed ({problem}): {later}"
                 error.pretokenize_lock_note = getattr(error, "pretokenize_lock_note", "") + note
             else:
-                log.warning("%s%s", lock.url, note)
+                log.warning("could not free the lock of %s (%s): %s", lock.url, problem, later)
 
 
 def unfreed_note(error: BaseException) -> str:
