@@ -101,7 +101,12 @@ class _ProxyHandler(http.server.BaseHTTPRequestHandler):
     def _any(self):
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            body, length = self._chunked(), -1  # read whole, whatever is answered: the connection stays in step
         headers = {k: v for k, v in self.headers.items()}
+        if length < 0:  # passed on whole, not chunked
+            headers = {k: v for k, v in headers.items() if k.lower() != "transfer-encoding"}
+            headers["Content-Length"] = str(len(body))
         mode = self.server.picks(self.command, self.path, headers)
         if mode == "reset":
             self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
@@ -116,11 +121,12 @@ class _ProxyHandler(http.server.BaseHTTPRequestHandler):
             self.send_header("Content-Type", "application/xml")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
-            self.wfile.write(data)
+            if self.command != "HEAD":  # an answer to HEAD has no body, whatever its length says
+                self.wfile.write(data)
             return
         upstream = http.client.HTTPConnection(*self.server.upstream, timeout=60)
         try:
-            upstream.request(self.command, self.path, body=body if body or length else None, headers=headers)
+            upstream.request(self.command, self.path, body=body if body or length > 0 else None, headers=headers)
             answer = upstream.getresponse()
             data = answer.read()
         finally:
@@ -141,6 +147,15 @@ class _ProxyHandler(http.server.BaseHTTPRequestHandler):
             return
         if self.command != "HEAD":
             self.wfile.write(data)
+
+    def _chunked(self) -> bytes:
+        chunks = []
+        while size := int(self.rfile.readline().split(b";")[0].strip() or b"0", 16):
+            chunks.append(self.rfile.read(size))
+            self.rfile.readline()
+        while self.rfile.readline().strip():  # trailers, up to the empty line
+            pass
+        return b"".join(chunks)
 
     do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _any
 
