@@ -45,7 +45,8 @@ SUBMITTABLE = ("bucketed", "scaffold")
 
 _BAD_INPUT = re.compile(re.escape(BadInputError.PREFIX) + r"(.+?)(?: \[while running |\\n|\n|$)")
 # A store a worker could not reach: "cannot reach URL: connection failed: ..." (storage.reaching).
-_UNREACHABLE = re.compile(re.escape(Unreachable.PREFIX) + r"(\S+: (?:connection failed|access refused).+?)"
+_UNREACHABLE = re.compile(re.escape(Unreachable.PREFIX)
+                          + r"(\S+: (?:connection failed|access refused|the store failed).+?)"
                           r"(?: \[while running |\\n|\n|$)")
 
 
@@ -155,6 +156,7 @@ def main(argv: list[str] | None = None, wait: bool = True) -> int:
     _set_up_logging()
     # Imported here, not above: `pretokenize --help` and a job's --help import no Beam (nor numpy).
     from pipelines.errors import launching
+    from shards.lock import unfreed_note
 
     module = __import__(JOBS[job][0], fromlist=["run"])
     published = "; nothing was published" if job in PUBLISHING else ""
@@ -164,8 +166,8 @@ def main(argv: list[str] | None = None, wait: bool = True) -> int:
                 result = module.run(rest)
         else:
             result = module.run(rest, **({} if wait else {"wait": False}))
-    except KeyboardInterrupt:
-        print(f"pretokenize {job}: interrupted{published}", file=sys.stderr)
+    except KeyboardInterrupt as e:
+        print(f"pretokenize {job}: interrupted{published}{unfreed_note(e)}", file=sys.stderr)
         return 2
     except Exception as e:  # noqa: BLE001 - reported below, never swallowed
         from pipelines.api import job_error  # the Python API's errors, each the line said here
@@ -173,7 +175,7 @@ def main(argv: list[str] | None = None, wait: bool = True) -> int:
         error = job_error(job, e)
         if error is None:
             raise
-        print(f"pretokenize {job}: {error}", file=sys.stderr)
+        print(f"pretokenize {job}: {error}{unfreed_note(e)}", file=sys.stderr)
         return 2
     return result if isinstance(result, int) else 0
 

@@ -107,22 +107,41 @@ def _not_waiting(mode: RunMode, result, output: str, pipeline_options: PipelineO
 
 def _stopped(error: BaseException, result, output: str, run_id: str, interrupted: bool) -> RunStopped | None:
     """A failed or interrupted run's temporary files deleted (its job cancelled if Ctrl-C stopped
-    it); a RunStopped saying what the output holds, or None: the error is raised as it is."""
+    it); a RunStopped saying what the output holds, or None: the error is raised as it is. Deleting
+    them may fail too (the store that failed the run): that is said in the same line, never
+    instead of it."""
     if result is not None and interrupted:
         with contextlib.suppress(Exception):
             result.cancel()
-    published, kept = abandon_run(output, run_id)
+    state, kept_note, kept = _abandoned(output, run_id)
+    if interrupted:
+        return RunStopped(f"interrupted; {state}; {kept_note}")
+    full = no_space_message(error)
+    if full is not None:
+        return RunStopped(f"{full} ({output}); {state}; {kept_note}")
+    from pipelines.cli import unreachable_message
+
+    unreachable = unreachable_message(error)
+    if unreachable is not None:
+        return RunStopped(f"{unreachable}; {state}; {kept_note}")
+    if kept:
+        log.warning("the run failed; %s", kept_note)
+    return None
+
+
+def _abandoned(output: str, run_id: str) -> tuple[str, str, int]:
+    """The run's temporary files deleted (``abandon_run``): what the output holds, what was kept,
+    and how many finished units; a store that cannot be asked leaves them, saying so."""
+    try:
+        published, kept = abandon_run(output, run_id)
+    except Exception as e:  # noqa: BLE001 - said in the run's one line, never instead of it
+        problem = storage.unreachable_problem(e) or storage.one_line(e)
+        return (f"its temporary files could not be deleted ({problem}); the output may be unfinished: run the "
+                "same command again", "the next run deletes them", 0)
     state = (
         f"the output is unfinished (publishing had begun, so it has no {layout.STATS_NAME}): run the same "
         "command again"
         if published
         else "nothing was published and the previous output is intact"
     )
-    if interrupted:
-        return RunStopped(f"interrupted; {state}; {kept_work_note(kept)}")
-    full = no_space_message(error)
-    if full is not None:
-        return RunStopped(f"{full} ({output}); {state}; {kept_work_note(kept)}")
-    if kept:
-        log.warning("the run failed; %s", kept_work_note(kept))
-    return None
+    return state, kept_work_note(kept), kept

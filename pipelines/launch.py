@@ -130,7 +130,8 @@ def _begin(out: tree.Tree, output: str, saved: resume.SavedWork | None) -> None:
 def abandon_run(output: str, run_id: str) -> tuple[bool, int]:
     """Delete a failed run's temporary directory; whether it had begun publishing (then the tree
     is unfinished, no longer the previous output), and how many finished input units its saved
-    work keeps for a re-run to resume from (saved work with none is deleted too)."""
+    work keeps for a re-run to resume from (saved work with none is deleted too, and in saved work
+    kept, every spill file no finished unit points into)."""
     from transforms.core import resume
 
     out = tree.Tree(output)
@@ -141,9 +142,15 @@ def abandon_run(output: str, run_id: str) -> tuple[bool, int]:
     for name in out.temp_entries():
         if not name.startswith(resume.WORK_PREFIX):
             continue
-        done = len(resume.done_units(out.url_of(out.temp_name(name), "saved work")))
+        work_url = out.url_of(out.temp_name(name), "saved work")
+        done = len(resume.done_units(work_url))
         if done:
             kept += done
+            # Only the finished units' work is kept: the spill files of the others go (the run's
+            # unit that failed, a full disk's half-written file).
+            unfinished = resume.unfinished_files(work_url)
+            root = storage.filesystem(out.url)[1].rstrip("/") + "/"
+            out.remove_files([path[len(root):] for path in unfinished if path.startswith(root)])
         else:
             out.remove_dir(out.temp_name(name), "saved work")
     out.remove_temp_if_empty()

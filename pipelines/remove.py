@@ -69,8 +69,16 @@ def prepare(options: RemoveSettings, write: bool = True, plan_url: str | None = 
     dataset_stats.txt removed before any shard changes. Without ``write`` (a dry run) the same
     reading and checks, and nothing is written in the tree (the plan's rows go to ``plan_url``).
     """
-    from transforms.tools.surgery import check_checksums, check_plan, load_journal, scan_tree_log, write_journal
+    from transforms.tools.surgery import (
+        check_checksums,
+        check_plan,
+        check_tree_files,
+        load_journal,
+        scan_tree_log,
+        write_journal,
+    )
 
+    check_tree_files(options.output)  # links included, before any of them is read
     audit = scan_tree_log(options.output)  # a log it cannot read stops the removal here, naming the line
     check_checksums(options.output)  # and so do checksums it could not rewrite at the end
     plan = load_journal(options.output)
@@ -228,11 +236,17 @@ def _stopped(output: str, error: BaseException, interrupted: bool, dry_run: bool
     unreachable store (the error itself for anything else)."""
     from transforms.tools.surgery import load_journal
 
+    unasked = None
     try:
         pending = None if dry_run else load_journal(output)
     except ValueError:  # a journal it refuses to read (a link in it): refused before anything changed
         pending = None
-    if pending is not None:
+    except Exception as e:  # noqa: BLE001 - the store that stopped the removal: said, never instead of its line
+        pending, unasked = None, storage.unreachable_problem(e) or storage.one_line(e)
+    if unasked is not None:
+        state = (f"{output} could not be asked whether the removal began ({unasked}): run the same command again; "
+                 "it finishes whatever was begun")
+    elif pending is not None:
         state = (f"the removal {pending.run} is journalled and {output} reads as unfinished until it is done: "
                  "run the same command again to finish it")
     else:

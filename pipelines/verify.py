@@ -194,6 +194,7 @@ def check(args: VerifySettings, options: PipelineOptions) -> Verdict | None:
         return Verdict(output, 1, (_unfinished_problem(output, e),), None, more=False)
     with launching():
         config, units, launch_problems, removed = _plan_checks(output, stats, args)
+        launch_problems += _left_match_problems(output)
         source = storage.normalize(args.input) if args.input else None
         dry_run = is_dry_run(options)  # a local runner refuses it, as the jobs do
         report_url, scratch = _report_place(args.report, options, output)
@@ -257,6 +258,22 @@ def _open_tree(args: VerifySettings) -> tuple[str, OutputTree, str | None]:
         if not fs.isdir(path):
             raise FileNotFoundError(f"--output {output} is not a directory")
     return output, OutputTree.open(output), lock.held_line(output)
+
+
+def _left_match_problems(output: str) -> list[str]:
+    """A line when a killed ``remove`` left its id match's files (the ids it was given, encoded)
+    and no live writer holds the tree: that they are there, never what they hold."""
+    from shards.tree import Tree
+
+    out = Tree(output)
+    found = lock.holder(output)
+    writing = found is not None and lock.why_free(found, break_lock=False) is None
+    count = 0 if writing else out.match_files()
+    if not count:
+        return []
+    name = out.temp_name(out.JOURNAL_DIR, out.MATCH_DIR)
+    return [f"{name}: {count} files a killed remove left while matching its list (they hold the listed ids, "
+            "encoded); the next command that writes this tree deletes them"]
 
 
 def _plan_checks(output: str, stats, args: VerifySettings):

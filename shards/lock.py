@@ -10,7 +10,8 @@ lock *scope*, and takes the tree's lock at the one place it passes before it cha
 The lock is a small JSON file, ``.pretokenize-lock``, at the tree's root:
 
     {"host": ..., "boot_id": ..., "pid": ..., "command": "pretokenize remove --output ...",
-     "started": "2026-12-01T09:30:00Z", "expires": "...", "lease_seconds": 90, "token": "<random>"}
+     "started": "2026-12-01T09:30:00Z", "expires": "...", "lease_seconds": 90, "token": "<random>",
+     "pid_started": "<the process's start time, /proc/PID/stat field 22>"}
 
 What holds, in order:
 
@@ -24,13 +25,21 @@ What holds, in order:
        file's modification time on a local disk; on S3 a rewrite conditional on its ETag
        (``If-Match``), so a renewal never overwrites a lock another command has taken since
     3. a holder that is gone frees the lock to the next command, which says so in one line: on the
-       same host (same host name and boot id), a pid that no longer runs; anywhere, a lease not
-       renewed in time (clocks must agree to within the lease); or ``--break-lock``, explicitly
+       same host (same host name and boot id), a pid that no longer runs, or that is now another
+       process (its start time differs); from another host, a lease not renewed in time (clocks
+       must agree to within the lease); or ``--break-lock``, explicitly. On the same host a
+       running holder keeps its lock whatever its lease: stopped (Ctrl-Z, a paused VM), it has not
+       renewed, and is not gone
     4. a lock is removed only if it is still the one judged (its content or ETag): a local file is
        first renamed aside, read, then deleted (or put back, if it was another's); on S3 the
        DeleteObject is conditional on the ETag (``If-Match``); GCS deletes after reading it again
     5. it is freed when the scope ends, on every exit path (success, error, Ctrl-C); a kill -9
        leaves it to rule 3
+    6. a holder that finds its lock taken (broken, or its lease run out while it could not renew)
+       stops before its next write in the tree: ``guard`` is asked before every write (shards.tree,
+       the spill writer) and renews at once when the heartbeat has been silent for longer than it
+       should (the process was stopped); a command (``command``) then says so in one line and
+       ends its process at once (exit 2), touching nothing more: the tree is the new holder's
 
 Outside a scope (a test that builds a job itself), ``take`` only checks that no other command
 holds the tree, and holds nothing. Readers and ``verify`` take no lock; ``holder`` says who, if
@@ -60,6 +69,8 @@ from shards import layout, storage
 
 LOCK_NAME = ".pretokenize-lock"
 LEASE_SECONDS = 90.0  # a holder that has not renewed its lease for this long is taken to be gone
+# The lease a command takes, in seconds, instead of LEASE_SECONDS (tests set it short).
+LEASE_ENV = "PRETOKENIZE_LOCK_LEASE_SECONDS"
 BREAK_FLAG = "--break-lock"
 BREAK_HELP = ("take the tree's lock from the command that holds it (only one that is dead: a live one's work would "
               "be corrupted); a dead holder on this host, or one whose lease expired, needs no flag")
@@ -76,12 +87,38 @@ class TreeLocked(ValueError):
     """Another command holds the tree's lock: said in one line naming it; nothing was changed."""
 
 
+class LockLost(RuntimeError):
+    """This command's lock was taken by another while it ran: it writes nothing more in the tree."""
+
+
+def default_lease() -> float:
+    """The lease a command takes: $PRETOKENIZE_LOCK_LEASE_SECONDS, else LEASE_SECONDS."""
+    text = os.environ.get(LEASE_ENV, "").strip()
+    try:
+        value = float(text) if text else LEASE_SECONDS
+    except ValueError:
+        raise ValueError(f"{LEASE_ENV}={text!r} is not a number of seconds") from None
+    if not value > 0:
+        raise ValueError(f"{LEASE_ENV}={text!r} is not a positive number of seconds")
+    return value
+
+
 def _utc(t: float) -> str:
     return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _parse_utc(text: str) -> float:
     return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.timezone.utc).timestamp()
+
+
+def _pid_started(pid: int) -> str:
+    """When process ``pid`` started (field 22 of /proc/PID/stat, clock ticks since boot): with the
+    pid, it names one process, not whichever later reuses the number. Empty where /proc has none."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[-1].split()[19].decode()
+    except (OSError, IndexError, UnicodeDecodeError):
+        return ""
 
 
 def _boot_id() -> str:
@@ -104,12 +141,13 @@ class Holder:
     expires: str  # UTC, ISO 8601: the lease, as last written
     lease_seconds: float
     token: str
+    pid_started: str = ""  # _pid_started(pid) when taken (a lock written before it was recorded: empty)
 
     @classmethod
     def new(cls, command: str, lease_seconds: float = LEASE_SECONDS) -> Holder:
         now = time.time()
         return cls(socket.gethostname(), _boot_id(), os.getpid(), command, _utc(now), _utc(now + lease_seconds),
-                   lease_seconds, uuid.uuid4().hex)
+                   lease_seconds, uuid.uuid4().hex, _pid_started(os.getpid()))
 
     def to_json(self) -> bytes:
         return (json.dumps(dataclasses.asdict(self), indent=1) + "\n").encode()
@@ -119,8 +157,10 @@ class Holder:
         """The holder a lock file names; ValueError when it is not a lock this tool wrote."""
         try:
             d = json.loads(data.decode("utf-8"))
-            holder = cls(**{f.name: d[f.name] for f in dataclasses.fields(cls)})
-            ok = isinstance(holder.pid, int) and isinstance(holder.lease_seconds, (int, float))
+            holder = cls(**{f.name: d[f.name] for f in dataclasses.fields(cls)
+                            if f.default is dataclasses.MISSING or f.name in d})
+            ok = (isinstance(holder.pid, int) and isinstance(holder.lease_seconds, (int, float))
+                  and isinstance(holder.pid_started, str))
             _parse_utc(holder.started), _parse_utc(holder.expires)
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"not a lock this tool wrote ({type(e).__name__}: {e})") from None
@@ -139,8 +179,11 @@ class Holder:
         return self.host == socket.gethostname() and (not boot or not self.boot_id or self.boot_id == boot)
 
 
-def _pid_runs(pid: int) -> bool:
-    """Whether process ``pid`` runs on this host (a zombie, killed but not yet reaped, does not)."""
+def _pid_runs(pid: int, started: str = "") -> bool:
+    """Whether process ``pid`` runs on this host (a zombie, killed but not yet reaped, does not),
+    and is the one that started at ``started`` (when given: a pid reused since is another process)."""
+    if started and _pid_started(pid) not in ("", started):
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -179,8 +222,12 @@ def why_free(found: Found, break_lock: bool, now: float | None = None) -> str | 
     h = found.holder
     if break_lock:
         return f"broke the lock held by {h.describe()}"
-    if h.on_this_host() and not _pid_runs(h.pid):
-        return f"freed the lock of {h.describe()}: that process is no longer running on this host"
+    if h.on_this_host():
+        if not _pid_runs(h.pid, h.pid_started):
+            return f"freed the lock of {h.describe()}: that process is no longer running on this host"
+        if h.pid_started:
+            return None  # that very process runs: stopped or slow, it keeps its lock whatever its lease
+        # A lock written before start times were recorded: the pid may be another process's since.
     if now > found.expiry():
         return f"took over the lock of {h.describe()}: its lease expired at {_utc(found.expiry())} unrenewed"
     return None
@@ -295,14 +342,18 @@ class _S3Store:
     def renew(self, data: bytes, version: object) -> object | None:
         try:
             out = self.fs.pipe_file(self.path, data, IfMatch=version)
-        except (FileNotFoundError, OSError):
-            return None
+        except OSError as e:
+            if storage.unreachable_problem(e) is not None:
+                raise  # the store failed: not an answer about the lock (the heartbeat tries again)
+            return None  # 412 (another's ETag), or gone
         return out["ETag"]
 
     def remove(self, version: object) -> bool:
         try:
             self.fs.call_s3("delete_object", Bucket=self.bucket, Key=self.key, IfMatch=version)
-        except (FileNotFoundError, OSError):
+        except OSError as e:
+            if storage.unreachable_problem(e) is not None:
+                raise  # not freed: the command says so in its line (scope)
             return False
         finally:
             self.fs.invalidate_cache(self.path)
@@ -407,15 +458,28 @@ def held_line(url: str) -> str | None:
 # The lock a command holds.
 
 
-class Lock:
-    """A lock this process holds, renewed by a heartbeat thread until ``release``."""
+# The locks this process holds, by tree URL: what ``guard`` asks (Beam's in-process workers are
+# threads of the command's process, outside the scope's context).
+_HELD: dict[str, Lock] = {}
+_HELD_GUARD = threading.Lock()
+_STOPPING = threading.Lock()  # taken, never released, by the thread that ends the process (Lock)
 
-    def __init__(self, url: str, store, holder_: Holder, version: object, made_root: str | None):
+
+class Lock:
+    """A lock this process holds, renewed by a heartbeat thread until ``release``. ``stop_process``
+    (a command's lock): losing it ends the process at once, in one line (rule 6)."""
+
+    def __init__(self, url: str, store, holder_: Holder, version: object, made_root: str | None,
+                 stop_process: bool = False):
         self.url, self.store, self.holder, self.version = url, store, holder_, version
         self.made_root = made_root
+        self.stop_process = stop_process
         self.lost = False
+        self._confirmed = time.monotonic()  # when the store last said the lock is this one
         self._stop = threading.Event()
         self._guard = threading.Lock()
+        with _HELD_GUARD:
+            _HELD[url] = self
         self._thread = threading.Thread(target=self._beat, name=f"pretokenize-lock {url}", daemon=True)
         self._thread.start()
 
@@ -428,38 +492,86 @@ class Lock:
             version = self.store.renew(renewed.to_json(), self.version)
             if version is None:
                 self.lost = True
-                log.warning("the lock of %s was taken by another command while this one ran", self.url)
+                if not self.stop_process:  # a command says it in its one line (_lost_line_and_stop)
+                    log.warning("the lock of %s was taken by another command while this one ran", self.url)
                 return False
             if not isinstance(self.store, _LocalStore):  # a local lock renews its mtime, not its content
                 self.holder = renewed
             self.version = version
+            self._confirmed = time.monotonic()
             return True
+
+    def check(self) -> None:
+        """Before a write: LockLost (or, for a command, the end of the process) when the lock was
+        taken. Renewed here first when the heartbeat has been silent for longer than a quarter of
+        the lease and more (the process was stopped, or the store did not answer)."""
+        if not self.lost and time.monotonic() - self._confirmed > self.holder.lease_seconds / 3:
+            try:
+                self.renew()
+            except Exception as e:  # noqa: BLE001 - unreachable for a moment: the heartbeat says so; the lease has margin
+                log.warning("could not renew the lock of %s: %s", self.url, storage.unreachable_problem(e) or e)
+        if self.lost:
+            self._lost_line_and_stop()
+
+    def _lost_line_and_stop(self):
+        if self.stop_process:
+            _STOPPING.acquire()  # one thread says it and ends the process; any other waits for that
+        found = None
+        with contextlib.suppress(Exception):
+            found = _read(self.store)
+        by = (f" by {found.holder.describe()}" if found is not None and found.holder is not None
+              else " by another command")
+        line = (f"{self.url}: this command's lock was taken{by} while it ran (it was stopped, or could not renew "
+                "its lease): it stops here and writes nothing more there; the tree is the other command's now")
+        if self.stop_process:
+            print(f"pretokenize: {line}", file=sys.stderr, flush=True)
+            os._exit(2)  # no cleanup: every file there is the new holder's to keep or delete
+        raise LockLost(line)
 
     def _beat(self) -> None:
         while not self._stop.wait(self.holder.lease_seconds / 4):
             try:
                 if not self.renew():
+                    if self.stop_process:
+                        self._lost_line_and_stop()
                     return
             except Exception as e:  # noqa: BLE001 - a store unreachable for a moment: the lease has margin
                 log.warning("could not renew the lock of %s: %s", self.url, storage.unreachable_problem(e) or e)
 
-    def release(self) -> None:
+    def release(self) -> str | None:
+        """Stop renewing and free the lock; None once freed (or not this command's any more), else
+        why the store could not be asked to (the next command frees it once this process has
+        ended; from another host, once its lease has expired)."""
         self._stop.set()
         self._thread.join()
+        with _HELD_GUARD:
+            if _HELD.get(self.url) is self:
+                del _HELD[self.url]
+        problem = None
         with self._guard:
             if not self.lost:
                 try:
                     self.store.remove(self.version)
                 except Exception as e:  # noqa: BLE001 - the command's own outcome must not be lost to this
-                    log.warning("could not free the lock of %s (%s): the next command frees it once this process "
-                                "has ended (from another host, once its lease has expired)",
-                                self.url, storage.unreachable_problem(e) or e)
+                    problem = storage.unreachable_problem(e) or storage.one_line(e)
         if self.made_root is not None:
             with contextlib.suppress(OSError):
                 os.rmdir(self.made_root)  # only if it is still empty
+        return problem
 
 
-def _acquire(url: str, command: str, break_lock: bool, make_root: bool, lease_seconds: float) -> Lock:
+def guard(url: str) -> None:
+    """Before a write in the tree at ``url``: when this process holds its lock and it was taken
+    since, LockLost (a command: one line, and the process ends). Nothing when it holds none."""
+    held = _HELD.get(url) if _HELD else None
+    if held is None and _HELD:
+        held = _HELD.get(storage.normalize(url))
+    if held is not None:
+        held.check()
+
+
+def _acquire(url: str, command: str, break_lock: bool, make_root: bool, lease_seconds: float,
+             stop_process: bool) -> Lock:
     store = _store(url)
     made_root = None
     if isinstance(store, _LocalStore) and make_root and not os.path.isdir(store.root):
@@ -491,7 +603,7 @@ def _acquire(url: str, command: str, break_lock: bool, make_root: bool, lease_se
                 raise TreeLocked(f"{storage.join(url, LOCK_NAME)} is {found.problem}: the tool removes no directory; "
                                  "move it away by hand") from None
             continue
-        return Lock(url, store, me, version, made_root)
+        return Lock(url, store, me, version, made_root, stop_process)
     raise TreeLocked(f"{url}: could not take its lock ({LOCK_NAME}): other commands keep taking it")
 
 
@@ -507,6 +619,7 @@ def _refusal(url: str, found: Found) -> str:
 class _Scope:
     command: str
     break_lock: bool
+    stop_process: bool = False  # a command's: losing a lock ends the process (Lock)
     held: dict = dataclasses.field(default_factory=dict)
 
 
@@ -518,16 +631,36 @@ def wants_break(argv: list[str]) -> bool:
 
 
 @contextlib.contextmanager
-def scope(command_line: str, break_lock: bool = False):
-    """Locks taken inside (``take``) are held until it ends, however it ends."""
-    current = _Scope(command_line, break_lock)
+def scope(command_line: str, break_lock: bool = False, stop_process: bool = False):
+    """Locks taken inside (``take``) are held until it ends, however it ends. A lock that could not
+    be freed is said once: on an error, in its one line (``unfreed_note``), else in a warning."""
+    current = _Scope(command_line, break_lock, stop_process)
     token = _SCOPE.set(current)
+    error = None
     try:
         yield current
+    except BaseException as e:
+        error = e
+        raise
     finally:
         _SCOPE.reset(token)
         for lock in reversed(list(current.held.values())):
-            lock.release()
+            problem = lock.release()
+            if problem is None:
+                continue
+            later = ("the next command frees it once this process has ended (from another host, once its lease has "
+                     "expired)")
+            if error is not None:
+                note = f"; its lock {storage.join(lock.url, LOCK_NAME)} could not be freed ({problem}): {later}"
+                error.pretokenize_lock_note = getattr(error, "pretokenize_lock_note", "") + note
+            else:
+                log.warning("could not free the lock of %s (%s): %s", lock.url, problem, later)
+
+
+def unfreed_note(error: BaseException) -> str:
+    """What ``scope`` noted on ``error`` of a lock it could not free ("" when none): the CLI ends
+    its one line with it."""
+    return getattr(error, "pretokenize_lock_note", "")
 
 
 def command(job: str):
@@ -538,7 +671,7 @@ def command(job: str):
         @functools.wraps(run)
         def wrapper(argv: list[str] | None = None, *args, **kwargs):
             argv = list(argv or [])
-            with scope(shlex.join(["pretokenize", job, *argv]), wants_break(argv)):
+            with scope(shlex.join(["pretokenize", job, *argv]), wants_break(argv), stop_process=True):
                 return run(argv, *args, **kwargs)
 
         return wrapper
@@ -546,10 +679,11 @@ def command(job: str):
     return decorate
 
 
-def take(url: str, make_root: bool = False, lease_seconds: float = LEASE_SECONDS) -> Lock | None:
+def take(url: str, make_root: bool = False, lease_seconds: float | None = None) -> Lock | None:
     """Take the lock of the tree at ``url`` for the current scope (held until it ends; taken once
     per tree). TreeLocked, one line naming the holder, when another command holds it. Outside a
-    scope, only that check. ``make_root``: create a missing local directory (an empty output)."""
+    scope, only that check. ``make_root``: create a missing local directory (an empty output).
+    ``lease_seconds``: the lease, $PRETOKENIZE_LOCK_LEASE_SECONDS (or 90 s) when not given."""
     url = storage.normalize(url)
     current = _SCOPE.get()
     with storage.reaching(url):
@@ -559,5 +693,20 @@ def take(url: str, make_root: bool = False, lease_seconds: float = LEASE_SECONDS
                 raise TreeLocked(_refusal(url, found))
             return None
         if url not in current.held:
-            current.held[url] = _acquire(url, current.command, current.break_lock, make_root, lease_seconds)
+            lease = lease_seconds if lease_seconds is not None else default_lease()
+            current.held[url] = _acquire(url, current.command, current.break_lock, make_root, lease,
+                                         current.stop_process)
+            for tidy in _ON_TAKEN:
+                tidy(url)
         return current.held[url]
+
+
+# What a command does first once it holds a tree's lock: nothing another command uses is then in
+# the tree's temporary directory (shards.tree registers its tidying: a killed removal's id match).
+_ON_TAKEN: list = []
+
+
+def when_taken(tidy) -> None:
+    """``tidy(url)`` runs each time a command takes the lock of the tree at ``url``."""
+    if tidy not in _ON_TAKEN:
+        _ON_TAKEN.append(tidy)

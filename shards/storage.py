@@ -169,6 +169,9 @@ _CREDENTIALS = {
     "RefreshError", "GatedRepoError", "RepositoryNotFoundError",
 }
 _DENIED_STATUS = {401, 403}
+# A body cut short, a connection dropped mid-answer (aiohttp, botocore, urllib3, http.client).
+_CONNECTION |= {"ClientPayloadError", "ServerDisconnectedError", "IncompleteReadError", "ResponseStreamingError",
+                "IncompleteRead", "ProtocolError", "RemoteDisconnected", "ContentLengthError"}
 
 
 def _status(error: BaseException) -> int | None:
@@ -178,7 +181,24 @@ def _status(error: BaseException) -> int | None:
     return code if isinstance(code, int) else None
 
 
-def _one_line(error: BaseException) -> str:
+def _failed_status(error: BaseException) -> str | None:
+    """What a store that answered with a failure said (an HTTP 5xx or 429; S3's SlowDown): "HTTP 503
+    SlowDown (Please reduce your request rate.) to PutObject"; None for any other error."""
+    response = getattr(error, "response", None)
+    if isinstance(response, dict):  # botocore's ClientError (s3fs raises an OSError from it)
+        status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        code, message = response.get("Error", {}).get("Code", ""), response.get("Error", {}).get("Message", "")
+        operation = getattr(error, "operation_name", "")
+    else:
+        status, code, message, operation = _status(error), "", one_line(error), ""
+    if not isinstance(status, int) or not (status >= 500 or status == 429 or code == "SlowDown"):
+        return None
+    said = " ".join(part for part in (f"HTTP {status}", code, f"({message})" if message else "") if part)
+    return f"{said} to {operation}" if operation else said
+
+
+def one_line(error: BaseException) -> str:
+    """An error's text on one line, at most 240 characters."""
     text = " ".join(line.strip() for line in str(error).splitlines() if line.strip()) or type(error).__name__
     return text if len(text) <= 240 else text[:237] + "..."
 
@@ -194,16 +214,20 @@ def _refused(error: BaseException, remote: bool) -> bool:
 
 
 def unreachable_problem(error: BaseException, remote: bool = True) -> str | None:
-    """``connection failed: ...`` or ``access refused: ...`` when ``error`` (or one it was raised
-    from) says the store was not reached or refused the credentials; None for any other error.
+    """``connection failed: ...``, ``access refused: ...`` or ``the store failed: HTTP 503 ...`` when
+    ``error`` (or one it was raised from) says the store was not reached, refused the credentials or
+    answered with a failure (a 5xx, a 429: after the client's retries); None for any other error.
     A PermissionError counts only for a ``remote`` store (a local one is a file's mode)."""
     seen = set()
     while error is not None and id(error) not in seen:
         seen.add(id(error))
         if _refused(error, remote):
-            return f"access refused (check the credentials): {_one_line(error)}"
+            return f"access refused (check the credentials): {one_line(error)}"
         if {cls.__name__ for cls in type(error).__mro__} & _CONNECTION:
-            return f"connection failed: {_one_line(error)}"
+            return f"connection failed: {one_line(error)}"
+        failed = _failed_status(error)
+        if failed is not None:
+            return f"the store failed: {failed}"
         error = error.__cause__ or error.__context__
     return None
 

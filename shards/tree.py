@@ -182,6 +182,7 @@ class Tree:
     STAGED_DIR = "staged"  # a run's files before they are published
     SPILL_DIR = "spill"  # a run's (or its saved work's) token spill files
     REWRITE_DIR = "rewrite"  # a removal's partial rewrites, inside its journal
+    MATCH_DIR = "match"  # inside the journal: the partition files of a long list's id match (shards/idmatch.py)
     WORK_PREFIX = "work-"  # saved work a re-run resumes from: work-<key> (transforms/core/resume.py)
     PUBLISHING_MARK = "publishing"  # in a run's directory once it began publishing
     PENDING_REMOVAL_LIST = "pending-removal.txt"  # in a run's directory: a pending removal's ids
@@ -236,7 +237,9 @@ class Tree:
     def writable(self, name: str, what: str = "name") -> str:
         """The path of ``name`` to write or delete: ``path``'s checks, and no link among the
         directories on its way (a link that is ``name`` itself is allowed: a rename replaces it,
-        a delete removes it, neither follows it)."""
+        a delete removes it, neither follows it). Asked before every write: a command whose lock
+        on the tree was taken stops here (shards.lock.guard)."""
+        lock.guard(self.url)
         path = self.path(name, what)
         if self.local:
             parts = name.split("/")
@@ -341,6 +344,28 @@ class Tree:
         """The names directly under the temporary directory (empty when it does not exist)."""
         self._refuse_temp_link()
         return _entries(self.fs, posixpath.join(self.root, self.TEMP_DIR))
+
+    def match_files(self) -> int:
+        """How many files an id match left (``MATCH_DIR``): they exist only while a ``remove`` plans,
+        under the tree's lock, so any found by another command are a killed one's."""
+        name = self.temp_name(self.JOURNAL_DIR, self.MATCH_DIR)
+        path = posixpath.join(self.root, name)
+        if self.local:
+            if not os.path.isdir(path) or os.path.islink(path):
+                return int(os.path.lexists(path))
+            return sum(len(files) + len(dirs) for _, dirs, files in os.walk(path))
+        return len(self.fs.find(path)) if self.fs.isdir(path) else 0
+
+    def clear_unused_match(self) -> None:
+        """Delete what a killed removal's id match left (the ids of its list, encoded): run by every
+        writing command once it holds the lock, when no command can be using it."""
+        name = self.temp_name(self.JOURNAL_DIR, self.MATCH_DIR)
+        if self.local and os.path.islink(posixpath.join(self.root, self.TEMP_DIR)):
+            return  # never followed: the commands that use the temporary directory refuse it
+        if self.lexists(self.TEMP_DIR) and self.lexists(name):
+            self.remove_dir(name, "removal's id match")
+            self.remove_empty_dir(self.temp_name(self.JOURNAL_DIR))  # nothing else was begun there
+            self.remove_temp_if_empty()
 
     def remove_temp_if_empty(self) -> None:
         self._refuse_temp_link()
@@ -466,6 +491,15 @@ class Tree:
             if self.local:  # object stores have no directories to leave behind
                 self.remove_empty_dir(rel)
         return deleted
+
+
+def _clear_unused_match(url: str) -> None:
+    fs, root = _root(url)
+    if fs.isdir(root):
+        Tree(url).clear_unused_match()
+
+
+lock.when_taken(_clear_unused_match)
 
 
 def _root(url: str) -> tuple:

@@ -469,3 +469,99 @@ def test_a_lock_named_file_that_is_no_lock_is_a_users_and_break_lock_keeps_it(so
     err = capsys.readouterr().err
     assert "Traceback" not in err and str(userdir) in err.strip().splitlines()[-1]
     assert sorted(os.listdir(userdir)) == [LOCK_NAME] and (userdir / LOCK_NAME).read_text() == '{"mine":1}\n'
+
+
+# Issue 35, case 6: a live holder stopped (Ctrl-Z, a paused VM) past its lease keeps its lock on its
+# host; a holder whose lock was taken (here broken with --break-lock) stops before its next write.
+SHORT_LEASE = {**os.environ, "PRETOKENIZE_LOCK_LEASE_SECONDS": "1"}
+
+
+class Stopped(Paused):
+    """A command paused at its target holding its lock with a 1 s lease, then stopped (SIGSTOP)
+    for three leases: it has not renewed since."""
+
+    def __init__(self, args: list[str], target: str, tmp_path):
+        self.go, paused = tmp_path / "go", tmp_path / "paused"
+        self.proc = subprocess.Popen([sys.executable, "-c", PAUSED_DRIVER, str(self.go), str(paused), target, *args],
+                                     cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     env=SHORT_LEASE)
+        deadline = time.monotonic() + 180
+        while not paused.exists():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                out, err = self.proc.communicate(timeout=60)
+                pytest.fail(f"the first command ended before it was paused: {self.proc.returncode}\n{out}\n{err}")
+            time.sleep(0.05)
+        os.kill(self.proc.pid, signal.SIGSTOP)
+        time.sleep(3.0)
+
+    def finish(self) -> tuple[int, str, str]:
+        self.go.touch()
+        os.kill(self.proc.pid, signal.SIGCONT)
+        return super().finish()
+
+    def kill(self) -> None:
+        with __import__("contextlib").suppress(ProcessLookupError):
+            os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+
+def bucketed_args(source, tree) -> list[str]:
+    return ["bucketed", "--input", str(source), "--output", str(tree), "--partitions", "2", *RUNNER]
+
+
+def test_a_stopped_holder_past_its_lease_keeps_its_lock_on_its_host(out, source, tmp_path):
+    first = Stopped(bucketed_args(source, out), PIPELINE_RUN, tmp_path)
+    try:
+        held = json.loads((out / LOCK_NAME).read_text())
+        assert held["pid"] == first.proc.pid and held["pid_started"]
+        before = files(out)
+        ids = stored_ids(out)[:2]
+        assert_refused(pretokenize(*removal_args(out, write_list(tmp_path / "a.txt", ids))), "remove", "bucketed")
+        assert files(out) == before
+    finally:
+        code, _, err = first.finish()
+    assert code == 0, err
+    assert_verifies(out)
+    assert set(ids) <= set(stored_ids(out))  # the refused removal changed nothing
+
+
+def test_a_reused_pid_is_not_the_holder(out, capsys):
+    """A lock naming this host, a running pid, and another start time: that pid now names another
+    process, so the holder is gone."""
+    import socket
+
+    from shards.lock import _boot_id
+
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        _lock_file(out, host=socket.gethostname(), pid=sleeper.pid)
+        held = json.loads((out / LOCK_NAME).read_text())
+        (out / LOCK_NAME).write_text(json.dumps({**held, "boot_id": _boot_id(), "pid_started": "1"}))
+        assert cli.main(stats_of(out)) == 0
+        assert "that process is no longer running on this host" in capsys.readouterr().err
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_a_holder_whose_lock_was_taken_stops_before_its_next_write(out, source, tmp_path):
+    first = Stopped(bucketed_args(source, out), PIPELINE_RUN, tmp_path)
+    try:
+        ids = stored_ids(out)[:2]
+        code, _, err = pretokenize(*removal_args(out, write_list(tmp_path / "a.txt", ids)), "--break-lock")
+        assert code == 0, err
+        assert "broke the lock held by `pretokenize bucketed " in err
+        after_removal = files(out)
+    except BaseException:
+        first.kill()
+        raise
+    code, _, err = first.finish()
+    assert code == 2, err
+    # Its one line, after its launch's and progress's (and the libraries' the driver imports before the CLI's logging).
+    lines = [line for line in err.strip().splitlines() if line.startswith("pretokenize")]
+    assert len(lines) == 1 and "Traceback" not in err and " WARNING " not in err, err
+    assert lines[0].startswith(f"pretokenize: {out}: this command's lock was taken by ")
+    assert "it stops here and writes nothing more there" in lines[0]
+    assert files(out) == after_removal  # the tree is the removal's, byte for byte
+    assert not set(ids) & set(stored_ids(out))
+    assert_verifies(out)

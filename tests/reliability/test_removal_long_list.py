@@ -184,3 +184,36 @@ def test_a_long_list_removal_killed_at_any_step_is_finished_by_the_same_command(
         if "resuming" not in again.stdout:  # killed before the plan was journalled: planned afresh
             assert report(again.stdout) == printed, n
         shutil.rmtree(copy)
+
+
+def test_a_removal_killed_while_matching_leaves_no_listed_id_past_the_next_writing_command(removed_once, tmp_path):
+    """Issue 35, case 9a: a remove killed during its partitioned id match leaves the list's ids,
+    encoded, in the journal's match directory. verify says the files are there (never what they
+    hold); the next command that writes the tree (here stats) deletes them."""
+    out, listed = removed_once
+    steps_tree = tmp_path / "steps"
+    shutil.copytree(out, steps_tree)
+    notes = tmp_path / "steps.txt"
+    assert remove_killed(steps_tree, listed, 0, str(notes)).returncode == 0
+    steps = notes.read_text().splitlines()
+    kill_at = steps.index("create rows-N") + 1  # the list's partitions written, the rows' about to be
+    copy = tmp_path / "killed"
+    shutil.copytree(out, copy)
+    assert remove_killed(copy, listed, kill_at).returncode == 9
+    match = copy / layout.TEMP_DIR_NAME / "removal" / "match"
+    left = [p for p in match.iterdir() if p.stat().st_size]
+    scratch = idmatch.Scratch(None, str(match))
+    decoded = {doc_id for p in left if p.name.startswith("list-")
+               for _, doc_id in idmatch.read_numbered(scratch, p.name)}
+    assert {"doc-17", "doc-33"} <= {d.strip() for d in decoded}  # the list is there, decodable
+
+    code = subprocess.run([sys.executable, "-m", "pipelines.cli", "verify", "--output", str(copy), *RUNNER],
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert code.returncode == 1, code.stdout + code.stderr
+    said = [line for line in code.stdout.splitlines() if "removal/match" in line]
+    assert len(said) == 1 and "files a killed remove left while matching its list" in said[0], code.stdout
+    assert not any(i.strip() in code.stdout for i in LISTED if i.strip().startswith("absent"))
+
+    assert cli.main(["stats", "--output", str(copy), "--png", "none"]) == 0
+    assert not match.exists()
+    assert cli.main(["verify", "--output", str(copy), *RUNNER]) == 0

@@ -242,7 +242,9 @@ class PublishFn(beam.DoFn):
         self._config = config
 
     def process(self, staged: list, raw_documents: int, drops: dict[str, int], **extras):
-        yield publish(staged, raw_documents, drops, extras, self._fmt, self._config)
+        with storage.reaching(self._config.output):  # a store that fails: one line naming the tree
+            stats = publish(staged, raw_documents, drops, extras, self._fmt, self._config)
+        yield stats
 
 
 class PublishOutput(beam.PTransform):

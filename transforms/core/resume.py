@@ -170,6 +170,26 @@ def done_units(work_url: str) -> set[int]:
     return {int(stem) for stem in stems if stem.isdigit()}
 
 
+def unfinished_files(work_url: str) -> list[str]:
+    """The files of the saved work's spill directory that no finished unit's marker points into
+    (a unit that failed or was still running: redone by a re-run), as paths of its filesystem. A
+    marker that cannot be read points into nothing: its unit is redone too."""
+    fs, root = storage.filesystem(work_url)
+    spill = posixpath.join(root, tree.Tree.SPILL_DIR)
+    try:
+        present = fs.find(spill)
+    except FileNotFoundError:
+        return []
+    kept: set[str] = set()
+    for index in done_units(work_url):
+        marker = posixpath.join(root, UNITS_DIR, f"{index:06d}{MARKER_SUFFIX}")
+        try:
+            kept.update(UnitOutputs.from_bytes(fs.cat_file(marker), root).files)
+        except (FileNotFoundError, MarkerError):
+            continue
+    return sorted(set(present) - kept)
+
+
 def read_description(work_url: str) -> WorkDescription | None:
     """The description a work directory was made for; None when it has none or an unreadable one."""
     fs, path = storage.filesystem(storage.join(work_url, DESCRIPTION_NAME))

@@ -39,7 +39,7 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 from fsspec.asyn import AsyncFileSystem
 
-from shards import storage
+from shards import lock, storage
 from transforms.core.batches import RefBatch, Refs, TokenBatch
 from transforms.core.records import BadInputError
 
@@ -122,6 +122,7 @@ class SpillTokensFn(beam.DoFn):
         alike (bucketed: (partition, bucket)) are neighbours, in the spill file and in the
         references file: a reader of a whole partition reads one range. The (group key,
         RefPointer)s, for what was written."""
+        lock.guard(self._config.output)  # a command whose lock was taken writes nothing more there
         batches, self._pending, self._pending_bytes = self._pending, [], 0
         if not batches:
             return []

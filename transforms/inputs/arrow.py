@@ -65,7 +65,8 @@ def check_schema(path: str, schema: pa.Schema, fields: Sequence[Field]) -> None:
                                 f"name the column to read with {flag}")
         got = schema.field(name).type
         if not _arrow_kind_ok(got, kind):
-            raise BadInputError(path, f"column {name!r} has type {got}, expected {kind}")
+            expected = "a string or an integer" if kind == "id" else kind
+            raise BadInputError(path, f"column {name!r} has type {got}, expected {expected}")
 
 
 def column_values(column: pa.Array) -> list:

@@ -62,7 +62,7 @@ PLAN_NAME = removal_names.JOURNAL_PLAN_NAME
 FILES_DIR = removal_names.JOURNAL_FILES_DIR  # in the plan's directory: one file's rows each
 COPY_CHUNK = 16 << 20
 COUNT_DIR = "distinct"  # in the journal's directory: the partition files counting a long log's ids
-MATCH_DIR = "match"  # in the plan's directory: the partition files of a long list's match (shards/idmatch.py)
+MATCH_DIR = tree.Tree.MATCH_DIR  # in the plan's directory: the partition files of a long list's match
 
 
 @dataclasses.dataclass(frozen=True)
@@ -255,6 +255,28 @@ def load_journal(output: str) -> RemovalPlan | None:
         shard_path(output, f.rel_path)  # a journal entry naming a file outside the tree is refused
         plan.file_plan(k)  # every file's rows read and checked before anything is changed, one at a time
     return plan
+
+
+def tree_files_read_or_rewritten() -> tuple[str, ...]:
+    """The tree's own files a removal reads or rewrites besides the shards: each is checked
+    (``check_tree_files``) before it changes a byte."""
+    from shards.card import CARD_NAME
+    from shards.index import INDEX_NAME
+    from shards.provenance import STATS_JSON_NAME
+
+    return (tree.RECORD_NAME, layout.MANIFEST_NAME, layout.STATS_NAME, STATS_JSON_NAME, CARD_NAME,
+            layout.CHECKSUMS_NAME, INDEX_NAME, REMOVALS_NAME)
+
+
+def check_tree_files(output: str) -> None:
+    """Every file of ``tree_files_read_or_rewritten`` that exists resolves inside the tree, reached
+    through no linked directory (links included: a link out of the tree is refused), before a
+    removal reads one, rewrites a shard or deletes anything: UnsafePathError naming it otherwise.
+    The shards it rewrites are checked as its plan names them (``shard_path``)."""
+    out = tree.Tree(output)
+    for name in tree_files_read_or_rewritten():
+        if out.lexists(name):
+            out.writable(name, "file remove reads or rewrites")
 
 
 def _manifest_files(lines: Iterable[str]) -> Iterator[tuple[str, list[tuple[str, int]]]]:
@@ -791,12 +813,14 @@ class RewriteFileFn(beam.DoFn):
         self._rewritten = beam.metrics.Metrics.counter("pretokenize", "files_rewritten")
 
     def setup(self):
-        self._plan = _read_plan(self._plan_url)
+        with storage.reaching(self._output):
+            self._plan = _read_plan(self._plan_url)
         self._progress = Progress("rewrite")
 
     def process(self, k: int):
-        plan = self._plan.file_plan(k)
-        outcome, digest = rewrite_file(self._output, plan, self._itemsize)
+        with storage.reaching(self._output):  # a store that fails: one line naming the tree
+            plan = self._plan.file_plan(k)
+            outcome, digest = rewrite_file(self._output, plan, self._itemsize)
         self._rewritten.inc()
         self._progress.add(files=1)
         log.info("%s: %s", plan.rel_path, outcome)
@@ -809,7 +833,9 @@ class FinishRemovalFn(beam.DoFn):
         self._plan_url = plan_url
 
     def process(self, outcomes: list[tuple[str, str | None]]):
-        yield finish_removal(self._output, _read_plan(self._plan_url), dict(outcomes))
+        with storage.reaching(self._output):  # a store that fails: one line naming the tree
+            stats = finish_removal(self._output, _read_plan(self._plan_url), dict(outcomes))
+        yield stats
 
 
 def _read_plan(plan_url: str) -> RemovalPlan:
