@@ -62,22 +62,25 @@ $(VENV)/.installed-bench: $(VENV)/.installed
 	$(PY) -m pip install --quiet -e '.[test,bench]'
 	touch $@
 
-# Engines for tests/engines, each at the Beam version pyproject.toml pins: Prism built from the Go
-# module proxy, the Flink and Spark job servers copied from Maven Central into Beam's own jar cache
-# under the names Beam looks for, so FlinkRunner and SparkRunner find them without downloading.
-# All of it lives outside the checkout and is fetched only when missing. A fetch that fails is
-# reported and logged in $(ENGINES_DIR), and that engine's tests skip quoting the log;
-# PRETOKENIZE_REQUIRE_ENGINES (see .ci/run) turns such a skip into a failure.
-# tests/engines/engine_setup.py computes the same paths: change both together.
-BEAM_VERSION  := $(shell sed -n 's/^ *"apache-beam==\([0-9][0-9.]*\)",$$/\1/p' pyproject.toml)
-FLINK_VERSION ?= 2.2
-SPARK_VERSION ?= 3
-JAR_CACHE     ?= $(HOME)/.apache_beam/cache/jars
-ENGINES_DIR   ?= $(HOME)/.cache/beam-pretokenize
-PRISM_BIN     := $(ENGINES_DIR)/prism-v$(BEAM_VERSION)/prism
-FLINK_JAR     := $(JAR_CACHE)/beam-runners-flink-$(FLINK_VERSION)-job-server-$(BEAM_VERSION).jar
-SPARK_JAR     := $(JAR_CACHE)/beam-runners-spark-$(SPARK_VERSION)-job-server-$(BEAM_VERSION).jar
-MVN_COPY      := mvn -B -U org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy -DoutputDirectory=$(JAR_CACHE)
+# Engines for tests/engines and for `--runner=FlinkRunner` / `--runner=SparkRunner`
+# (pipelines/engines.py): Prism built from the Go module proxy at the Beam version pyproject.toml
+# pins; Flink 1.19 and Spark 3.5 job servers assembled from Maven Central with the poms in
+# deploy/flink and deploy/spark (Beam's runners at 2.70.0, the newest served, with one substituted
+# module that the poms name): each runtime closure is copied into $(ENGINES_DIR)/<engine>-2.70.0/lib
+# and a thin launcher jar beside it (deploy/engine_launcher.py) lets Beam start it with `java -jar`.
+# All of it lives outside the checkout and is fetched only when missing (Maven's own cache is ~/.m2).
+# A fetch that fails is reported and logged in $(ENGINES_DIR), and that engine's tests skip quoting
+# the log; PRETOKENIZE_REQUIRE_ENGINES (see .ci/run) turns such a skip into a failure.
+# pipelines/engines.py and tests/engines/engine_setup.py compute the same paths: change them together.
+BEAM_VERSION   := $(shell sed -n 's/^ *"apache-beam==\([0-9][0-9.]*\)",$$/\1/p' pyproject.toml)
+RUNNER_VERSION := $(shell sed -n 's:.*<beam.runner.version>\(.*\)</beam.runner.version>.*:\1:p' deploy/flink/pom.xml)
+ENGINES_DIR    ?= $(HOME)/.cache/beam-pretokenize
+PRISM_BIN      := $(ENGINES_DIR)/prism-v$(BEAM_VERSION)/prism
+FLINK_JAR      := $(ENGINES_DIR)/flink-$(RUNNER_VERSION)/job-server.jar
+SPARK_JAR      := $(ENGINES_DIR)/spark-$(RUNNER_VERSION)/job-server.jar
+FLINK_DRIVER   := org.apache.beam.runners.flink.FlinkJobServerDriver
+SPARK_DRIVER   := org.apache.beam.runners.spark.SparkJobServerDriver
+MVN_CLOSURE    := mvn -B org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies -DincludeScope=runtime
 
 engines: prism flink-job-server spark-job-server
 
@@ -93,14 +96,22 @@ $(PRISM_BIN):
 	  && echo "prism: $@" \
 	  || echo "prism: NOT SET UP, see $(ENGINES_DIR)/prism.log; its tests will be skipped"
 
+# The closure goes to lib.partial and is renamed to lib/ once complete; the launcher is written
+# last, so an interrupted fetch leaves no launcher and the next `make engines` starts it again.
+$(FLINK_JAR): ENGINE = flink
+$(FLINK_JAR): DRIVER = $(FLINK_DRIVER)
+$(SPARK_JAR): ENGINE = spark
+$(SPARK_JAR): DRIVER = $(SPARK_DRIVER)
 $(FLINK_JAR) $(SPARK_JAR):
-	@mkdir -p $(JAR_CACHE) $(ENGINES_DIR)
-	@name=$(notdir $(basename $@)); engine=$$(echo $$name | cut -d- -f3); \
-	artifact=org.apache.beam:$${name%-$(BEAM_VERSION)}:$(BEAM_VERSION); \
-	echo "$$engine: mvn dependency:copy -Dartifact=$$artifact"; \
-	$(MVN_COPY) -Dartifact=$$artifact > $(ENGINES_DIR)/$$engine.log 2>&1 \
-	  && echo "$$engine: $@" \
-	  || echo "$$engine: NOT SET UP, see $(ENGINES_DIR)/$$engine.log; its tests will be skipped"
+	@mkdir -p $(dir $@)
+	@echo "$(ENGINE): mvn copy-dependencies of deploy/$(ENGINE)/pom.xml into $(dir $@)lib"
+	@rm -rf $(dir $@)lib.partial $(dir $@)lib \
+	  && $(MVN_CLOSURE) -f deploy/$(ENGINE)/pom.xml -DoutputDirectory=$(dir $@)lib.partial \
+	       > $(ENGINES_DIR)/$(ENGINE).log 2>&1 \
+	  && mv $(dir $@)lib.partial $(dir $@)lib \
+	  && $(PYTHON) deploy/engine_launcher.py $@ $(DRIVER) >> $(ENGINES_DIR)/$(ENGINE).log 2>&1 \
+	  && echo "$(ENGINE): $@" \
+	  || echo "$(ENGINE): NOT SET UP, see $(ENGINES_DIR)/$(ENGINE).log; its tests will be skipped"
 
 demo: $(VENV)/.installed-demo
 	$(VENV)/bin/pretokenize bucketed --input tests/data/finepdfs_sample.parquet --output $(OUT) --runner=FnApiRunner

@@ -1,10 +1,11 @@
 """Where `make engines` puts each engine, the Beam flags that run a job on it, and what to say when
 one is missing.
 
-The paths match the Makefile's (BEAM_VERSION, FLINK_VERSION, SPARK_VERSION, JAR_CACHE, ENGINES_DIR):
-change both together. An engine that is not set up skips its tests quoting the reason, unless it is
-named in PRETOKENIZE_REQUIRE_ENGINES (comma or space separated; `.ci/run` sets it), which turns the
-skip into a failure, so CI cannot pass by quietly skipping an engine it meant to test.
+The paths match the Makefile's (BEAM_VERSION, ENGINES_DIR, and the launcher jars of the Flink and
+Spark job servers it assembles: pipelines/engines.py): change them together. An engine that is not
+set up skips its tests quoting the reason, unless it is named in PRETOKENIZE_REQUIRE_ENGINES (comma
+or space separated; `.ci/run` sets it), which turns the skip into a failure, so CI cannot pass by
+quietly skipping an engine it meant to test.
 """
 
 from __future__ import annotations
@@ -13,35 +14,23 @@ import dataclasses
 import os
 import re
 import shutil
-from pathlib import Path
 
 import apache_beam
 import pytest
 from conftest import tree_hashes  # noqa: F401 - the engine tests compare trees with it
 
+from pipelines import engines
+
 BEAM_VERSION = apache_beam.version.__version__
-FLINK_VERSION = os.environ.get("FLINK_VERSION", "2.2")  # Beam 2.77 publishes 1.19, 1.20, 2.0, 2.1, 2.2
-SPARK_VERSION = os.environ.get("SPARK_VERSION", "3")
-JAR_CACHE = Path(os.environ.get("JAR_CACHE", Path.home() / ".apache_beam" / "cache" / "jars"))
-ENGINES_DIR = Path(os.environ.get("ENGINES_DIR", Path.home() / ".cache" / "beam-pretokenize"))
+FLINK_VERSION = engines.FLINK_VERSION
+SPARK_VERSION = "3"
+ENGINES_DIR = engines.engines_dir()
 
 PRISM_BIN = ENGINES_DIR / f"prism-v{BEAM_VERSION}" / "prism"
-FLINK_JAR = JAR_CACHE / f"beam-runners-flink-{FLINK_VERSION}-job-server-{BEAM_VERSION}.jar"
-SPARK_JAR = JAR_CACHE / f"beam-runners-spark-{SPARK_VERSION}-job-server-{BEAM_VERSION}.jar"
+FLINK_JAR = engines.job_server_jar("flink")
+SPARK_JAR = engines.job_server_jar("spark")
 
-# Spark's and Flink's own launch scripts open these JDK packages on Java 17; a job server started
-# with `java -jar` embeds them without their scripts, so the flags are passed to its JVM here.
-JAVA17_OPENS = [
-    "-XX:+IgnoreUnrecognizedVMOptions",
-    *(
-        f"--add-opens=java.base/{package}=ALL-UNNAMED"
-        for package in (
-            "java.lang", "java.lang.invoke", "java.lang.reflect", "java.io", "java.net", "java.nio",
-            "java.util", "java.util.concurrent", "java.util.concurrent.atomic", "sun.nio.ch", "sun.nio.cs",
-            "sun.security.action", "sun.util.calendar",
-        )
-    ),
-]
+JAVA17_OPENS = engines.JAVA17_OPENS
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,67 @@
+"""Writes the thin launcher jar of an engine's job server: a jar holding only a manifest whose
+Main-Class is the job server's driver and whose Class-Path lists the jars of ``lib/`` beside it.
+
+`make engines` runs it once the Maven closure is in ``DIR/lib``:
+
+    python deploy/engine_launcher.py DIR/job-server.jar org.apache.beam.runners.flink.FlinkJobServerDriver
+
+Beam's FlinkRunner and SparkRunner start a job server as ``java -jar JAR ...``; this jar lets them
+start the closure `make engines` assembled, and ``java -cp JAR CLASS`` works as well. The jar is
+written beside its final name and renamed into place, so a launcher that exists is complete.
+Standard library only: it runs before any virtualenv exists.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import zipfile
+from pathlib import Path
+from urllib.parse import quote
+
+MANIFEST_WIDTH = 72  # the jar format's limit on a manifest line, in bytes, newline excluded
+
+
+def manifest(main_class: str, jars: list[str]) -> str:
+    """The manifest text: Main-Class, and a Class-Path of ``jars`` (paths relative to the jar),
+    folded into continuation lines (a space, then at most 71 more bytes) as the format requires."""
+    class_path = " ".join(quote(jar) for jar in jars)
+    lines = ["Manifest-Version: 1.0", f"Main-Class: {main_class}", "Created-By: beam-pretokenize"]
+    lines += _folded(f"Class-Path: {class_path}")
+    return "\r\n".join(lines) + "\r\n\r\n"
+
+
+def _folded(line: str) -> list[str]:
+    data = line.encode("ascii")  # quote() leaves only ASCII
+    out = [data[:MANIFEST_WIDTH]]
+    rest = data[MANIFEST_WIDTH:]
+    while rest:
+        out.append(b" " + rest[: MANIFEST_WIDTH - 1])
+        rest = rest[MANIFEST_WIDTH - 1:]
+    return [chunk.decode("ascii") for chunk in out]
+
+
+def write_launcher(jar: Path, main_class: str) -> int:
+    """Write ``jar`` naming every ``*.jar`` in ``lib/`` beside it; returns how many it names."""
+    lib = jar.parent / "lib"
+    jars = sorted(f"lib/{p.name}" for p in lib.glob("*.jar") if p.is_file() and not p.is_symlink())
+    if not jars:
+        raise SystemExit(f"{jar}: no jars in {lib}")
+    partial = jar.with_name(jar.name + ".partial")
+    with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("META-INF/MANIFEST.MF", manifest(main_class, jars))
+    os.replace(partial, jar)
+    return len(jars)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    jar, main_class = Path(argv[0]), argv[1]
+    print(f"{jar}: launcher of {main_class}, {write_launcher(jar, main_class)} jars in lib/")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
