@@ -78,8 +78,11 @@ ENGINES_DIR    ?= $(HOME)/.cache/beam-pretokenize
 PRISM_BIN      := $(ENGINES_DIR)/prism-v$(BEAM_VERSION)/prism
 FLINK_JAR      := $(ENGINES_DIR)/flink-$(RUNNER_VERSION)/job-server.jar
 SPARK_JAR      := $(ENGINES_DIR)/spark-$(RUNNER_VERSION)/job-server.jar
+FLINK_LIB      := $(ENGINES_DIR)/flink-$(RUNNER_VERSION)/lib
+SPARK_LIB      := $(ENGINES_DIR)/spark-$(RUNNER_VERSION)/lib
 FLINK_DRIVER   := org.apache.beam.runners.flink.FlinkJobServerDriver
 SPARK_DRIVER   := org.apache.beam.runners.spark.SparkJobServerDriver
+LAUNCHER_SOURCE := deploy/engines/HostBoundJobServer.java
 MVN_CLOSURE    := mvn -B org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies -DincludeScope=runtime
 
 engines: prism flink-job-server spark-job-server
@@ -96,20 +99,32 @@ $(PRISM_BIN):
 	  && echo "prism: $@" \
 	  || echo "prism: NOT SET UP, see $(ENGINES_DIR)/prism.log; its tests will be skipped"
 
-# The closure goes to lib.partial and is renamed to lib/ once complete; the launcher is written
-# last, so an interrupted fetch leaves no launcher and the next `make engines` starts it again.
-$(FLINK_JAR): ENGINE = flink
+# The closure goes to lib.partial and is renamed to lib/ once complete (so lib/ exists only whole);
+# then javac compiles the launcher's main class (deploy/engines/HostBoundJobServer.java: the job
+# server's ports bound to --job-host only) and the launcher jar is written last, so an interrupted
+# fetch leaves no launcher and the next `make engines` finishes it. A failed step says so, quoting
+# its log, and the other engines are still set up.
+$(FLINK_JAR) $(FLINK_LIB): ENGINE = flink
 $(FLINK_JAR): DRIVER = $(FLINK_DRIVER)
-$(SPARK_JAR): ENGINE = spark
+$(SPARK_JAR) $(SPARK_LIB): ENGINE = spark
 $(SPARK_JAR): DRIVER = $(SPARK_DRIVER)
-$(FLINK_JAR) $(SPARK_JAR):
+$(FLINK_LIB): deploy/flink/pom.xml
+$(SPARK_LIB): deploy/spark/pom.xml
+$(FLINK_LIB) $(SPARK_LIB):
 	@mkdir -p $(dir $@)
-	@echo "$(ENGINE): mvn copy-dependencies of deploy/$(ENGINE)/pom.xml into $(dir $@)lib"
-	@rm -rf $(dir $@)lib.partial $(dir $@)lib \
-	  && $(MVN_CLOSURE) -f deploy/$(ENGINE)/pom.xml -DoutputDirectory=$(dir $@)lib.partial \
-	       > $(ENGINES_DIR)/$(ENGINE).log 2>&1 \
-	  && mv $(dir $@)lib.partial $(dir $@)lib \
-	  && $(PYTHON) deploy/engine_launcher.py $@ $(DRIVER) >> $(ENGINES_DIR)/$(ENGINE).log 2>&1 \
+	@echo "$(ENGINE): mvn copy-dependencies of deploy/$(ENGINE)/pom.xml into $@"
+	@rm -rf $@.partial $@ \
+	  && $(MVN_CLOSURE) -f deploy/$(ENGINE)/pom.xml -DoutputDirectory=$@.partial > $(ENGINES_DIR)/$(ENGINE).log 2>&1 \
+	  && mv $@.partial $@ \
+	  || echo "$(ENGINE): NOT SET UP, see $(ENGINES_DIR)/$(ENGINE).log; its tests will be skipped"
+$(FLINK_JAR): $(FLINK_LIB) deploy/engine_launcher.py $(LAUNCHER_SOURCE)
+$(SPARK_JAR): $(SPARK_LIB) deploy/engine_launcher.py $(LAUNCHER_SOURCE)
+$(FLINK_JAR) $(SPARK_JAR):
+	@test -d $(dir $@)lib || exit 0; \
+	rm -rf $(dir $@)classes \
+	  && javac --release 17 -nowarn -cp '$(dir $@)lib/*' -d $(dir $@)classes $(LAUNCHER_SOURCE) \
+	       >> $(ENGINES_DIR)/$(ENGINE).log 2>&1 \
+	  && $(PYTHON) deploy/engine_launcher.py $@ $(DRIVER) $(dir $@)classes >> $(ENGINES_DIR)/$(ENGINE).log 2>&1 \
 	  && echo "$(ENGINE): $@" \
 	  || echo "$(ENGINE): NOT SET UP, see $(ENGINES_DIR)/$(ENGINE).log; its tests will be skipped"
 

@@ -4,6 +4,7 @@ could not fetch gives: the one line of Maven's log that says why, quoted exactly
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import engine_setup
 import pytest
@@ -32,7 +33,7 @@ def test_the_paths_match_the_makefile():
     """engine_setup and pipelines/engines.py compute the Makefile's paths, and the runner version
     they name is the one both poms resolve (ENGINES_DIR may be overridden in the environment, for all)."""
     if "ENGINES_DIR" not in engine_setup.os.environ:
-        assert makefile_value("ENGINES_DIR").replace("$(HOME)", str(engine_setup.Path.home())) == str(
+        assert makefile_value("ENGINES_DIR").replace("$(HOME)", str(Path.home())) == str(
             engine_setup.ENGINES_DIR)
     assert makefile_value("FLINK_JAR") == "$(ENGINES_DIR)/flink-$(RUNNER_VERSION)/job-server.jar"
     assert makefile_value("SPARK_JAR") == "$(ENGINES_DIR)/spark-$(RUNNER_VERSION)/job-server.jar"
