@@ -117,11 +117,13 @@ $(FLINK_LIB) $(SPARK_LIB):
 	  && $(MVN_CLOSURE) -f deploy/$(ENGINE)/pom.xml -DoutputDirectory=$@.partial > $(ENGINES_DIR)/$(ENGINE).log 2>&1 \
 	  && mv $@.partial $@ \
 	  || echo "$(ENGINE): NOT SET UP, see $(ENGINES_DIR)/$(ENGINE).log; its tests will be skipped"
-$(FLINK_JAR): $(FLINK_LIB) deploy/engine_launcher.py $(LAUNCHER_SOURCE)
+$(FLINK_JAR): FLINK_CONF = deploy/flink/embedded-flink-conf.yaml
+$(FLINK_JAR): $(FLINK_LIB) deploy/engine_launcher.py $(LAUNCHER_SOURCE) deploy/flink/embedded-flink-conf.yaml
 $(SPARK_JAR): $(SPARK_LIB) deploy/engine_launcher.py $(LAUNCHER_SOURCE)
 $(FLINK_JAR) $(SPARK_JAR):
 	@test -d $(dir $@)lib || exit 0; \
-	rm -rf $(dir $@)classes \
+	rm -rf $(dir $@)classes $(dir $@)conf \
+	  && { test -z "$(FLINK_CONF)" || { mkdir $(dir $@)conf && cp $(FLINK_CONF) $(dir $@)conf/flink-conf.yaml; }; } \
 	  && javac --release 17 -nowarn -cp '$(dir $@)lib/*' -d $(dir $@)classes $(LAUNCHER_SOURCE) \
 	       >> $(ENGINES_DIR)/$(ENGINE).log 2>&1 \
 	  && $(PYTHON) deploy/engine_launcher.py $@ $(DRIVER) $(dir $@)classes >> $(ENGINES_DIR)/$(ENGINE).log 2>&1 \

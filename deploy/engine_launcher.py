@@ -23,15 +23,19 @@ from urllib.parse import quote
 MANIFEST_WIDTH = 72  # the jar format's limit on a manifest line, in bytes, newline excluded
 MAIN_CLASS = "beam_pretokenize.engines.HostBoundJobServer"
 DRIVER_ATTRIBUTE = "Job-Server-Driver"  # HostBoundJobServer.DRIVER_ATTRIBUTE
+FLINK_CONF_ATTRIBUTE = "Flink-Conf-Dir"  # HostBoundJobServer.FLINK_CONF_ATTRIBUTE
+FLINK_CONF = "conf"  # the directory beside the launcher that holds flink-conf.yaml, when it exists
 
 
-def manifest(driver: str, jars: list[str]) -> str:
-    """The manifest text: Main-Class, the ``driver`` it starts, and a Class-Path of ``jars`` (paths
-    relative to the jar), folded into continuation lines (a space, then at most 71 more bytes) as
-    the format requires."""
+def manifest(driver: str, jars: list[str], flink_conf: bool = False) -> str:
+    """The manifest text: Main-Class, the ``driver`` it starts, the Flink configuration directory
+    beside it (``flink_conf``), and a Class-Path of ``jars`` (paths relative to the jar), folded into
+    continuation lines (a space, then at most 71 more bytes) as the format requires."""
     class_path = " ".join(quote(jar) for jar in jars)
     lines = ["Manifest-Version: 1.0", f"Main-Class: {MAIN_CLASS}", f"{DRIVER_ATTRIBUTE}: {driver}",
              "Created-By: beam-pretokenize"]
+    if flink_conf:
+        lines.append(f"{FLINK_CONF_ATTRIBUTE}: {FLINK_CONF}")
     lines += _folded(f"Class-Path: {class_path}")
     return "\r\n".join(lines) + "\r\n\r\n"
 
@@ -48,7 +52,8 @@ def _folded(line: str) -> list[str]:
 
 def write_launcher(jar: Path, driver: str, classes: Path) -> int:
     """Write ``jar``: the manifest naming every ``*.jar`` in ``lib/`` beside it, and the compiled
-    HostBoundJobServer classes found under ``classes``; returns how many jars it names."""
+    HostBoundJobServer classes found under ``classes``; returns how many jars it names. A ``conf/``
+    beside it (embedded Flink's configuration) is named in the manifest."""
     lib = jar.parent / "lib"
     jars = sorted(f"lib/{p.name}" for p in lib.glob("*.jar") if p.is_file() and not p.is_symlink())
     compiled = sorted(p for p in classes.rglob("*.class") if p.is_file() and not p.is_symlink())
@@ -56,7 +61,7 @@ def write_launcher(jar: Path, driver: str, classes: Path) -> int:
         raise SystemExit(f"{jar}: no jars in {lib} or no compiled classes in {classes}")
     partial = jar.with_name(jar.name + ".partial")
     with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as z:
-        z.writestr("META-INF/MANIFEST.MF", manifest(driver, jars))
+        z.writestr("META-INF/MANIFEST.MF", manifest(driver, jars, (jar.parent / FLINK_CONF).is_dir()))
         for path in compiled:
             z.write(path, path.relative_to(classes).as_posix())
     os.replace(partial, jar)

@@ -11,16 +11,24 @@
  * address only. Everything else (the flags, the job service, the engine) is the driver's own.
  * The expansion service already binds --job-host (ExpansionServer.create(service, host, port)).
  *
+ * A launcher whose manifest has Flink-Conf-Dir (a directory beside the jar) starts the driver with
+ * --flink-conf-dir set to it unless the command line names one: the embedded Flink's own servers
+ * (its BlobServer reads jobmanager.bind-host) are configured there.
+ *
  * Written for this project; compiled by `make engines` against the closure in lib/.
  */
 package beam_pretokenize.engines;
 
+import java.io.File;
 import java.io.IOException;
 import java.lang.reflect.Field;
 import java.net.InetAddress;
 import java.net.InetSocketAddress;
+import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 import java.util.concurrent.TimeUnit;
+import java.util.jar.Attributes;
 import java.util.jar.JarFile;
 import org.apache.beam.model.pipeline.v1.Endpoints.ApiServiceDescriptor;
 import org.apache.beam.runners.jobsubmission.JobServerDriver;
@@ -36,15 +44,33 @@ import org.apache.beam.vendor.grpc.v1p69p0.io.grpc.netty.NettyServerBuilder;
 public final class HostBoundJobServer {
   /** The launcher's manifest attribute naming the driver class, e.g. FlinkJobServerDriver. */
   static final String DRIVER_ATTRIBUTE = "Job-Server-Driver";
+  /** The manifest attribute naming the Flink configuration directory, relative to the launcher. */
+  static final String FLINK_CONF_ATTRIBUTE = "Flink-Conf-Dir";
 
   private HostBoundJobServer() {}
 
   public static void main(String[] args) throws Exception {
     // As the drivers' own main does before it builds the driver.
     FileSystems.setDefaultPipelineOptions(PipelineOptionsFactory.create());
+    File launcher = new File(HostBoundJobServer.class.getProtectionDomain().getCodeSource().getLocation().toURI());
+    Attributes manifest;
+    try (JarFile jar = new JarFile(launcher)) {
+      manifest = jar.getManifest().getMainAttributes();
+    }
+    String driverClass = manifest.getValue(DRIVER_ATTRIBUTE);
+    if (driverClass == null) {
+      throw new IllegalStateException(launcher + ": its manifest names no " + DRIVER_ATTRIBUTE);
+    }
+    String flinkConf = manifest.getValue(FLINK_CONF_ATTRIBUTE);
+    if (flinkConf != null && !Arrays.asList(args).contains("--flink-conf-dir")) {
+      List<String> withConf = new ArrayList<>(Arrays.asList(args));
+      withConf.add("--flink-conf-dir");
+      withConf.add(new File(launcher.getParentFile(), flinkConf).getPath());
+      args = withConf.toArray(new String[0]);
+    }
     JobServerDriver driver =
         (JobServerDriver)
-            Class.forName(driverClass()).getMethod("fromParams", String[].class).invoke(null, (Object) args);
+            Class.forName(driverClass).getMethod("fromParams", String[].class).invoke(null, (Object) args);
     InetAddress host = InetAddress.getByName(driver.configuration.getHost());
     for (String name : new String[] {"jobServerFactory", "artifactServerFactory"}) {
       Field field = JobServerDriver.class.getDeclaredField(name);
@@ -52,17 +78,6 @@ public final class HostBoundJobServer {
       field.set(driver, new HostBound(host));
     }
     driver.run();
-  }
-
-  private static String driverClass() throws IOException {
-    String jar = HostBoundJobServer.class.getProtectionDomain().getCodeSource().getLocation().getPath();
-    try (JarFile launcher = new JarFile(jar)) {
-      String driver = launcher.getManifest().getMainAttributes().getValue(DRIVER_ATTRIBUTE);
-      if (driver == null) {
-        throw new IllegalStateException(jar + ": its manifest names no " + DRIVER_ATTRIBUTE);
-      }
-      return driver;
-    }
   }
 
   /** gRPC servers listening on one address, as Beam's default factory makes them otherwise. */
