@@ -6,6 +6,7 @@ and nothing else."""
 from __future__ import annotations
 
 import logging
+import tempfile
 import threading
 from concurrent import futures
 
@@ -143,3 +144,25 @@ def test_a_thread_ending_on_the_hangup_prints_nothing_and_other_errors_print(han
         thread.start()
         thread.join()
     assert seen == other_errors
+
+
+@pytest.mark.parametrize(("flags", "here"), [
+    (["--runner=FnApiRunner"], True),
+    (["--runner=FlinkRunner", "--environment_type=LOOPBACK"], True),  # what FlinkRunner alone gets
+    (["--runner=SparkRunner", "--environment_type=EXTERNAL", "--environment_config=127.0.0.1:50000"], False),
+    (["--runner=DataflowRunner"], False),
+])
+def test_verify_reports_to_this_machine_only_when_its_workers_run_here(flags, here):
+    """A LOOPBACK harness runs in the launching process: verify's report may go to its temporary
+    directory; workers elsewhere could not write it, and verify asks for --report instead."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipelines import verify
+
+    options = PipelineOptions(flags)
+    if here:
+        url, scratch = verify._report_url(None, options)
+        assert scratch.startswith(tempfile.gettempdir()) and url.endswith("report.json")
+    else:
+        with pytest.raises(UsageError, match="its workers cannot write this machine's temporary directory"):
+            verify._report_url(None, options)
