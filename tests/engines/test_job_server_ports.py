@@ -65,7 +65,11 @@ def job_server_ports(command: list[str], tmp_path: Path, expected: int = 3) -> l
         raise AssertionError(f"the job server did not start: {log.read_text(errors='replace')[-2000:]}")
     finally:
         server.terminate()
-        server.wait(timeout=60)
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
 
 
 @pytest.fixture(params=["flink", "spark"])
