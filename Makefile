@@ -14,7 +14,7 @@ help:
 	@echo "make lint   ruff over the code"
 	@echo "make bench  the performance benchmark (tests/bench/README.md): rewrites its sections of BENCHMARKS.md, ~40 minutes"
 	@echo "make venv-cloud  add the gcp and aws extras to .venv (Dataflow dry run, gs:// and s3://)"
-	@echo "make engines     fetch Prism and the Flink and Spark job servers for tests/engines (cached)"
+	@echo "make engines     fetch Prism, and Flink 1.19 and Spark 3.5 job servers (--runner=FlinkRunner / SparkRunner, tests/engines; cached)"
 
 $(VENV)/.installed: pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
