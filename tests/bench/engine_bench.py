@@ -3,7 +3,7 @@ and 2) and Spark local[2], run as a user runs it (the CLI, with `make engines` d
 and the peak RSS of each process (the Python launcher and the job server's JVM), best of N by
 wall time, with the machine's load average. Prints the rows of BENCHMARKS.md's "Engines" table.
 
-    .venv/bin/python tests/bench/engine_bench.py [--repeat 2] [--out DIR]
+    .venv/bin/python tests/bench/engine_bench.py [--repeat 2] [--out DIR] [--only Spark]
 """
 
 from __future__ import annotations
@@ -51,11 +51,14 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--out", default=None)
+    parser.add_argument("--only", default="", help="run only the rows whose name contains this")
     args = parser.parse_args(argv)
     out = Path(args.out or tempfile.mkdtemp(prefix="engine-bench-"))
     print("| run | wall s (best) | peak RSS, Python | peak RSS, job-server JVM | load average at start / end |")
     print("|---|---:|---:|---:|---:|")
     for name, flags in CONFIGS.items():
+        if args.only not in name:
+            continue
         best = None
         for _ in range(args.repeat):
             start = os.getloadavg()[0]
