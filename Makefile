@@ -16,7 +16,7 @@ help:
 	@echo "make venv-cloud  add the gcp and aws extras to .venv (Dataflow dry run, gs:// and s3://)"
 	@echo "make venv-torch  add torch and torchdata to .venv (WindowDataset, StatefulDataLoader; about 5 GB)"
 	@echo "make venv-trainers  add megatron-core and OLMo-core to .venv (and torch): docs/training.md runs"
-	@echo "make engines     fetch Prism and the Flink and Spark job servers for tests/engines (cached)"
+	@echo "make engines     fetch Prism, and Flink 1.19 and Spark 3.5 job servers (--runner=FlinkRunner / SparkRunner, tests/engines; cached)"
 
 $(VENV)/.installed: pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -69,22 +69,28 @@ $(VENV)/.installed-bench: $(VENV)/.installed
 	$(PY) -m pip install --quiet -e '.[test,bench]'
 	touch $@
 
-# Engines for tests/engines, each at the Beam version pyproject.toml pins: Prism built from the Go
-# module proxy, the Flink and Spark job servers copied from Maven Central into Beam's own jar cache
-# under the names Beam looks for, so FlinkRunner and SparkRunner find them without downloading.
-# All of it lives outside the checkout and is fetched only when missing. A fetch that fails is
-# reported and logged in $(ENGINES_DIR), and that engine's tests skip quoting the log;
-# PRETOKENIZE_REQUIRE_ENGINES (see .ci/run) turns such a skip into a failure.
-# tests/engines/engine_setup.py computes the same paths: change both together.
-BEAM_VERSION  := $(shell sed -n 's/^ *"apache-beam==\([0-9][0-9.]*\)",$$/\1/p' pyproject.toml)
-FLINK_VERSION ?= 2.2
-SPARK_VERSION ?= 3
-JAR_CACHE     ?= $(HOME)/.apache_beam/cache/jars
-ENGINES_DIR   ?= $(HOME)/.cache/beam-pretokenize
-PRISM_BIN     := $(ENGINES_DIR)/prism-v$(BEAM_VERSION)/prism
-FLINK_JAR     := $(JAR_CACHE)/beam-runners-flink-$(FLINK_VERSION)-job-server-$(BEAM_VERSION).jar
-SPARK_JAR     := $(JAR_CACHE)/beam-runners-spark-$(SPARK_VERSION)-job-server-$(BEAM_VERSION).jar
-MVN_COPY      := mvn -B -U org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy -DoutputDirectory=$(JAR_CACHE)
+# Engines for tests/engines and for `--runner=FlinkRunner` / `--runner=SparkRunner`
+# (pipelines/engines.py): Prism built from the Go module proxy at the Beam version pyproject.toml
+# pins; Flink 1.19 and Spark 3.5 job servers assembled from Maven Central with the poms in
+# deploy/flink and deploy/spark (Beam's runners at 2.70.0, the newest served, with one substituted
+# module that the poms name): each runtime closure is copied into $(ENGINES_DIR)/<engine>-2.70.0/lib
+# and a thin launcher jar beside it (deploy/engine_launcher.py) lets Beam start it with `java -jar`.
+# All of it lives outside the checkout and is fetched only when missing (Maven's own cache is ~/.m2).
+# A fetch that fails is reported and logged in $(ENGINES_DIR), and that engine's tests skip quoting
+# the log; PRETOKENIZE_REQUIRE_ENGINES (see .ci/run) turns such a skip into a failure.
+# pipelines/engines.py and tests/engines/engine_setup.py compute the same paths: change them together.
+BEAM_VERSION   := $(shell sed -n 's/^ *"apache-beam==\([0-9][0-9.]*\)",$$/\1/p' pyproject.toml)
+RUNNER_VERSION := $(shell sed -n 's:.*<beam.runner.version>\(.*\)</beam.runner.version>.*:\1:p' deploy/flink/pom.xml)
+ENGINES_DIR    ?= $(HOME)/.cache/beam-pretokenize
+PRISM_BIN      := $(ENGINES_DIR)/prism-v$(BEAM_VERSION)/prism
+FLINK_JAR      := $(ENGINES_DIR)/flink-$(RUNNER_VERSION)/job-server.jar
+SPARK_JAR      := $(ENGINES_DIR)/spark-$(RUNNER_VERSION)/job-server.jar
+FLINK_LIB      := $(ENGINES_DIR)/flink-$(RUNNER_VERSION)/lib
+SPARK_LIB      := $(ENGINES_DIR)/spark-$(RUNNER_VERSION)/lib
+FLINK_DRIVER   := org.apache.beam.runners.flink.FlinkJobServerDriver
+SPARK_DRIVER   := org.apache.beam.runners.spark.SparkJobServerDriver
+LAUNCHER_SOURCE := deploy/engines/HostBoundJobServer.java
+MVN_CLOSURE    := mvn -B org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies -DincludeScope=runtime
 
 engines: prism flink-job-server spark-job-server
 
@@ -100,14 +106,36 @@ $(PRISM_BIN):
 	  && echo "prism: $@" \
 	  || echo "prism: NOT SET UP, see $(ENGINES_DIR)/prism.log; its tests will be skipped"
 
+# The closure goes to lib.partial and is renamed to lib/ once complete (so lib/ exists only whole);
+# then javac compiles the launcher's main class (deploy/engines/HostBoundJobServer.java: the job
+# server's ports bound to --job-host only) and the launcher jar is written last, so an interrupted
+# fetch leaves no launcher and the next `make engines` finishes it. A failed step says so, quoting
+# its log, and the other engines are still set up.
+$(FLINK_JAR) $(FLINK_LIB): ENGINE = flink
+$(FLINK_JAR): DRIVER = $(FLINK_DRIVER)
+$(SPARK_JAR) $(SPARK_LIB): ENGINE = spark
+$(SPARK_JAR): DRIVER = $(SPARK_DRIVER)
+$(FLINK_LIB): deploy/flink/pom.xml
+$(SPARK_LIB): deploy/spark/pom.xml
+$(FLINK_LIB) $(SPARK_LIB):
+	@mkdir -p $(dir $@)
+	@echo "$(ENGINE): mvn copy-dependencies of deploy/$(ENGINE)/pom.xml into $@"
+	@rm -rf $@.partial $@ \
+	  && $(MVN_CLOSURE) -f deploy/$(ENGINE)/pom.xml -DoutputDirectory=$@.partial > $(ENGINES_DIR)/$(ENGINE).log 2>&1 \
+	  && mv $@.partial $@ \
+	  || echo "$(ENGINE): NOT SET UP, see $(ENGINES_DIR)/$(ENGINE).log; its tests will be skipped"
+$(FLINK_JAR): FLINK_CONF = deploy/flink/embedded-flink-conf.yaml
+$(FLINK_JAR): $(FLINK_LIB) deploy/engine_launcher.py $(LAUNCHER_SOURCE) deploy/flink/embedded-flink-conf.yaml
+$(SPARK_JAR): $(SPARK_LIB) deploy/engine_launcher.py $(LAUNCHER_SOURCE)
 $(FLINK_JAR) $(SPARK_JAR):
-	@mkdir -p $(JAR_CACHE) $(ENGINES_DIR)
-	@name=$(notdir $(basename $@)); engine=$$(echo $$name | cut -d- -f3); \
-	artifact=org.apache.beam:$${name%-$(BEAM_VERSION)}:$(BEAM_VERSION); \
-	echo "$$engine: mvn dependency:copy -Dartifact=$$artifact"; \
-	$(MVN_COPY) -Dartifact=$$artifact > $(ENGINES_DIR)/$$engine.log 2>&1 \
-	  && echo "$$engine: $@" \
-	  || echo "$$engine: NOT SET UP, see $(ENGINES_DIR)/$$engine.log; its tests will be skipped"
+	@test -d $(dir $@)lib || exit 0; \
+	rm -rf $(dir $@)classes $(dir $@)conf \
+	  && { test -z "$(FLINK_CONF)" || { mkdir $(dir $@)conf && cp $(FLINK_CONF) $(dir $@)conf/flink-conf.yaml; }; } \
+	  && javac --release 17 -nowarn -cp '$(dir $@)lib/*' -d $(dir $@)classes $(LAUNCHER_SOURCE) \
+	       >> $(ENGINES_DIR)/$(ENGINE).log 2>&1 \
+	  && $(PYTHON) deploy/engine_launcher.py $@ $(DRIVER) $(dir $@)classes >> $(ENGINES_DIR)/$(ENGINE).log 2>&1 \
+	  && echo "$(ENGINE): $@" \
+	  || echo "$(ENGINE): NOT SET UP, see $(ENGINES_DIR)/$(ENGINE).log; its tests will be skipped"
 
 demo: $(VENV)/.installed-demo
 	$(VENV)/bin/pretokenize bucketed --input tests/data/finepdfs_sample.parquet --output $(OUT) --runner=FnApiRunner

@@ -12,6 +12,7 @@ import argparse
 import difflib
 from typing import TYPE_CHECKING
 
+from pipelines.engines import engine_flags
 from pipelines.help_format import DefaultsHelpFormatter
 from pipelines.run_mode import is_local_runner
 from shards import lock
@@ -52,10 +53,13 @@ def _parse_ours(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argpa
 
 
 def _beam_args(known: argparse.Namespace, rest: list[str]) -> list[str]:
-    """Beam's flags, with those ``--workers`` stands for; takes --workers and --plan out of ``known``."""
+    """Beam's flags, with those ``--workers`` stands for and those a Flink or Spark runner takes by
+    default (pipelines/engines.py); takes --workers and --plan out of ``known``."""
     if hasattr(known, "workers"):
         rest = rest + worker_flags(known.workers, rest)
         del known.workers
+    given = {arg[2:].partition("=")[0] for arg in rest if arg.startswith("--")}
+    rest = engine_flags(beam_flag(rest, "runner"), given) + rest
     if hasattr(known, "plan"):  # run_job reads it from the command line (wants_plan)
         del known.plan
     if hasattr(known, "break_lock"):  # the command's lock scope reads it from the command line (shards.lock)
@@ -156,7 +160,7 @@ def add_workers_flag(parser: argparse.ArgumentParser) -> None:
              "mode); the default is one in-process worker")
 
 
-def _beam_flag(args: list[str], name: str) -> str | None:
+def beam_flag(args: list[str], name: str) -> str | None:
     """The value of Beam flag ``--name`` in ``args`` (the last one given), or None."""
     value = None
     for i, arg in enumerate(args):
@@ -173,12 +177,12 @@ def worker_flags(workers: int | None, beam_args: list[str]) -> list[str]:
         return []
     if workers < 1:
         raise UsageError(f"--workers must be at least 1 (got {workers})")
-    runner = _beam_flag(beam_args, "runner")
+    runner = beam_flag(beam_args, "runner")
     if not is_local_runner(runner):
         raise UsageError(f"--workers is for a local run; --runner={runner} has its own worker flags "
                          "(e.g. --num_workers, --max_num_workers on Dataflow)")
     for name in ("direct_num_workers", "direct_running_mode"):
-        if _beam_flag(beam_args, name) is not None:
+        if beam_flag(beam_args, name) is not None:
             raise UsageError(f"--workers {workers} and --{name} both say how to run locally; give one")
     flags = [] if runner is not None and runner.rsplit(".", 1)[-1] == "FnApiRunner" else ["--runner=FnApiRunner"]
     if runner is not None and runner.rsplit(".", 1)[-1] not in ("FnApiRunner", "DirectRunner"):

@@ -24,6 +24,17 @@ def is_local_runner(runner: str | None) -> bool:
     return runner is None or runner.rsplit(".", 1)[-1] in LOCAL_RUNNERS
 
 
+def workers_here(pipeline_options: PipelineOptions) -> bool:
+    """Whether the job's workers run on this machine, sharing its disk: on a local runner, or with
+    the SDK harness in this very process (``--environment_type=LOOPBACK``, which a Flink or Spark
+    runner on this machine gets by default: pipelines/engines.py)."""
+    from apache_beam.options.pipeline_options import PortableOptions, StandardOptions
+
+    if is_local_runner(pipeline_options.view_as(StandardOptions).runner):
+        return True
+    return str(pipeline_options.view_as(PortableOptions).environment_type or "").upper() == "LOOPBACK"
+
+
 def runner_name(pipeline_options: PipelineOptions) -> str:
     from apache_beam.options.pipeline_options import StandardOptions
 

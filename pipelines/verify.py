@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from pipelines.errors import launching
 from pipelines.flags import add_setting_flags, add_workers_flag, parse_settings, tool_parser
-from pipelines.run_mode import end_dry_run, is_dry_run
+from pipelines.run_mode import end_dry_run, is_dry_run, workers_here
 from shards import kinds, layout, lock, scaffold_verify, storage
 from shards.removal import (
     DEFAULT_ID_FIELD,
@@ -113,10 +113,6 @@ def _removed_ids(output: str, removal_list: str | None, id_field: str) -> tuple[
     return removed, []
 
 
-# Runners whose workers run on the launching machine and so can write its temporary directory.
-LOCAL_RUNNERS = {"DirectRunner", "FnApiRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner", "PrismRunner"}
-
-
 def _report_place(report: str | None, options: PipelineOptions, output: str) -> tuple[str, str | None]:
     """Where the job writes its report, and the directory to remove afterwards (None: keep it).
     Never under the tree being checked (``output``): verify writes nothing there."""
@@ -138,8 +134,8 @@ def _report_url(report: str | None, options: PipelineOptions) -> tuple[str, str 
     if temp_location:
         scratch = storage.join(storage.normalize(temp_location), name)
         return storage.join(scratch, "report.json"), scratch
-    runner = options.view_as(StandardOptions).runner
-    if runner is not None and str(runner).rsplit(".", 1)[-1] not in LOCAL_RUNNERS:
+    if not workers_here(options):  # they could not write this machine's temporary directory
+        runner = options.view_as(StandardOptions).runner
         raise UsageError(
             f"--runner {runner}: its workers cannot write this machine's temporary directory; pass "
             "--temp_location (a URL they and this launcher both reach, e.g. s3://bucket/tmp) or --report"

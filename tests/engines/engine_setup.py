@@ -1,10 +1,11 @@
 """Where `make engines` puts each engine, the Beam flags that run a job on it, and what to say when
 one is missing.
 
-The paths match the Makefile's (BEAM_VERSION, FLINK_VERSION, SPARK_VERSION, JAR_CACHE, ENGINES_DIR):
-change both together. An engine that is not set up skips its tests quoting the reason, unless it is
-named in PRETOKENIZE_REQUIRE_ENGINES (comma or space separated; `.ci/run` sets it), which turns the
-skip into a failure, so CI cannot pass by quietly skipping an engine it meant to test.
+The paths match the Makefile's (BEAM_VERSION, ENGINES_DIR, and the launcher jars of the Flink and
+Spark job servers it assembles: pipelines/engines.py): change them together. An engine that is not
+set up skips its tests quoting the reason, unless it is named in PRETOKENIZE_REQUIRE_ENGINES (comma
+or space separated; `.ci/run` sets it), which turns the skip into a failure, so CI cannot pass by
+quietly skipping an engine it meant to test.
 """
 
 from __future__ import annotations
@@ -13,36 +14,20 @@ import dataclasses
 import os
 import re
 import shutil
-from pathlib import Path
 
 import apache_beam
 import pytest
 from conftest import tree_hashes  # noqa: F401 - the engine tests compare trees with it
 
+from pipelines import engines
+
 BEAM_VERSION = apache_beam.version.__version__
-FLINK_VERSION = os.environ.get("FLINK_VERSION", "2.2")  # Beam 2.77 publishes 1.19, 1.20, 2.0, 2.1, 2.2
-SPARK_VERSION = os.environ.get("SPARK_VERSION", "3")
-JAR_CACHE = Path(os.environ.get("JAR_CACHE", Path.home() / ".apache_beam" / "cache" / "jars"))
-ENGINES_DIR = Path(os.environ.get("ENGINES_DIR", Path.home() / ".cache" / "beam-pretokenize"))
+FLINK_VERSION = engines.FLINK_VERSION
+ENGINES_DIR = engines.engines_dir()
 
 PRISM_BIN = ENGINES_DIR / f"prism-v{BEAM_VERSION}" / "prism"
-FLINK_JAR = JAR_CACHE / f"beam-runners-flink-{FLINK_VERSION}-job-server-{BEAM_VERSION}.jar"
-SPARK_JAR = JAR_CACHE / f"beam-runners-spark-{SPARK_VERSION}-job-server-{BEAM_VERSION}.jar"
-
-# Spark's and Flink's own launch scripts open these JDK packages on Java 17; a job server started
-# with `java -jar` embeds them without their scripts, so the flags are passed to its JVM here.
-JAVA17_OPENS = [
-    "-XX:+IgnoreUnrecognizedVMOptions",
-    *(
-        f"--add-opens=java.base/{package}=ALL-UNNAMED"
-        for package in (
-            "java.lang", "java.lang.invoke", "java.lang.reflect", "java.io", "java.net", "java.nio",
-            "java.util", "java.util.concurrent", "java.util.concurrent.atomic", "sun.nio.ch", "sun.nio.cs",
-            "sun.security.action", "sun.util.calendar",
-        )
-    ),
-]
-
+FLINK_JAR = engines.job_server_jar("flink")
+SPARK_JAR = engines.job_server_jar("spark")
 
 @dataclasses.dataclass(frozen=True)
 class Engine:
@@ -67,7 +52,7 @@ ENGINES = [
     Engine("fnapi-2proc", "FnApiRunner, two worker processes"),
     Engine("prism", f"Prism v{BEAM_VERSION} (portable local runner)"),
     Engine("flink", f"FlinkRunner, embedded Flink {FLINK_VERSION} cluster, parallelism 2"),
-    Engine("spark", f"SparkRunner, Spark {SPARK_VERSION} local[2]"),
+    Engine("spark", "SparkRunner, Spark 3.5 local[2]"),
 ]
 
 _FLAGS = {
@@ -75,23 +60,10 @@ _FLAGS = {
     "fnapi-2proc": lambda: [
         "--runner=FnApiRunner", "--direct_running_mode=multi_processing", "--direct_num_workers=2"],
     "prism": lambda: ["--runner=PrismRunner", f"--prism_location={PRISM_BIN}", "--environment_type=LOOPBACK"],
-    "flink": lambda: [
-        "--runner=FlinkRunner",
-        "--flink_master=[local]",
-        f"--flink_version={FLINK_VERSION}",
-        f"--flink_job_server_jar={FLINK_JAR}",
-        "--parallelism=2",
-        "--environment_type=LOOPBACK",
-        *(f"--job_server_jvm_property={flag}" for flag in JAVA17_OPENS),
-    ],
-    "spark": lambda: [
-        "--runner=SparkRunner",
-        "--spark_master_url=local[2]",
-        f"--spark_version={SPARK_VERSION}",
-        f"--spark_job_server_jar={SPARK_JAR}",
-        "--environment_type=LOOPBACK",
-        *(f"--job_server_jvm_property={flag}" for flag in JAVA17_OPENS),
-    ],
+    # Only what a user would type: pipelines/engines.py supplies the job server `make engines`
+    # assembled, the Flink version, an embedded engine and a LOOPBACK harness.
+    "flink": lambda: ["--runner=FlinkRunner", "--parallelism=2"],
+    "spark": lambda: ["--runner=SparkRunner"],
 }
 
 

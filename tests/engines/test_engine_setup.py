@@ -4,10 +4,13 @@ could not fetch gives: the one line of Maven's log that says why, quoted exactly
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import engine_setup
 import pytest
 from conftest import REPO
+
+from pipelines import engines
 
 # What Maven Central answers for a job-server jar it does not serve (the end of flink.log).
 MAVEN_LOG = """\
@@ -27,19 +30,21 @@ def makefile_value(name: str) -> str:
 
 
 def test_the_paths_match_the_makefile():
-    """engine_setup computes the Makefile's paths (each may be overridden in the environment, for both)."""
-    home = engine_setup.Path.home()
-    for name, value in (("FLINK_VERSION", engine_setup.FLINK_VERSION), ("SPARK_VERSION", engine_setup.SPARK_VERSION),
-                        ("JAR_CACHE", engine_setup.JAR_CACHE), ("ENGINES_DIR", engine_setup.ENGINES_DIR)):
-        if name not in engine_setup.os.environ:
-            assert makefile_value(name).replace("$(HOME)", str(home)) == str(value), name
-    jar = "$(JAR_CACHE)/beam-runners-{}-$({}_VERSION)-job-server-$(BEAM_VERSION).jar"
-    assert makefile_value("FLINK_JAR") == jar.format("flink", "FLINK")
-    assert makefile_value("SPARK_JAR") == jar.format("spark", "SPARK")
-    assert engine_setup.FLINK_JAR == engine_setup.JAR_CACHE / (
-        f"beam-runners-flink-{engine_setup.FLINK_VERSION}-job-server-{engine_setup.BEAM_VERSION}.jar")
-    assert engine_setup.SPARK_JAR == engine_setup.JAR_CACHE / (
-        f"beam-runners-spark-{engine_setup.SPARK_VERSION}-job-server-{engine_setup.BEAM_VERSION}.jar")
+    """engine_setup and pipelines/engines.py compute the Makefile's paths, and the runner version
+    they name is the one both poms resolve (ENGINES_DIR may be overridden in the environment, for all)."""
+    if "ENGINES_DIR" not in engine_setup.os.environ:
+        assert makefile_value("ENGINES_DIR").replace("$(HOME)", str(Path.home())) == str(
+            engine_setup.ENGINES_DIR)
+    assert makefile_value("FLINK_JAR") == "$(ENGINES_DIR)/flink-$(RUNNER_VERSION)/job-server.jar"
+    assert makefile_value("SPARK_JAR") == "$(ENGINES_DIR)/spark-$(RUNNER_VERSION)/job-server.jar"
+    for engine, jar in (("flink", engine_setup.FLINK_JAR), ("spark", engine_setup.SPARK_JAR)):
+        pom = (REPO / "deploy" / engine / "pom.xml").read_text()
+        (version,) = re.findall(r"<beam.runner.version>(.+?)</beam.runner.version>", pom)
+        assert version == engines.RUNNER_VERSION, engine
+        assert jar == engine_setup.ENGINES_DIR / f"{engine}-{version}" / "job-server.jar"
+    flink_pom = (REPO / "deploy/flink/pom.xml").read_text()
+    (flink_line,) = re.findall(r"<artifactId>beam-runners-flink-(.+?)</artifactId>", flink_pom)
+    assert flink_line == engines.FLINK_VERSION
 
 
 @pytest.mark.parametrize(("log", "reason"), [
