@@ -655,6 +655,26 @@ def manifest_sha256(fs, path: str) -> bytes:
     return digest.digest()
 
 
+def rows_sha256(index: ReaderIndex) -> bytes:
+    """The sha256 of the manifest the rows of ``index`` write (its header, then each row as
+    manifest.format_row writes it), a slice of rows at a time: equal to the manifest's own sha256
+    only when the index holds the manifest's rows, files, ids and token counts, in its order."""
+    digest = hashlib.sha256(f"{manifest.MANIFEST_HEADER}\n".encode())
+    sep = manifest.SEP.encode()
+    names = [rel.encode("utf-8") + sep for rel in index.files]
+    for a in range(0, index.documents, _CHECK_ROWS):
+        b = min(index.documents, a + _CHECK_ROWS)
+        offsets = index.id_offsets[a:b + 1].tolist()
+        blob = index.id_blob[offsets[0]:offsets[-1]].tobytes()
+        at = [o - offsets[0] for o in offsets]
+        digest.update(b"".join(names[f] + blob[at[k]:at[k + 1]] + sep + b"%d\n" % n for k, (f, n) in
+                               enumerate(zip(index.file[a:b].tolist(), index.length[a:b].tolist(), strict=True))))
+        if a % (16 * _CHECK_ROWS) == 0:
+            release(index)
+    release(index)
+    return digest.digest()
+
+
 def write_index_file(fs, manifest_root: str, dest: str, tmp: str) -> None:
     """Build the index of the manifest in ``manifest_root`` and put it at ``dest`` whole: built in a
     local scratch file, copied to ``tmp`` and renamed on a local disk (an upload is whole already

@@ -330,6 +330,10 @@ def _check_index(index, fd: int, manifest_bytes: int, manifest_sha256) -> None:
     problem = reader_index.digest_problem(fd) or reader_index.column_problem(index)
     if problem is None and manifest_sha256() != index.manifest_sha256:
         problem = f"it was built from another {layout.MANIFEST_NAME} (its sha256 differs)"
+    # Its trailer's digests prove it is whole, not what it says: anyone can compute them. Its rows,
+    # written out as a manifest, must be the manifest's bytes.
+    if problem is None and reader_index.rows_sha256(index) != index.manifest_sha256:
+        problem = f"its rows are not those of {layout.MANIFEST_NAME} (files, ids or token counts differ)"
     if problem is not None:
         raise ValueError(problem)
 
