@@ -22,7 +22,7 @@ from shards import index as reader_index
 from shards import kinds, layout, llmc, manifest, storage
 from shards.reading.shard_tree import ShardTree
 from shards.reading.store import Documents, IndexedDocuments, TokenStore, TreeChangedError, local_version
-from shards.tree import OutputTree, Tree, is_ours
+from shards.tree import RECORD_NAME, OutputTree, Tree, is_ours
 
 log = logging.getLogger("shards.reader")  # the public module's name, as a logging configuration names it
 
@@ -85,6 +85,9 @@ def open_tree(url: str) -> ShardTree:
         # open here (a removal applied elsewhere) would be read through the old sizes and index.
         fs.invalidate_cache()
     fs, root = storage.filesystem(storage.normalize(url))
+    names_in = Tree(url)  # what says the tree's kind, dtype and EOS id is read inside it (no link out)
+    for name, what in ((layout.STATS_NAME, "stats"), (RECORD_NAME, "ownership record")):
+        names_in.path(name, what)
     committed = _stats_version(fs, root)
     out = OutputTree.open(url).require_finished()
     fs, root = storage.filesystem(out.url)

@@ -97,6 +97,18 @@ def test_1_a_bucket_directory_or_shard_linked_out_of_the_tree_is_refused_with_th
         reader.open_tree(str(tree_copy))
 
 
+
+@pytest.mark.parametrize("name", [layout.STATS_NAME, tree.RECORD_NAME])
+def test_1_the_stats_or_the_record_linked_out_of_the_tree_is_refused(tree_copy, tmp_path, name):
+    """The stats say the tokens' dtype and EOS id (a window's loss mask), the record the tree's kind
+    and its index: neither is read through a link out of the tree."""
+    moved = tmp_path / name
+    shutil.move(tree_copy / name, moved)
+    (tree_copy / name).symlink_to(moved)
+    with pytest.raises(tree.UnsafePathError, match="outside the tree") as e:
+        reader.open_tree(str(tree_copy))
+    assert "\n" not in str(e.value) and name in str(e.value)
+
 # -- 2. a crafted index naming a file outside ------------------------------------------------------
 
 def test_2_an_index_naming_a_file_outside_the_tree_is_not_used(tree_copy, tmp_path, caplog, capsys):
