@@ -288,6 +288,11 @@ def _proven_index(fs, root: str, url: str) -> IndexedDocuments:
     return documents
 
 
+# What a proof's mark vouches for; a new name when the proof checks more (its rows since 2026-12-02),
+# so a mark an older, weaker proof left is not taken for this one.
+_PROOF = "index+rows"
+
+
 def _prove(fs, root: str, name: str, index, fd: int) -> None:
     """That ``index`` (mapped from ``fd``; ``name``: its real path, or a remote index's URL) describes
     the tree's manifest, by the mark of an earlier proof or by proving it now (and leaving the mark);
@@ -298,7 +303,7 @@ def _prove(fs, root: str, name: str, index, fd: int) -> None:
     if isinstance(fs, LocalFileSystem):
         with storage.open_read(fs, path) as f:
             manifest_id = reader_index.identity(os.fstat(f.fileno()))
-            facts = ("index", name, index_identity, manifest_id)
+            facts = (_PROOF, name, index_identity, manifest_id)
             if directory is not None and reader_index.is_marked(directory, facts):
                 return
             _check_index(index, fd, manifest_id[2], lambda: _sha256_of(f))
@@ -306,7 +311,7 @@ def _prove(fs, root: str, name: str, index, fd: int) -> None:
         fs.invalidate_cache(path)
         info = fs.info(path)
         manifest_id = (storage.file_version(info), int(info["size"]))
-        facts = ("index", name, index_identity, manifest_id)
+        facts = (_PROOF, name, index_identity, manifest_id)
         if directory is not None and reader_index.is_marked(directory, facts):
             return
         _check_index(index, fd, manifest_id[1], lambda: reader_index.manifest_sha256(fs, path))

@@ -170,12 +170,9 @@ def section(data: bytearray, name: str) -> tuple[int, int]:
     return struct.unpack_from("<QQ", data, 40 + 16 * reader_index.SECTIONS.index(name))
 
 
-def test_3_an_index_whose_ids_are_swapped_consistently_is_not_used(tree_copy):
-    """Two ids of one length swapped in the id blob and in the lookup table, every structural check
-    kept true and the trailer's digests right: only comparing its rows with the manifest's catches it."""
-    expected = truth(tree_copy)
-    a, b = "doc-10", "doc-21"
-    assert not np.array_equal(expected[a], expected[b])
+def swap_ids(a: str, b: str):
+    """An edit (for ``craft``) swapping two ids of one length in the id blob and in the lookup table:
+    every structural check stays true, so only comparing its rows with the manifest's catches it."""
 
     def swap(data):
         at, size = section(data, "id_blob")
@@ -191,11 +188,30 @@ def test_3_an_index_whose_ids_are_swapped_consistently_is_not_used(tree_copy):
         rows[pa], rows[pb] = row_b, row_a
         data[at:at + size] = rows.tobytes()
 
-    craft(tree_copy / reader_index.INDEX_NAME, swap)
+    return swap
+
+
+def test_3_an_index_whose_ids_are_swapped_consistently_is_not_used(tree_copy):
+    expected = truth(tree_copy)
+    a, b = "doc-10", "doc-21"
+    assert not np.array_equal(expected[a], expected[b])
+    craft(tree_copy / reader_index.INDEX_NAME, swap_ids(a, b))
     t = reader.open_tree(str(tree_copy))
     for doc_id in (a, b):
         np.testing.assert_array_equal(t.document(doc_id), expected[doc_id], err_msg=doc_id)
 
+
+def test_3_a_mark_left_by_the_weaker_proof_of_before_does_not_vouch_for_an_index(tree_copy, tmp_path, monkeypatch):
+    """Marks left before the proof compared an index's rows said only that its digests held."""
+    monkeypatch.setenv(reader_index.CACHE_ENV, str(tmp_path / "cache"))
+    expected = truth(tree_copy)
+    index, manifest_path = tree_copy / reader_index.INDEX_NAME, tree_copy / layout.MANIFEST_NAME
+    craft(index, swap_ids("doc-10", "doc-21"))
+    identities = (reader_index.identity(os.stat(index)), reader_index.identity(os.stat(manifest_path)))
+    reader_index.mark(reader_index.trusted_cache(), ("index", os.path.realpath(index), *identities))
+    t = reader.open_tree(str(tree_copy))
+    for doc_id in ("doc-10", "doc-21"):
+        np.testing.assert_array_equal(t.document(doc_id), expected[doc_id], err_msg=doc_id)
 
 def test_an_index_of_the_first_version_is_not_trusted_and_the_warning_says_why(tree_copy, caplog):
     path = tree_copy / reader_index.INDEX_NAME
