@@ -25,12 +25,13 @@ slices of the hash range, so building it holds a few hundred MB at most, whateve
 
 A reader uses the index only when the record lists it and it proves it describes this manifest
 and these shards: its manifest size and sha256 are the manifest's, its own sha256 holds, its
-columns are in order and within bounds (``column_problem``), every file it names is a shard name
-of the layout, and its file token counts are the shards' sizes. Hashing a large manifest costs
-seconds, so a reader does it once per machine and version: a mark in the cache directory, named
-by the exact identity of the manifest and the index (device, inode, size, modification and
-change times, or an object's version), says it was done (``verified_mark``). Otherwise, or for an
-index of version 1, it parses the manifest. ``verify`` rebuilds the index from the manifest and
+columns are in order and within bounds (``column_problem``), its rows written out as a manifest
+hash to the manifest's sha256 (``rows_sha256``: the digests alone anyone could recompute), every
+file it names is a shard name of the layout, and its file token counts are the shards' sizes.
+Hashing a large manifest costs seconds, so a reader does it once per machine and version: a mark
+in the cache directory, named by the exact identity of the manifest and the index (device, inode,
+size, modification and change times, or an object's version), says it was done (``mark``).
+Otherwise, or for an index of version 1, it parses the manifest. ``verify`` rebuilds the index from the manifest and
 compares the bytes.
 """
 
