@@ -25,12 +25,13 @@ slices of the hash range, so building it holds a few hundred MB at most, whateve
 
 A reader uses the index only when the record lists it and it proves it describes this manifest
 and these shards: its manifest size and sha256 are the manifest's, its own sha256 holds, its
-columns are in order and within bounds (``column_problem``), every file it names is a shard name
-of the layout, and its file token counts are the shards' sizes. Hashing a large manifest costs
-seconds, so a reader does it once per machine and version: a mark in the cache directory, named
-by the exact identity of the manifest and the index (device, inode, size, modification and
-change times, or an object's version), says it was done (``verified_mark``). Otherwise, or for an
-index of version 1, it parses the manifest. ``verify`` rebuilds the index from the manifest and
+columns are in order and within bounds (``column_problem``), its rows written out as a manifest
+hash to the manifest's sha256 (``rows_sha256``: the digests alone anyone could recompute), every
+file it names is a shard name of the layout, and its file token counts are the shards' sizes.
+Hashing a large manifest costs seconds, so a reader does it once per machine and version: a mark
+in the cache directory, named by the exact identity of the manifest and the index (device, inode,
+size, modification and change times, or an object's version), says it was done (``mark``).
+Otherwise, or for an index of version 1, it parses the manifest. ``verify`` rebuilds the index from the manifest and
 compares the bytes.
 """
 
@@ -652,6 +653,26 @@ def manifest_sha256(fs, path: str) -> bytes:
     with storage.open_read(fs, path, "rb") as f:
         while block := f.read(8 << 20):
             digest.update(block)
+    return digest.digest()
+
+
+def rows_sha256(index: ReaderIndex) -> bytes:
+    """The sha256 of the manifest the rows of ``index`` write (its header, then each row as
+    manifest.format_row writes it), a slice of rows at a time: equal to the manifest's own sha256
+    only when the index holds the manifest's rows, files, ids and token counts, in its order."""
+    digest = hashlib.sha256(f"{manifest.MANIFEST_HEADER}\n".encode())
+    sep = manifest.SEP.encode()
+    names = [rel.encode("utf-8") + sep for rel in index.files]
+    for a in range(0, index.documents, _CHECK_ROWS):
+        b = min(index.documents, a + _CHECK_ROWS)
+        offsets = index.id_offsets[a:b + 1].tolist()
+        blob = index.id_blob[offsets[0]:offsets[-1]].tobytes()
+        at = [o - offsets[0] for o in offsets]
+        digest.update(b"".join(names[f] + blob[at[k]:at[k + 1]] + sep + b"%d\n" % n for k, (f, n) in
+                               enumerate(zip(index.file[a:b].tolist(), index.length[a:b].tolist(), strict=True))))
+        if a % (16 * _CHECK_ROWS) == 0:
+            release(index)
+    release(index)
     return digest.digest()
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 from shards.layout import BUCKET_NAMES
 
 MANIFEST_HEADER = "rel_path | original_id | processed_token_count"
-_SEP = " | "
+SEP = " | "
 
 
 def id_problem(doc_id: str) -> str | None:
@@ -56,7 +56,7 @@ def format_row(rel_path: str, doc_id: str, token_count: int) -> str:
     problem = id_problem(doc_id)
     if problem:
         raise ValueError(f"cannot write id {doc_id!r} to the manifest: {problem}")
-    return f"{rel_path}{_SEP}{doc_id}{_SEP}{token_count}\n"
+    return f"{rel_path}{SEP}{doc_id}{SEP}{token_count}\n"
 
 
 def format_checksums(sums: dict[str, str]) -> str:
@@ -80,7 +80,7 @@ def parse_checksums(text: str, where: str | None = None) -> dict[str, str]:
 
 def parse_row(line: str) -> tuple[str, str, int]:
     """(rel_path, original_id, processed_token_count) of one manifest line."""
-    parts = line.rstrip("\n").split(_SEP)
+    parts = line.rstrip("\n").split(SEP)
     if len(parts) != 3:
         raise ValueError(f"manifest row does not have 3 ' | '-separated fields: {line!r}")
     rel_path, doc_id, count = parts
@@ -244,7 +244,7 @@ def parse_stats_text(text: str, tables: dict[str, Callable[[list[str]], tuple]])
             key, _, value = line.partition(": ")
             settings[key] = value
         else:
-            key, value = tables[table](line.split(_SEP))
+            key, value = tables[table](line.split(SEP))
             rows[table][key] = value
     return settings, list(rows.values())
 

@@ -22,7 +22,7 @@ from shards import index as reader_index
 from shards import kinds, layout, llmc, manifest, storage
 from shards.reading.shard_tree import ShardTree
 from shards.reading.store import Documents, IndexedDocuments, TokenStore, TreeChangedError, local_version
-from shards.tree import OutputTree, Tree, is_ours
+from shards.tree import RECORD_NAME, OutputTree, Tree, is_ours
 
 log = logging.getLogger("shards.reader")  # the public module's name, as a logging configuration names it
 
@@ -85,6 +85,9 @@ def open_tree(url: str) -> ShardTree:
         # open here (a removal applied elsewhere) would be read through the old sizes and index.
         fs.invalidate_cache()
     fs, root = storage.filesystem(storage.normalize(url))
+    names_in = Tree(url)  # what says the tree's kind, dtype and EOS id is read inside it (no link out)
+    for name, what in ((layout.STATS_NAME, "stats"), (RECORD_NAME, "ownership record")):
+        names_in.path(name, what)
     committed = _stats_version(fs, root)
     out = OutputTree.open(url).require_finished()
     fs, root = storage.filesystem(out.url)
@@ -285,6 +288,11 @@ def _proven_index(fs, root: str, url: str) -> IndexedDocuments:
     return documents
 
 
+# What a proof's mark vouches for; a new name when the proof checks more (its rows since 2026-12-02),
+# so a mark an older, weaker proof left is not taken for this one.
+_PROOF = "index+rows"
+
+
 def _prove(fs, root: str, name: str, index, fd: int) -> None:
     """That ``index`` (mapped from ``fd``; ``name``: its real path, or a remote index's URL) describes
     the tree's manifest, by the mark of an earlier proof or by proving it now (and leaving the mark);
@@ -295,7 +303,7 @@ def _prove(fs, root: str, name: str, index, fd: int) -> None:
     if isinstance(fs, LocalFileSystem):
         with storage.open_read(fs, path) as f:
             manifest_id = reader_index.identity(os.fstat(f.fileno()))
-            facts = ("index", name, index_identity, manifest_id)
+            facts = (_PROOF, name, index_identity, manifest_id)
             if directory is not None and reader_index.is_marked(directory, facts):
                 return
             _check_index(index, fd, manifest_id[2], lambda: _sha256_of(f))
@@ -303,7 +311,7 @@ def _prove(fs, root: str, name: str, index, fd: int) -> None:
         fs.invalidate_cache(path)
         info = fs.info(path)
         manifest_id = (storage.file_version(info), int(info["size"]))
-        facts = ("index", name, index_identity, manifest_id)
+        facts = (_PROOF, name, index_identity, manifest_id)
         if directory is not None and reader_index.is_marked(directory, facts):
             return
         _check_index(index, fd, manifest_id[1], lambda: reader_index.manifest_sha256(fs, path))
@@ -330,6 +338,10 @@ def _check_index(index, fd: int, manifest_bytes: int, manifest_sha256) -> None:
     problem = reader_index.digest_problem(fd) or reader_index.column_problem(index)
     if problem is None and manifest_sha256() != index.manifest_sha256:
         problem = f"it was built from another {layout.MANIFEST_NAME} (its sha256 differs)"
+    # Its trailer's digests prove it is whole, not what it says: anyone can compute them. Its rows,
+    # written out as a manifest, must be the manifest's bytes.
+    if problem is None and reader_index.rows_sha256(index) != index.manifest_sha256:
+        problem = f"its rows are not those of {layout.MANIFEST_NAME} (files, ids or token counts differ)"
     if problem is not None:
         raise ValueError(problem)
 

@@ -97,6 +97,18 @@ def test_1_a_bucket_directory_or_shard_linked_out_of_the_tree_is_refused_with_th
         reader.open_tree(str(tree_copy))
 
 
+
+@pytest.mark.parametrize("name", [layout.STATS_NAME, tree.RECORD_NAME])
+def test_1_the_stats_or_the_record_linked_out_of_the_tree_is_refused(tree_copy, tmp_path, name):
+    """The stats say the tokens' dtype and EOS id (a window's loss mask), the record the tree's kind
+    and its index: neither is read through a link out of the tree."""
+    moved = tmp_path / name
+    shutil.move(tree_copy / name, moved)
+    (tree_copy / name).symlink_to(moved)
+    with pytest.raises(tree.UnsafePathError, match="outside the tree") as e:
+        reader.open_tree(str(tree_copy))
+    assert "\n" not in str(e.value) and name in str(e.value)
+
 # -- 2. a crafted index naming a file outside ------------------------------------------------------
 
 def test_2_an_index_naming_a_file_outside_the_tree_is_not_used(tree_copy, tmp_path, caplog, capsys):
@@ -152,6 +164,54 @@ def test_3_an_index_whose_start_column_is_shifted_is_not_used(tree_copy):
     for doc_id, tokens in expected.items():
         np.testing.assert_array_equal(t.document(doc_id), tokens)
 
+
+def section(data: bytearray, name: str) -> tuple[int, int]:
+    """(offset, size) of the index's section ``name``, from its header."""
+    return struct.unpack_from("<QQ", data, 40 + 16 * reader_index.SECTIONS.index(name))
+
+
+def swap_ids(a: str, b: str):
+    """An edit (for ``craft``) swapping two ids of one length in the id blob and in the lookup table:
+    every structural check stays true, so only comparing its rows with the manifest's catches it."""
+
+    def swap(data):
+        at, size = section(data, "id_blob")
+        blob = bytes(data[at:at + size])
+        i, j = blob.index(a.encode()), blob.index(b.encode())
+        data[at + i:at + i + len(a)], data[at + j:at + j + len(b)] = b.encode(), a.encode()
+        off_at, off_size = section(data, "id_offsets")
+        offsets = np.frombuffer(bytes(data[off_at:off_at + off_size]), "<i8")
+        row_a, row_b = int(np.searchsorted(offsets, i, "right")) - 1, int(np.searchsorted(offsets, j, "right")) - 1
+        at, size = section(data, "hash_rows")
+        rows = np.frombuffer(bytes(data[at:at + size]), "<i8").copy()
+        pa, pb = int(np.flatnonzero(rows == row_a)[0]), int(np.flatnonzero(rows == row_b)[0])
+        rows[pa], rows[pb] = row_b, row_a
+        data[at:at + size] = rows.tobytes()
+
+    return swap
+
+
+def test_3_an_index_whose_ids_are_swapped_consistently_is_not_used(tree_copy):
+    expected = truth(tree_copy)
+    a, b = "doc-10", "doc-21"
+    assert not np.array_equal(expected[a], expected[b])
+    craft(tree_copy / reader_index.INDEX_NAME, swap_ids(a, b))
+    t = reader.open_tree(str(tree_copy))
+    for doc_id in (a, b):
+        np.testing.assert_array_equal(t.document(doc_id), expected[doc_id], err_msg=doc_id)
+
+
+def test_3_a_mark_left_by_the_weaker_proof_of_before_does_not_vouch_for_an_index(tree_copy, tmp_path, monkeypatch):
+    """Marks left before the proof compared an index's rows said only that its digests held."""
+    monkeypatch.setenv(reader_index.CACHE_ENV, str(tmp_path / "cache"))
+    expected = truth(tree_copy)
+    index, manifest_path = tree_copy / reader_index.INDEX_NAME, tree_copy / layout.MANIFEST_NAME
+    craft(index, swap_ids("doc-10", "doc-21"))
+    identities = (reader_index.identity(os.stat(index)), reader_index.identity(os.stat(manifest_path)))
+    reader_index.mark(reader_index.trusted_cache(), ("index", os.path.realpath(index), *identities))
+    t = reader.open_tree(str(tree_copy))
+    for doc_id in ("doc-10", "doc-21"):
+        np.testing.assert_array_equal(t.document(doc_id), expected[doc_id], err_msg=doc_id)
 
 def test_an_index_of_the_first_version_is_not_trusted_and_the_warning_says_why(tree_copy, caplog):
     path = tree_copy / reader_index.INDEX_NAME
