@@ -167,7 +167,7 @@ def test_spilled_references_come_back_through_their_pointers(tmp_path):
     batch = TokenBatch("src", ids, np.arange(5, dtype=np.int64),
                        np.array([len(docs[i]) for i in ids], np.int64),
                        np.concatenate([np.array(docs[i], np.uint32) for i in ids]))
-    fn = SpillTokensFn(types.SimpleNamespace(spill_url=str(tmp_path / "spill")),
+    fn = SpillTokensFn(types.SimpleNamespace(spill_url=str(tmp_path / "spill"), output=str(tmp_path)),
                        lambda b, _: (["odd" if i % 2 else "even" for i in range(b.size)], np.arange(b.size) * 7))
     fn.setup()
     fn.start_bundle()
@@ -306,7 +306,7 @@ def test_the_spill_writer_holds_batches_up_to_its_budget(tmp_path):
     from transforms.core.spill import SpillTokensFn, load_refs
 
     rng = np.random.default_rng(2)
-    fn = SpillTokensFn(types.SimpleNamespace(spill_url=str(tmp_path / "spill")),
+    fn = SpillTokensFn(types.SimpleNamespace(spill_url=str(tmp_path / "spill"), output=str(tmp_path)),
                        lambda b, _: ([int(i.split(":")[1]) % 3 for i in b.ids], np.zeros(b.size, np.int64)),
                        flush_bytes=4000)
     fn.setup()
