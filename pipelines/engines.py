@@ -68,8 +68,8 @@ def job_server_jar(engine: str) -> Path:
 
 
 def loopback_java() -> Path:
-    """The ``java`` with the loopback bind() shim preloaded that `make engines` writes (when it has a
-    C compiler; deploy/loopback_shim.py)."""
+    """The ``java`` with the loopback bind() shim (loopback_bind.so beside it) preloaded that `make
+    engines` writes (when it has a C compiler; deploy/loopback_shim.py)."""
     return engines_dir() / "java-loopback"
 
 
@@ -127,7 +127,8 @@ def _loopback_launcher(given: set[str]) -> list[str]:
     """The flag that has Beam start the assembled job server with loopback_java(), unless the command
     line names its own launcher or `make engines` could not write it."""
     launcher = loopback_java()
-    if "job_server_java_launcher" in given or not launcher.is_file():
+    written = launcher.is_file() and launcher.with_name("loopback_bind.so").is_file()
+    if "job_server_java_launcher" in given or not written:
         return []
     return [f"--job_server_java_launcher={launcher}"]
 

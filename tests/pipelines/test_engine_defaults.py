@@ -26,6 +26,7 @@ def assembled(tmp_path, monkeypatch):
         jar.parent.mkdir(parents=True)
         jar.write_bytes(b"PK")
     engines.loopback_java().write_text("#!/bin/sh\n")
+    engines.loopback_java().with_name("loopback_bind.so").write_bytes(b"ELF")
     return tmp_path
 
 
@@ -42,9 +43,10 @@ def test_flink_runner_alone_gets_the_assembled_job_server_an_embedded_flink_and_
                     f"--flink_job_server_jar={jar} --job_server_java_launcher={java} (any flag you give wins)")
 
 
-def test_without_the_loopback_java_the_line_says_the_fn_api_ports_listen_everywhere(assembled, caplog):
+@pytest.mark.parametrize("missing", ["java-loopback", "loopback_bind.so"])
+def test_without_the_loopback_java_the_line_says_the_fn_api_ports_listen_everywhere(assembled, caplog, missing):
     caplog.set_level(logging.INFO, logger="pipelines")
-    engines.loopback_java().unlink()
+    (assembled / missing).unlink()
     added = engines.engine_flags("FlinkRunner", {"runner"})
     assert not [a for a in added if a.startswith("--job_server_java_launcher")]
     (line,) = [r.getMessage() for r in caplog.records if r.name == "pipelines"]
