@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 OUT    ?= out/sample
 
-.PHONY: help venv demo demo-scaffold test test-fast lint bench clean venv-cloud venv-torch venv-trainers engines prism flink-job-server spark-job-server
+.PHONY: help venv demo demo-scaffold test test-fast lint bench clean venv-cloud venv-torch venv-trainers engines prism flink-job-server spark-job-server loopback-shim
 
 help:
 	@echo "make demo   set up .venv and run the bucketed job on the bundled sample into $(OUT)"
@@ -92,11 +92,22 @@ SPARK_DRIVER   := org.apache.beam.runners.spark.SparkJobServerDriver
 LAUNCHER_SOURCE := deploy/engines/HostBoundJobServer.java
 MVN_CLOSURE    := mvn -B org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies -DincludeScope=runtime
 
-engines: prism flink-job-server spark-job-server
+LOOPBACK_JAVA  := $(ENGINES_DIR)/java-loopback
+LOOPBACK_SO    := $(ENGINES_DIR)/loopback_bind.so
+
+engines: prism flink-job-server spark-job-server loopback-shim
 
 prism: $(PRISM_BIN)
 flink-job-server: $(FLINK_JAR)
 spark-job-server: $(SPARK_JAR)
+loopback-shim: $(LOOPBACK_JAVA) $(LOOPBACK_SO)
+
+# deploy/loopback_bind.c built into $(ENGINES_DIR)/loopback_bind.so and a `java` that preloads it
+# (java-loopback), which pipelines/engines.py hands Beam for the job servers above: the Fn API
+# servers Beam opens while a job runs then listen on 127.0.0.1 only. Without a C compiler it says so
+# and writes nothing (those ports then listen on every interface).
+$(LOOPBACK_JAVA) $(LOOPBACK_SO): deploy/loopback_bind.c deploy/loopback_shim.py
+	@$(PYTHON) deploy/loopback_shim.py $(ENGINES_DIR)
 
 $(PRISM_BIN):
 	@mkdir -p $(dir $@)

@@ -25,6 +25,8 @@ import sys
 import time
 from pathlib import Path
 
+import loopback_shim  # deploy/loopback_shim.py, beside this file (the scripts put deploy/ on sys.path)
+
 HOST = "127.0.0.1"
 STOP_GRACE_SECONDS = 20
 # Keep an SDK worker for the next stage of the job rather than start one per stage: each start
@@ -205,14 +207,13 @@ def _address(hex_address: str) -> tuple[str, int]:
 def loopback_only(state: State, env: dict[str, str]) -> dict[str, str]:
     """``env`` with loopback_bind.c preloaded: for the processes that host Beam's gRPC servers,
     which otherwise listen on every interface (the C file says why). Built into the state
-    directory with the system's C compiler."""
-    library = state.root / "loopback_bind.so"
+    directory with the system's C compiler (deploy/loopback_shim.py)."""
+    library = state.root / loopback_shim.LIBRARY
     if not library.is_file():
-        source = Path(__file__).resolve().with_name("loopback_bind.c")
-        built = subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(library), str(source), "-ldl"],
-                               capture_output=True, text=True)
-        if built.returncode != 0:
-            raise ClusterError(f"could not build {source} with cc: {built.stderr.strip().splitlines()[-1:]}")
+        try:
+            loopback_shim.build_library(library)
+        except loopback_shim.ShimError as error:
+            raise ClusterError(str(error)) from None
     preload = " ".join(filter(None, [str(library), env.get("LD_PRELOAD", "")]))
     return dict(env, LD_PRELOAD=preload)
 

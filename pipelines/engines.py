@@ -12,7 +12,9 @@ the command line has none of its own: a flag the user gives wins. One line says 
 The JVM properties keep every port the job server's engine opens on 127.0.0.1 (Spark's driver
 and block manager; its web UI is off), and open the JDK packages Spark needs on Java 17, as its
 own launch scripts do. The job server's own gRPC ports are kept there by the launcher's main class
-(deploy/engines/LoopbackJobServer.java).
+(deploy/engines/HostBoundJobServer.java), and the Fn API servers Beam's runner opens while a job
+runs by a bind() shim preloaded into the job server's JVM: `make engines` writes a ``java`` that
+preloads it (deploy/loopback_shim.py), handed to Beam as --job_server_java_launcher with the jar.
 """
 
 from __future__ import annotations
@@ -65,6 +67,12 @@ def job_server_jar(engine: str) -> Path:
     return engines_dir() / f"{engine}-{RUNNER_VERSION}" / "job-server.jar"
 
 
+def loopback_java() -> Path:
+    """The ``java`` with the loopback bind() shim (loopback_bind.so beside it) preloaded that `make
+    engines` writes (when it has a C compiler; deploy/loopback_shim.py)."""
+    return engines_dir() / "java-loopback"
+
+
 @dataclasses.dataclass(frozen=True)
 class EmbeddedEngine:
     """A runner that runs on an engine started on this machine: its jar flag and default flags."""
@@ -109,9 +117,29 @@ def engine_flags(runner: str | None, given: set[str]) -> list[str]:
                 f"--runner={runner}: no {spec.engine.capitalize()} job server at {jar}; run `make engines` in a "
                 f"checkout of beam-pretokenize (ENGINES_DIR says where), or pass --{spec.jar_flag} or --job_endpoint")
         added.append(f"--{spec.jar_flag}={jar}")
-    log.info("--runner=%s: %s; added %s (any flag you give wins)", runner, spec.description,
-             " ".join(added) or "no flag")
+        added += _loopback_launcher(given)
+    log.info("--runner=%s: %s%s; added %s (any flag you give wins)", runner, spec.description,
+             _where_it_listens(added, given), " ".join(added) or "no flag")
     return added + [f"--job_server_jvm_property={p}" for p in spec.jvm_properties]
+
+
+def _loopback_launcher(given: set[str]) -> list[str]:
+    """The flag that has Beam start the assembled job server with loopback_java(), unless the command
+    line names its own launcher or `make engines` could not write it."""
+    launcher = loopback_java()
+    written = launcher.is_file() and launcher.with_name("loopback_bind.so").is_file()
+    if "job_server_java_launcher" in given or not written:
+        return []
+    return [f"--job_server_java_launcher={launcher}"]
+
+
+def _where_it_listens(added: list[str], given: set[str]) -> str:
+    """For the one line engine_flags prints: where the job server it supplies listens, if it does."""
+    if any(flag.startswith("--job_server_java_launcher=") for flag in added):
+        return ", every port bound to 127.0.0.1"
+    if any("_job_server_jar=" in flag for flag in added) and "job_server_java_launcher" not in given:
+        return f", its Fn API ports on every interface (no {loopback_java()}: `make engines` needs a C compiler)"
+    return ""
 
 
 # --- The end-of-job hang-up of a Java job server, filtered (SDK 2.77 against the 2.70 runners) ---

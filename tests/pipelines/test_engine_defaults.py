@@ -19,12 +19,14 @@ from transforms.core.records import UsageError
 
 @pytest.fixture
 def assembled(tmp_path, monkeypatch):
-    """An ENGINES_DIR where `make engines` has written both launchers."""
+    """An ENGINES_DIR where `make engines` has written both launchers and the loopback ``java``."""
     monkeypatch.setenv("ENGINES_DIR", str(tmp_path))
     for engine in ("flink", "spark"):
         jar = engines.job_server_jar(engine)
         jar.parent.mkdir(parents=True)
         jar.write_bytes(b"PK")
+    engines.loopback_java().write_text("#!/bin/sh\n")
+    engines.loopback_java().with_name("loopback_bind.so").write_bytes(b"ELF")
     return tmp_path
 
 
@@ -32,19 +34,39 @@ def test_flink_runner_alone_gets_the_assembled_job_server_an_embedded_flink_and_
     caplog.set_level(logging.INFO, logger="pipelines")
     added = engines.engine_flags("FlinkRunner", {"runner"})
     jar = assembled / "flink-2.70.0" / "job-server.jar"
+    java = assembled / "java-loopback"
     assert added == ["--flink_version=1.19", "--flink_master=[local]", "--environment_type=LOOPBACK",
-                     f"--flink_job_server_jar={jar}"]
+                     f"--flink_job_server_jar={jar}", f"--job_server_java_launcher={java}"]
     (line,) = [r.getMessage() for r in caplog.records if r.name == "pipelines"]
-    assert line == (f"--runner=FlinkRunner: embedded Flink 1.19; added --flink_version=1.19 --flink_master=[local] "
-                    f"--environment_type=LOOPBACK --flink_job_server_jar={jar} (any flag you give wins)")
+    assert line == (f"--runner=FlinkRunner: embedded Flink 1.19, every port bound to 127.0.0.1; added "
+                    f"--flink_version=1.19 --flink_master=[local] --environment_type=LOOPBACK "
+                    f"--flink_job_server_jar={jar} --job_server_java_launcher={java} (any flag you give wins)")
+
+
+@pytest.mark.parametrize("missing", ["java-loopback", "loopback_bind.so"])
+def test_without_the_loopback_java_the_line_says_the_fn_api_ports_listen_everywhere(assembled, caplog, missing):
+    caplog.set_level(logging.INFO, logger="pipelines")
+    (assembled / missing).unlink()
+    added = engines.engine_flags("FlinkRunner", {"runner"})
+    assert not [a for a in added if a.startswith("--job_server_java_launcher")]
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "pipelines"]
+    assert "its Fn API ports on every interface" in line and "C compiler" in line
+
+
+def test_a_launcher_the_user_gives_wins_and_none_with_a_job_endpoint(assembled):
+    assert not [a for a in engines.engine_flags("FlinkRunner", {"runner", "job_server_java_launcher"})
+                if a.startswith("--job_server_java_launcher")]
+    assert not [a for a in engines.engine_flags("FlinkRunner", {"runner", "job_endpoint"})
+                if a.startswith("--job_server_java_launcher")]
 
 
 def test_spark_runner_alone_gets_local_2_and_the_jvm_properties_that_bind_it_here(assembled):
     added = engines.engine_flags("SparkRunner", {"runner"})
-    assert added[:3] == ["--spark_master_url=local[2]", "--environment_type=LOOPBACK",
-                         f"--spark_job_server_jar={assembled / 'spark-2.70.0' / 'job-server.jar'}"]
-    properties = [a.split("=", 1)[1] for a in added[3:]]
-    assert all(a.startswith("--job_server_jvm_property=") for a in added[3:])
+    assert added[:4] == ["--spark_master_url=local[2]", "--environment_type=LOOPBACK",
+                         f"--spark_job_server_jar={assembled / 'spark-2.70.0' / 'job-server.jar'}",
+                         f"--job_server_java_launcher={assembled / 'java-loopback'}"]
+    properties = [a.split("=", 1)[1] for a in added[4:]]
+    assert all(a.startswith("--job_server_jvm_property=") for a in added[4:])
     assert "-Dspark.driver.bindAddress=127.0.0.1" in properties
     assert "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED" in properties
 
