@@ -565,3 +565,28 @@ def test_a_holder_whose_lock_was_taken_stops_before_its_next_write(out, source, 
     assert files(out) == after_removal  # the tree is the removal's, byte for byte
     assert not set(ids) & set(stored_ids(out))
     assert_verifies(out)
+
+
+def test_a_holder_in_another_pid_namespace_of_this_host_keeps_a_live_lease(out, capsys):
+    """Two containers of one host (--network host: the host's name; one kernel: one boot id), each
+    in its own PID namespace: the holder's pid means nothing in the other's. A lease it renews
+    keeps its lock; only an expired one is taken over."""
+    import socket
+
+    from shards.lock import _boot_id
+
+    for expired in (False, True):
+        _lock_file(out, host=socket.gethostname(), pid=2 ** 22 + 7, expired=expired)  # no such pid here
+        held = json.loads((out / LOCK_NAME).read_text())
+        stamp = (out / LOCK_NAME).stat().st_mtime
+        (out / LOCK_NAME).write_text(json.dumps({**held, "boot_id": _boot_id(), "pid_started": "12345",
+                                                 "pid_ns": "pid:[1]"}))
+        os.utime(out / LOCK_NAME, (stamp, stamp))
+        before = files(out)
+        if not expired:
+            assert cli.main(stats_of(out)) == 2
+            assert "locked by another command" in capsys.readouterr().err
+            assert files(out) == before
+        else:
+            assert cli.main(stats_of(out)) == 0
+            assert "its lease expired" in capsys.readouterr().err
