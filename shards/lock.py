@@ -132,6 +132,15 @@ def _pid_namespace() -> str:
         return ""
 
 
+def _awake_clock() -> float:
+    """Seconds on a clock that goes on while the machine sleeps (CLOCK_BOOTTIME; time.monotonic
+    stops during a suspend): a laptop woken after its lease expired knows its lock may be gone."""
+    try:
+        return time.clock_gettime(time.CLOCK_BOOTTIME)
+    except (AttributeError, OSError):  # no such clock (not Linux)
+        return time.monotonic()
+
+
 def _boot_id() -> str:
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
@@ -490,7 +499,7 @@ class Lock:
         self.made_root = made_root
         self.stop_process = stop_process
         self.lost = False
-        self._confirmed = time.monotonic()  # when the store last said the lock is this one
+        self._confirmed = _awake_clock()  # when the store last said the lock is this one
         self._stop = threading.Event()
         self._guard = threading.Lock()
         with _HELD_GUARD:
@@ -513,14 +522,14 @@ class Lock:
             if not isinstance(self.store, _LocalStore):  # a local lock renews its mtime, not its content
                 self.holder = renewed
             self.version = version
-            self._confirmed = time.monotonic()
+            self._confirmed = _awake_clock()
             return True
 
     def check(self) -> None:
         """Before a write: LockLost (or, for a command, the end of the process) when the lock was
         taken. Renewed here first when the heartbeat has been silent for longer than a quarter of
         the lease and more (the process was stopped, or the store did not answer)."""
-        if not self.lost and time.monotonic() - self._confirmed > self.holder.lease_seconds / 3:
+        if not self.lost and _awake_clock() - self._confirmed > self.holder.lease_seconds / 3:
             try:
                 self.renew()
             except Exception as e:  # noqa: BLE001 - unreachable for a moment: the heartbeat says so; the lease has margin

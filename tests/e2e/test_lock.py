@@ -590,3 +590,22 @@ def test_a_holder_in_another_pid_namespace_of_this_host_keeps_a_live_lease(out, 
         else:
             assert cli.main(stats_of(out)) == 0
             assert "its lease expired" in capsys.readouterr().err
+
+
+def test_a_holder_woken_from_a_suspend_past_its_lease_stops_before_its_next_write(out, monkeypatch):
+    """A machine suspended (a laptop's lid closed) past the lease: another host took the lock over.
+    On waking, the next write asks the store first, though time.monotonic did not count the sleep."""
+    from shards import lock
+
+    awake = [time.clock_gettime(time.CLOCK_BOOTTIME)]
+    real = time.clock_gettime
+    monkeypatch.setattr(time, "clock_gettime",
+                        lambda clock: awake[0] if clock == time.CLOCK_BOOTTIME else real(clock))
+    with lock.scope("pretokenize test"):
+        lock.take(str(out), lease_seconds=60)
+        lock.guard(str(out))  # held: a write may go on
+        (out / LOCK_NAME).unlink()  # the lease expired while it slept: another host's command took it
+        (out / LOCK_NAME).write_bytes(lock.Holder.new("pretokenize other").to_json())
+        awake[0] += 3600  # an hour asleep; the monotonic clock saw none of it
+        with pytest.raises(lock.LockLost, match="this command's lock was taken by `pretokenize other`"):
+            lock.guard(str(out))
