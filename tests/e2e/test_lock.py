@@ -609,3 +609,45 @@ def test_a_holder_woken_from_a_suspend_past_its_lease_stops_before_its_next_writ
         awake[0] += 3600  # an hour asleep; the monotonic clock saw none of it
         with pytest.raises(lock.LockLost, match="this command's lock was taken by `pretokenize other`"):
             lock.guard(str(out))
+
+
+def test_a_rewrite_whose_lock_was_taken_during_its_copy_leaves_the_shard(out, tmp_path, monkeypatch):
+    """remove stopped in the middle of copying a shard past its lease: the command that took the
+    lock over finished the removal, and may have changed the shard since. The copy, once woken,
+    is not moved over the shard: the rewrite asks its lock again before it replaces the file."""
+    import hashlib
+
+    from pipelines.remove import RemoveSettings, prepare
+    from shards import lock
+    from transforms.tools import surgery
+
+    settings = RemoveSettings(str(out), write_list(tmp_path / "a.txt", stored_ids(out)[:1]))
+    awake = [time.clock_gettime(time.CLOCK_BOOTTIME)]
+    real_clock, real_sha256 = time.clock_gettime, hashlib.sha256
+
+    class TakenMidCopy:  # the digest of the copy: the lock is taken over while the copy runs
+        def __init__(self):
+            self.digest = real_sha256()
+
+        def update(self, chunk):
+            if (out / LOCK_NAME).read_bytes() != other:
+                (out / LOCK_NAME).unlink()
+                (out / LOCK_NAME).write_bytes(other)
+                awake[0] += 3600
+            self.digest.update(chunk)
+
+        def hexdigest(self):
+            return self.digest.hexdigest()
+
+    other = lock.Holder.new("pretokenize other").to_json()
+    with lock.scope("pretokenize remove"):
+        lock.take(str(out), lease_seconds=60)
+        plan = prepare(settings)
+        shard = out / plan.files[0].rel_path
+        before = shard.read_bytes()
+        monkeypatch.setattr(time, "clock_gettime",
+                            lambda clock: awake[0] if clock == time.CLOCK_BOOTTIME else real_clock(clock))
+        monkeypatch.setattr(surgery.hashlib, "sha256", TakenMidCopy)
+        with pytest.raises(lock.LockLost):
+            surgery.rewrite_file(str(out), plan.file_plan(0), 4)
+    assert shard.read_bytes() == before

@@ -518,7 +518,9 @@ def rewrite_file(output: str, plan: FilePlan, itemsize: int) -> tuple[str, str |
                     dst.write(chunk)
                     digest.update(chunk)
                     remaining -= len(chunk)
-        fs.mv(tmp, path)
+        # Asked again before the shard is replaced (shards.lock.guard): a copy is long, and a command
+        # whose lock was taken meanwhile (stopped, then woken) must not put back what another removed.
+        fs.mv(tmp, shard_path(output, plan.rel_path))
     except BaseException:
         if fs.exists(tmp):
             fs.rm(tmp)
