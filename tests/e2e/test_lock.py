@@ -651,3 +651,30 @@ def test_a_rewrite_whose_lock_was_taken_during_its_copy_leaves_the_shard(out, tm
         with pytest.raises(lock.LockLost):
             surgery.rewrite_file(str(out), plan.file_plan(0), 4)
     assert shard.read_bytes() == before
+
+
+def test_a_log_written_while_the_lock_was_taken_does_not_replace_the_tree_s(out, tmp_path, monkeypatch):
+    """removals.txt (or the manifest) streamed by a command stopped past its lease while the one
+    that took the lock over added its own lines: the stale copy is not moved over the new log."""
+    from shards import lock
+    from transforms.tools import surgery
+
+    awake = [time.clock_gettime(time.CLOCK_BOOTTIME)]
+    real_clock = time.clock_gettime
+    monkeypatch.setattr(time, "clock_gettime",
+                        lambda clock: awake[0] if clock == time.CLOCK_BOOTTIME else real_clock(clock))
+    log_before = (out / REMOVALS_NAME).read_bytes() if (out / REMOVALS_NAME).exists() else None
+
+    def chunks():
+        yield "a stale line\n"
+        (out / LOCK_NAME).unlink()  # stopped here past its lease: another command took the lock over
+        (out / LOCK_NAME).write_bytes(lock.Holder.new("pretokenize other").to_json())
+        awake[0] += 3600
+        yield "another stale line\n"
+
+    with lock.scope("pretokenize remove"):
+        lock.take(str(out), lease_seconds=60)
+        with pytest.raises(lock.LockLost):
+            surgery.write_streamed(str(out), REMOVALS_NAME, chunks(), "removal log")
+    after = (out / REMOVALS_NAME).read_bytes() if (out / REMOVALS_NAME).exists() else None
+    assert after == log_before
