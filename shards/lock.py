@@ -11,7 +11,7 @@ The lock is a small JSON file, ``.pretokenize-lock``, at the tree's root:
 
     {"host": ..., "boot_id": ..., "pid": ..., "command": "pretokenize remove --output ...",
      "started": "2026-12-01T09:30:00Z", "expires": "...", "lease_seconds": 90, "token": "<random>",
-     "pid_started": "<the process's start time, /proc/PID/stat field 22>"}
+     "pid_started": "<the process's start time, /proc/PID/stat field 22>", "pid_ns": "pid:[...]"}
 
 What holds, in order:
 
@@ -25,7 +25,8 @@ What holds, in order:
        file's modification time on a local disk; on S3 a rewrite conditional on its ETag
        (``If-Match``), so a renewal never overwrites a lock another command has taken since
     3. a holder that is gone frees the lock to the next command, which says so in one line: on the
-       same host (same host name and boot id), a pid that no longer runs, or that is now another
+       same host (same host name, boot id and PID namespace: another container of the host is
+       another host here, its pids are not ours to ask), a pid that no longer runs, or that is now another
        process (its start time differs); from another host, a lease not renewed in time (clocks
        must agree to within the lease); or ``--break-lock``, explicitly. On the same host a
        running holder keeps its lock whatever its lease: stopped (Ctrl-Z, a paused VM), it has not
@@ -121,6 +122,25 @@ def _pid_started(pid: int) -> str:
         return ""
 
 
+def _pid_namespace() -> str:
+    """This process's PID namespace ("pid:[4026531836]"): a pid names a process only inside it (two
+    containers of one host share its boot id, and with --network host its name too). Empty where
+    /proc has none."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+def _awake_clock() -> float:
+    """Seconds on a clock that goes on while the machine sleeps (CLOCK_BOOTTIME; time.monotonic
+    stops during a suspend): a laptop woken after its lease expired knows its lock may be gone."""
+    try:
+        return time.clock_gettime(time.CLOCK_BOOTTIME)
+    except (AttributeError, OSError):  # no such clock (not Linux)
+        return time.monotonic()
+
+
 def _boot_id() -> str:
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
@@ -142,12 +162,13 @@ class Holder:
     lease_seconds: float
     token: str
     pid_started: str = ""  # _pid_started(pid) when taken (a lock written before it was recorded: empty)
+    pid_ns: str = ""  # _pid_namespace() of the holder (a lock written before it was recorded: empty)
 
     @classmethod
     def new(cls, command: str, lease_seconds: float = LEASE_SECONDS) -> Holder:
         now = time.time()
         return cls(socket.gethostname(), _boot_id(), os.getpid(), command, _utc(now), _utc(now + lease_seconds),
-                   lease_seconds, uuid.uuid4().hex, _pid_started(os.getpid()))
+                   lease_seconds, uuid.uuid4().hex, _pid_started(os.getpid()), _pid_namespace())
 
     def to_json(self) -> bytes:
         return (json.dumps(dataclasses.asdict(self), indent=1) + "\n").encode()
@@ -160,7 +181,7 @@ class Holder:
             holder = cls(**{f.name: d[f.name] for f in dataclasses.fields(cls)
                             if f.default is dataclasses.MISSING or f.name in d})
             ok = (isinstance(holder.pid, int) and isinstance(holder.lease_seconds, (int, float))
-                  and isinstance(holder.pid_started, str))
+                  and isinstance(holder.pid_started, str) and isinstance(holder.pid_ns, str))
             _parse_utc(holder.started), _parse_utc(holder.expires)
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"not a lock this tool wrote ({type(e).__name__}: {e})") from None
@@ -175,8 +196,11 @@ class Holder:
         return f"`{self.command}` (host {self.host}, pid {self.pid}, started {self.started})"
 
     def on_this_host(self) -> bool:
-        boot = _boot_id()
-        return self.host == socket.gethostname() and (not boot or not self.boot_id or self.boot_id == boot)
+        """Whether its pid can be asked here: the same host, boot and PID namespace (a holder in
+        another container of this host is judged by its lease, as one from another host)."""
+        boot, ns = _boot_id(), _pid_namespace()
+        return (self.host == socket.gethostname() and (not boot or not self.boot_id or self.boot_id == boot)
+                and (not ns or not self.pid_ns or self.pid_ns == ns))
 
 
 def _pid_runs(pid: int, started: str = "") -> bool:
@@ -475,7 +499,7 @@ class Lock:
         self.made_root = made_root
         self.stop_process = stop_process
         self.lost = False
-        self._confirmed = time.monotonic()  # when the store last said the lock is this one
+        self._confirmed = _awake_clock()  # when the store last said the lock is this one
         self._stop = threading.Event()
         self._guard = threading.Lock()
         with _HELD_GUARD:
@@ -498,14 +522,14 @@ class Lock:
             if not isinstance(self.store, _LocalStore):  # a local lock renews its mtime, not its content
                 self.holder = renewed
             self.version = version
-            self._confirmed = time.monotonic()
+            self._confirmed = _awake_clock()
             return True
 
     def check(self) -> None:
         """Before a write: LockLost (or, for a command, the end of the process) when the lock was
         taken. Renewed here first when the heartbeat has been silent for longer than a quarter of
         the lease and more (the process was stopped, or the store did not answer)."""
-        if not self.lost and time.monotonic() - self._confirmed > self.holder.lease_seconds / 3:
+        if not self.lost and _awake_clock() - self._confirmed > self.holder.lease_seconds / 3:
             try:
                 self.renew()
             except Exception as e:  # noqa: BLE001 - unreachable for a moment: the heartbeat says so; the lease has margin

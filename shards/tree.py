@@ -351,6 +351,9 @@ class Tree:
         name = self.temp_name(self.JOURNAL_DIR, self.MATCH_DIR)
         path = posixpath.join(self.root, name)
         if self.local:
+            on_the_way = [posixpath.join(self.root, self.temp_name(*parts)) for parts in ((), (self.JOURNAL_DIR,))]
+            if any(os.path.islink(p) for p in on_the_way):
+                return 0  # never followed out of the tree (the writing commands refuse such a link)
             if not os.path.isdir(path) or os.path.islink(path):
                 return int(os.path.lexists(path))
             return sum(len(files) + len(dirs) for _, dirs, files in os.walk(path))

@@ -565,3 +565,116 @@ def test_a_holder_whose_lock_was_taken_stops_before_its_next_write(out, source, 
     assert files(out) == after_removal  # the tree is the removal's, byte for byte
     assert not set(ids) & set(stored_ids(out))
     assert_verifies(out)
+
+
+def test_a_holder_in_another_pid_namespace_of_this_host_keeps_a_live_lease(out, capsys):
+    """Two containers of one host (--network host: the host's name; one kernel: one boot id), each
+    in its own PID namespace: the holder's pid means nothing in the other's. A lease it renews
+    keeps its lock; only an expired one is taken over."""
+    import socket
+
+    from shards.lock import _boot_id
+
+    for expired in (False, True):
+        _lock_file(out, host=socket.gethostname(), pid=2 ** 22 + 7, expired=expired)  # no such pid here
+        held = json.loads((out / LOCK_NAME).read_text())
+        stamp = (out / LOCK_NAME).stat().st_mtime
+        (out / LOCK_NAME).write_text(json.dumps({**held, "boot_id": _boot_id(), "pid_started": "12345",
+                                                 "pid_ns": "pid:[1]"}))
+        os.utime(out / LOCK_NAME, (stamp, stamp))
+        before = files(out)
+        if not expired:
+            assert cli.main(stats_of(out)) == 2
+            assert "locked by another command" in capsys.readouterr().err
+            assert files(out) == before
+        else:
+            assert cli.main(stats_of(out)) == 0
+            assert "its lease expired" in capsys.readouterr().err
+
+
+def test_a_holder_woken_from_a_suspend_past_its_lease_stops_before_its_next_write(out, monkeypatch):
+    """A machine suspended (a laptop's lid closed) past the lease: another host took the lock over.
+    On waking, the next write asks the store first, though time.monotonic did not count the sleep."""
+    from shards import lock
+
+    awake = [time.clock_gettime(time.CLOCK_BOOTTIME)]
+    real = time.clock_gettime
+    monkeypatch.setattr(time, "clock_gettime",
+                        lambda clock: awake[0] if clock == time.CLOCK_BOOTTIME else real(clock))
+    with lock.scope("pretokenize test"):
+        lock.take(str(out), lease_seconds=60)
+        lock.guard(str(out))  # held: a write may go on
+        (out / LOCK_NAME).unlink()  # the lease expired while it slept: another host's command took it
+        (out / LOCK_NAME).write_bytes(lock.Holder.new("pretokenize other").to_json())
+        awake[0] += 3600  # an hour asleep; the monotonic clock saw none of it
+        with pytest.raises(lock.LockLost, match="this command's lock was taken by `pretokenize other`"):
+            lock.guard(str(out))
+
+
+def test_a_rewrite_whose_lock_was_taken_during_its_copy_leaves_the_shard(out, tmp_path, monkeypatch):
+    """remove stopped in the middle of copying a shard past its lease: the command that took the
+    lock over finished the removal, and may have changed the shard since. The copy, once woken,
+    is not moved over the shard: the rewrite asks its lock again before it replaces the file."""
+    import hashlib
+
+    from pipelines.remove import RemoveSettings, prepare
+    from shards import lock
+    from transforms.tools import surgery
+
+    settings = RemoveSettings(str(out), write_list(tmp_path / "a.txt", stored_ids(out)[:1]))
+    awake = [time.clock_gettime(time.CLOCK_BOOTTIME)]
+    real_clock, real_sha256 = time.clock_gettime, hashlib.sha256
+
+    class TakenMidCopy:  # the digest of the copy: the lock is taken over while the copy runs
+        def __init__(self):
+            self.digest = real_sha256()
+
+        def update(self, chunk):
+            if (out / LOCK_NAME).read_bytes() != other:
+                (out / LOCK_NAME).unlink()
+                (out / LOCK_NAME).write_bytes(other)
+                awake[0] += 3600
+            self.digest.update(chunk)
+
+        def hexdigest(self):
+            return self.digest.hexdigest()
+
+    other = lock.Holder.new("pretokenize other").to_json()
+    with lock.scope("pretokenize remove"):
+        lock.take(str(out), lease_seconds=60)
+        plan = prepare(settings)
+        shard = out / plan.files[0].rel_path
+        before = shard.read_bytes()
+        monkeypatch.setattr(time, "clock_gettime",
+                            lambda clock: awake[0] if clock == time.CLOCK_BOOTTIME else real_clock(clock))
+        monkeypatch.setattr(surgery.hashlib, "sha256", TakenMidCopy)
+        with pytest.raises(lock.LockLost):
+            surgery.rewrite_file(str(out), plan.file_plan(0), 4)
+    assert shard.read_bytes() == before
+
+
+def test_a_log_written_while_the_lock_was_taken_does_not_replace_the_tree_s(out, tmp_path, monkeypatch):
+    """removals.txt (or the manifest) streamed by a command stopped past its lease while the one
+    that took the lock over added its own lines: the stale copy is not moved over the new log."""
+    from shards import lock
+    from transforms.tools import surgery
+
+    awake = [time.clock_gettime(time.CLOCK_BOOTTIME)]
+    real_clock = time.clock_gettime
+    monkeypatch.setattr(time, "clock_gettime",
+                        lambda clock: awake[0] if clock == time.CLOCK_BOOTTIME else real_clock(clock))
+    log_before = (out / REMOVALS_NAME).read_bytes() if (out / REMOVALS_NAME).exists() else None
+
+    def chunks():
+        yield "a stale line\n"
+        (out / LOCK_NAME).unlink()  # stopped here past its lease: another command took the lock over
+        (out / LOCK_NAME).write_bytes(lock.Holder.new("pretokenize other").to_json())
+        awake[0] += 3600
+        yield "another stale line\n"
+
+    with lock.scope("pretokenize remove"):
+        lock.take(str(out), lease_seconds=60)
+        with pytest.raises(lock.LockLost):
+            surgery.write_streamed(str(out), REMOVALS_NAME, chunks(), "removal log")
+    after = (out / REMOVALS_NAME).read_bytes() if (out / REMOVALS_NAME).exists() else None
+    assert after == log_before

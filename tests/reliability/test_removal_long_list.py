@@ -217,3 +217,20 @@ def test_a_removal_killed_while_matching_leaves_no_listed_id_past_the_next_writi
     assert cli.main(["stats", "--output", str(copy), "--png", "none"]) == 0
     assert not match.exists()
     assert cli.main(["verify", "--output", str(copy), *RUNNER]) == 0
+
+
+def test_verify_counts_no_match_files_through_a_link_out_of_the_tree(removed_once, tmp_path, capsys):
+    """A journal directory that is a link out of the tree: verify never lists what lies beyond it
+    as a killed removal's match files (nor would any command delete it)."""
+    out, _ = removed_once
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy, symlinks=True)
+    outside = tmp_path / "outside"
+    (outside / "match").mkdir(parents=True)
+    for name in ("a", "b", "c"):
+        (outside / "match" / name).write_bytes(b"not the tool's")
+    (copy / ".pretokenize-tmp").mkdir(exist_ok=True)
+    os.symlink(outside, copy / ".pretokenize-tmp" / "removal")
+    cli.main(["verify", "--output", str(copy), *RUNNER])
+    assert "files a killed remove left" not in capsys.readouterr().out
+    assert sorted(os.listdir(outside / "match")) == ["a", "b", "c"]

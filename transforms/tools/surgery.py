@@ -518,7 +518,9 @@ def rewrite_file(output: str, plan: FilePlan, itemsize: int) -> tuple[str, str |
                     dst.write(chunk)
                     digest.update(chunk)
                     remaining -= len(chunk)
-        fs.mv(tmp, path)
+        # Asked again before the shard is replaced (shards.lock.guard): a copy is long, and a command
+        # whose lock was taken meanwhile (stopped, then woken) must not put back what another removed.
+        fs.mv(tmp, shard_path(output, plan.rel_path))
     except BaseException:
         if fs.exists(tmp):
             fs.rm(tmp)
@@ -555,9 +557,13 @@ def write_streamed(output: str, name: str, chunks: Iterable[str], what: str) -> 
     if out.local and os.path.isdir(path):  # a move onto a directory (or a link to one) would go into it
         raise tree.UnsafePathError(f"{storage.join(output, name)} is a directory; the tool writes a file of that name")
     tmp, raw = open_partial(output, name)
-    with storage.moved_into_place(fs, tmp, path), io.TextIOWrapper(raw, encoding="utf-8", newline="") as dst:
-        for chunk in chunks:
-            dst.write(chunk)
+    with storage.moved_into_place(fs, tmp, path):
+        with io.TextIOWrapper(raw, encoding="utf-8", newline="") as dst:
+            for chunk in chunks:
+                dst.write(chunk)
+        # Asked again before the copy replaces ``name`` (shards.lock.guard): a command whose lock was
+        # taken while it wrote must not put back a log or a manifest from before the other's changes.
+        out.writable(name, what)
 
 
 def kept_manifest_lines(rows: Iterable[tuple[str, str, int]], plan: RemovalPlan) -> Iterator[str]:
