@@ -11,7 +11,8 @@ as underscores: ``--lid-threshold`` is ``lid_threshold``), with the same default
 checks, read from the same declarations (the job's parser, generated from its settings dataclass:
 pipelines/flags.py); and how to run: ``runner`` (any Beam runner, default Beam's), ``workers``
 (``--workers``), ``beam_args`` (any other Beam flag, as on the command line) and ``break_lock``.
-It returns what the run made (JobResult, RemoveResult, verify.Verdict) and prints no summary.
+It returns what the run made (JobResult, RemoveResult, verify.Verdict, stats.StatsWritten,
+ExportResult, decode.Decoded, TrainBpeResult) and prints no summary.
 
 A failure is one of the exceptions below, whose text is the line the command prints after
 ``pretokenize JOB: ``: the CLI says its errors through ``job_error``. docs/python-api.md has an
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 
     from apache_beam.options.pipeline_options import PipelineOptions
 
+    from pipelines.decode import Decoded
     from pipelines.stats import StatsWritten
     from pipelines.verify import Verdict
 
@@ -115,12 +117,56 @@ def check_values(parser: argparse.ArgumentParser, settings_cls, values: dict[str
         if name not in actions:
             close = difflib.get_close_matches(name, actions, n=1)
             raise Usage(f"unknown argument {name!r}" + (f" (did you mean {close[0]}?)" if close else ""))
-    missing = [a.option_strings[0] for a in actions.values() if a.required and values.get(a.dest) is None]
+    missing = [(a.option_strings or [a.dest])[0] for a in actions.values()
+               if a.required and values.get(a.dest) in (None, [], ())]
     if missing:
         raise Usage(f"the following arguments are required: {', '.join(missing)}")
+    _check_groups(parser, values)
     floats = spelled_as_float(settings_cls)
     for name, value in values.items():
         _check_value(actions[name], value, name in floats)
+
+
+def _check_groups(parser: argparse.ArgumentParser, values: dict[str, Any]) -> None:
+    """A UsageError saying what argparse says of flags that exclude each other given together, or
+    of none given of a group that needs one (train-bpe's --vocab-size or --merges)."""
+    from transforms.core.records import UsageError as Usage
+
+    for group in parser._mutually_exclusive_groups:
+        given = [a.option_strings[0] for a in group._group_actions if values.get(a.dest) not in (None, False)]
+        if len(given) > 1:
+            raise Usage(f"argument {given[1]}: not allowed with argument {given[0]}")
+        if group.required and not given:
+            flags = " ".join(a.option_strings[0] for a in group._group_actions)
+            raise Usage(f"one of the arguments {flags} is required")
+
+
+def command_line(parser: argparse.ArgumentParser, settings_cls, values: dict[str, Any], run: Run) -> list[str]:
+    """The command line checked keyword ``values`` are twin to: each flag in the order given,
+    ``--flag=VALUE`` (many values: ``--flag V1 V2``), a switch alone when on; a value of None and
+    a switch off left out (the flag's default); then ``--workers=N``, ``--break-lock``,
+    ``beam_args`` and ``--runner=R``. A job that records its command line (train-bpe) records this."""
+    from transforms.core.settings import spelled_as_float
+
+    floats = spelled_as_float(settings_cls)
+    actions = {a.dest: a for a in parser._actions}
+    argv: list[str] = []
+    for name, value in values.items():
+        action = actions[name]
+        flag = next(s for s in action.option_strings if s.startswith("--"))
+        if value is None or (action.nargs == 0 and value != action.const):
+            continue
+        texts = [str(int(v)) if name in floats else str(_plain(v))
+                 for v in (value if isinstance(value, (list, tuple)) else [value])]
+        if action.nargs == 0:
+            argv.append(flag)
+        elif isinstance(value, (list, tuple)):
+            argv += [flag, *texts]
+        else:
+            argv.append(f"{flag}={texts[0]}")
+    argv += [f"--workers={run.workers}"] if run.workers is not None else []
+    argv += ["--break-lock"] if run.break_lock else []
+    return argv + list(run.beam_args) + ([f"--runner={run.runner}"] if run.runner else [])
 
 
 def build_settings(settings_cls, values: dict[str, Any]):
@@ -343,3 +389,96 @@ def stats(output: str, *, break_lock: bool = False, **settings: Any) -> StatsWri
         parser = module.make_parser()
         check_values(parser, module.StatsSettings, values)
         return module.write_stats(build_settings(module.StatsSettings, values))
+
+
+# --- The tools over a tree, and train-bpe -----------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportResult:
+    """What ``export`` wrote (``written``) or, with ``check=True``, found: ``output``, the tree's
+    URL; ``prefixes``, each shard's Megatron prefix (relative to the tree: ``megatron/1024/p00_00000``);
+    the ``sequences`` and ``tokens`` the indexes describe; ``blends``, the files for Megatron's
+    ``--data-args-path`` (URLs); ``problems``, with ``check=True``, each stale or missing file in
+    one line (none: the export is current)."""
+
+    output: str
+    prefixes: tuple[str, ...]
+    sequences: int
+    tokens: int
+    blends: tuple[str, ...]
+    problems: tuple[str, ...]
+    written: bool
+
+
+def export(output: str, target: str = "megatron", *, break_lock: bool = False, **settings: Any) -> ExportResult:
+    """``pretokenize export megatron``: a Megatron-LM index and a .bin link per shard, under the
+    tree's ``megatron/``. ``settings``: ``mount``, ``check`` (pipelines.export.ExportSettings)."""
+    from pipelines import export as module
+    from pipelines.errors import launching
+
+    values = {"target": target, "output": output, **settings}
+    with _said_as("export"), _lock_scope("export", str(output), break_lock), launching():
+        check_values(module.make_parser(), module.ExportSettings, values)
+        options = build_settings(module.ExportSettings, values)
+        tree = module.opened(options)
+        if options.check:
+            indexes, problems = module.shard_indexes(tree), module.check_megatron(tree, options.mount)
+        else:
+            indexes, problems = module.export_megatron(tree, options.mount), []
+        return ExportResult(tree.url, tuple(x.prefix for x in indexes), sum(x.sequences for x in indexes),
+                            sum(x.tokens for x in indexes), tuple(module.blend_files(tree, indexes)),
+                            tuple(problems), written=not options.check)
+
+
+def decode(paths: str | Sequence[str], **settings: Any) -> list[Decoded]:
+    """``pretokenize decode``: documents back as text, each a pipelines.decode.Decoded (``id``: a
+    bucketed tree's original id, None in llm.c shards; ``text``). ``paths``: a bucketed tree, or
+    llm.c shard files (in order) or split directories, one or a list. ``settings``: ``docs``,
+    ``doc_id`` (``--id``), ``markers``, ``tokenizer`` (pipelines.decode.DecodeSettings)."""
+    import os
+    import sys
+
+    from pipelines import decode as module
+    from pipelines.errors import launching
+
+    values = {"paths": [paths] if isinstance(paths, (str, os.PathLike)) else list(paths), **settings}
+    with _said_as("decode"), launching():
+        check_values(module.make_parser(), module.DecodeSettings, values)
+        return list(module.documents(build_settings(module.DecodeSettings, values), sys.stderr))
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainBpeResult:
+    """What ``train_bpe`` published: ``output``, the tokenizer's directory (``AutoTokenizer.
+    from_pretrained`` loads it; ``--tokenizer trained:DIR`` of the jobs); ``stats``, its
+    training_stats.txt (transforms.bpe.files.TrainingStats); ``files``, the files it is; ``argv``,
+    the command line its files record: ``pretokenize train-bpe`` given it writes the same bytes."""
+
+    output: str
+    stats: Any
+    files: tuple[str, ...]
+    argv: tuple[str, ...]
+
+
+def train_bpe(input: str, output: str, *, runner: str | None = None, workers: int | None = None,
+              beam_args: Sequence[str] = (), break_lock: bool = False, **settings: Any) -> TrainBpeResult | None:
+    """``pretokenize train-bpe``: a BPE tokenizer learnt from documents (words counted on Beam).
+    ``settings``: ``vocab_size`` or ``merges``, and its other flags (transforms.bpe.settings.
+    TrainBpeSettings). The files record the command line the keywords are twin to (command_line:
+    the flags in the order given). None: a dry run (``--dry_run`` in ``beam_args``) ran nothing."""
+    from pipelines import train_bpe as module
+    from pipelines.errors import launching
+    from transforms.bpe import files
+    from transforms.bpe.settings import TrainBpeSettings
+
+    values = {"input": input, "output": output, **settings}
+    with _said_as("train-bpe"):
+        with launching():
+            parser = module.make_parser()
+            check_values(parser, TrainBpeSettings, values)
+            argv = command_line(parser, TrainBpeSettings, values, Run(runner, workers, beam_args, break_lock))
+        stats = module.run(argv, say_summary=False)
+    if stats is None:
+        return None
+    return TrainBpeResult(storage.normalize(storage_text(output)), stats, files.FILES, tuple(argv))

@@ -31,10 +31,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import os
 import posixpath
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import NamedTuple, TextIO
 
 import numpy as np
@@ -248,15 +249,34 @@ def _split(tokens: np.ndarray, pending: list[np.ndarray]) -> Iterator[np.ndarray
         pending.append(np.asarray(tokens[start:]))
 
 
+class Decoded(NamedTuple):
+    """A document decoded: its original ``id`` (a bucketed tree's; None in llm.c shards) and its ``text``."""
+
+    id: str | None
+    text: str
+
+
+def shard_documents(paths: Sequence[str], token_bytes, docs: int | None, markers: bool,
+                    log: TextIO) -> Iterator[Decoded]:
+    """The first ``docs`` documents of the llm.c shards ``paths`` (all for None), read as they are drawn."""
+    rendered = (Decoded(None, render(tokens, token_bytes, markers)) for tokens in iter_documents(paths, log))
+    return rendered if docs is None else itertools.islice(rendered, docs)
+
+
 def decode(paths: Sequence[str], token_bytes, docs: int | None, markers: bool, out: TextIO, log: TextIO) -> int:
     """Write up to ``docs`` documents of ``paths`` to ``out``; the number written."""
+    return write(shard_documents(paths, token_bytes, docs, markers, log), out)
+
+
+def write(documents: Iterable[Decoded], out: TextIO) -> int:
+    """Each document as the command prints it: a tree's after its ``==> ID <==`` line, llm.c
+    shards' with a blank line between them; the number written."""
     written = 0
-    for tokens in iter_documents(paths, log):
-        if docs is not None and written >= docs:
-            break
-        if written:
-            out.write("\n")
-        out.write(render(tokens, token_bytes, markers) + "\n")
+    for doc in documents:
+        if doc.id is not None:
+            out.write(f"==> {doc.id} <==\n{doc.text}\n")
+        else:
+            out.write(("\n" if written else "") + doc.text + "\n")
         written += 1
     return written
 
@@ -303,18 +323,15 @@ def tree_documents(tree: ShardTree, docs: int | None, doc_id: str | None) -> Ite
         yield tree.documents.id(i), tokens[:-1]  # a document's last token is its EOS: the format's and the manifest's
 
 
-def decode_tree(path: str, tokenizer: str | None, docs: int | None, doc_id: str | None, out: TextIO) -> int:
-    """Write documents of the bucketed tree at ``path`` to ``out``, each after ``==> ID <==``; the number written."""
+def decoded_tree(path: str, tokenizer: str | None, docs: int | None, doc_id: str | None) -> Iterator[Decoded]:
+    """The documents of the bucketed tree at ``path`` (opened, and its tokenizer loaded, now)."""
     try:
         tree = open_tree(path)
     except (FileNotFoundError, ValueError) as e:  # unfinished (IncompleteTreeError), damaged
         raise BadInputError(path, str(e)) from None
     token_bytes = tree_token_bytes(tokenizer or tree.stats.tokenizer, tree.eos_id, path)
-    written = 0
-    for doc, tokens in tree_documents(tree, docs, doc_id):
-        out.write(f"==> {doc} <==\n{token_bytes(tokens.tolist()).decode('utf-8', errors='replace')}\n")
-        written += 1
-    return written
+    return (Decoded(doc, token_bytes(tokens.tolist()).decode("utf-8", errors="replace"))
+            for doc, tokens in tree_documents(tree, docs, doc_id))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -349,19 +366,23 @@ def parse_args(argv: list[str]) -> DecodeSettings:
     return parse_plain_settings(make_parser(), argv, DecodeSettings)  # a bad value: exit 2, as every tool
 
 
-def run(argv: list[str] | None = None) -> int:
-    args = parse_args(argv or [])
+def documents(args: DecodeSettings, log: TextIO) -> Iterator[Decoded]:
+    """The documents ``args`` asks for, decoded as they are drawn (the paths and the flags judged
+    now: a UsageError for flags that do not go together); notes on ``log``."""
     if len(args.paths) == 1 and is_bucketed_tree(args.paths[0]):
         if args.markers:
             raise UsageError("--markers is for the scaffold's countdown tokens, not a bucketed tree")
         if args.doc_id is not None and args.docs is not None:
             raise UsageError("give --docs N or --id ID, not both")
-        decode_tree(args.paths[0], args.tokenizer, args.docs, args.doc_id, sys.stdout)
-        return 0
+        return decoded_tree(args.paths[0], args.tokenizer, args.docs, args.doc_id)
     if any(is_bucketed_tree(p) for p in args.paths):
         raise UsageError("give one bucketed tree at a time, not with other paths")
     if args.doc_id is not None:
         raise UsageError("--id reads a bucketed tree (its documents have ids); llm.c shards are read by "
                          "position (--docs N)")
-    decode(args.paths, load_token_bytes(args.tokenizer or "gpt2"), args.docs, args.markers, sys.stdout, sys.stderr)
+    return shard_documents(args.paths, load_token_bytes(args.tokenizer or "gpt2"), args.docs, args.markers, log)
+
+
+def run(argv: list[str] | None = None) -> int:
+    write(documents(parse_args(argv or []), sys.stderr), sys.stdout)
     return 0

@@ -242,6 +242,23 @@ def _read_bytes(path: str) -> bytes | None:
         return f.read()
 
 
+def opened(options: ExportSettings) -> ShardTree:
+    """The tree ``options`` export (its lock taken) or check: FileNotFoundError or ValueError when it
+    cannot be (unfinished: IncompleteTreeError; missing, damaged, not local, not this tool's)."""
+    if not options.check and ownership.read_record(options.output) is not None:
+        lock.take(options.output)  # one writer at a time: before the tree is read for its export
+    tree = open_tree(options.output)
+    _local_root(tree)
+    if not options.check:
+        ownership.owned(tree.url)  # only a tree this tool wrote, whose record can list the export
+    return tree
+
+
+def blend_files(tree: ShardTree, indexes: list[ShardIndex]) -> list[str]:
+    """The URLs of the export's blends, for Megatron's --data-args-path (and the valid one's)."""
+    return [storage.join(tree.url, rel) for rel in _args_files(tree, indexes)]
+
+
 @lock.command("export")
 def run(argv: list[str] | None = None) -> int:
     """0 when done (or, with --check, when the export is current); 1 when --check finds problems;
@@ -249,12 +266,7 @@ def run(argv: list[str] | None = None) -> int:
     options = parse_args(argv or [])
     start = time.monotonic()
     try:
-        if not options.check and ownership.read_record(options.output) is not None:
-            lock.take(options.output)  # one writer at a time: before the tree is read for its export
-        tree = open_tree(options.output)
-        _local_root(tree)
-        if not options.check:
-            ownership.owned(tree.url)  # only a tree this tool wrote, whose record can list the export
+        tree = opened(options)
     except (FileNotFoundError, ValueError) as e:  # unfinished (IncompleteTreeError), missing, damaged, remote
         print(f"pretokenize export: {e}", file=sys.stderr, flush=True)
         return 2
@@ -277,8 +289,8 @@ def run(argv: list[str] | None = None) -> int:
         f"in {seconds:.1f} s, under {storage.join(tree.url, EXPORT_DIR)}",
         flush=True,
     )
-    for rel in _args_files(tree, indexes):
-        print(f"blend for --data-args-path: {storage.join(tree.url, rel)}", flush=True)
+    for url in blend_files(tree, indexes):
+        print(f"blend for --data-args-path: {url}", flush=True)
     if options.mount is None:
         print(f"its prefixes are relative to the tree's root: run Megatron in {tree.url}, or export with "
               "--mount PATH for a tree mounted at PATH", flush=True)

@@ -318,9 +318,9 @@ def summary_table(stats: files.TrainingStats, output: str, count_seconds: tuple[
 
 
 @lock.command("train-bpe")
-def run(argv: list[str] | None = None) -> files.TrainingStats | None:
-    """Parse, count on Beam, learn and publish on the launcher, print the summary (None: --dry_run
-    translated the job for a remote runner and ran nothing)."""
+def run(argv: list[str] | None = None, say_summary: bool = True) -> files.TrainingStats | None:
+    """Parse, count on Beam, learn and publish, print the summary (``say_summary``); the stats (None:
+    --dry_run ran nothing). The files record ``argv`` (pipelines.api.train_bpe: its keywords' twin)."""
     argv = list(argv or [])
     start = time.monotonic()
     run_id = launch.new_run_id()
@@ -363,6 +363,7 @@ def run(argv: list[str] | None = None) -> files.TrainingStats | None:
             raise
         raise stopped from None
     launch.abandon_run(output, run_id)
-    print(summary_table(stats, output, (launch_seconds, count_seconds), merge_seconds), flush=True)
+    if say_summary:
+        print(summary_table(stats, output, (launch_seconds, count_seconds), merge_seconds), flush=True)
     return stats
 

@@ -4,13 +4,16 @@ examples run as written from a directory laid out like the checkout's root."""
 
 from __future__ import annotations
 
+import io
+import os
 import re
 import shutil
 
+import pyarrow.parquet as pq
 import pytest
 from conftest import REPO, SAMPLE_PARQUET, tree_hashes
 
-from pipelines import api, cli
+from pipelines import api, cli, decode, train_bpe
 from shards.reader import open_tree
 
 SCAFFOLD_INPUT = REPO / "tests" / "data" / "scaffold" / "por_annotated.jsonl"
@@ -65,7 +68,7 @@ def test_remove_from_python_writes_the_commands_bytes(twins, tmp_path):
     assert removed.removed_tokens == tokens
 
 
-def test_scaffold_from_python_writes_the_commands_bytes(tmp_path):
+def test_scaffold_and_decode_from_python_give_the_commands_bytes(tmp_path):
     flags = ["--tokenizer", "gpt2", "--shard-tokens", "4000"]
     assert cli.main(["scaffold", "--input", str(SCAFFOLD_INPUT), "--output", str(tmp_path / "cli"), *flags,
                      f"--runner={RUNNER}"]) == 0
@@ -73,6 +76,21 @@ def test_scaffold_from_python_writes_the_commands_bytes(tmp_path):
                           shard_tokens=4000, runner=RUNNER)
     assert tree_hashes(tmp_path / "api") == tree_hashes(tmp_path / "cli")
     assert result.tokens == result.stats.total_tokens > 0 and result.files
+    # decode of llm.c shards: what its command prints, from the documents the call returns
+    out = io.StringIO()
+    assert decode.write(api.decode([tmp_path / "api" / "train"], docs=2, markers=True), out) == 2
+    printed = _printed(["decode", str(tmp_path / "cli" / "train"), "--docs", "2", "--markers"])
+    assert out.getvalue() == printed and "<ff_" in printed
+
+
+def _printed(argv: list[str]) -> str:
+    """What ``pretokenize ARGV`` prints on stdout (it must succeed)."""
+    import contextlib
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli.main(argv) == 0
+    return out.getvalue()
 
 
 def test_stats_from_python_writes_the_commands_bytes(twins, tmp_path, capsys):
@@ -90,6 +108,80 @@ def test_stats_from_python_writes_the_commands_bytes(twins, tmp_path, capsys):
         api.stats(tmp_path / "nothing-here")
     assert cli.main(["stats", "--output", str(tmp_path / "nothing-here")]) == 2
     assert capsys.readouterr().err.strip() == f"pretokenize stats: {e.value}"
+
+
+def test_export_from_python_writes_the_commands_bytes(twins, tmp_path, capsys):
+    root, _ = twins
+    for name in ("cli", "api"):
+        shutil.copytree(root / "cli", tmp_path / name / "tree", symlinks=True)
+    cli_tree, api_tree = tmp_path / "cli" / "tree", tmp_path / "api" / "tree"
+    assert cli.main(["export", "megatron", "--output", str(cli_tree), "--mount", "/data/tree"]) == 0
+    result = api.export(api_tree, mount="/data/tree")
+    assert tree_hashes(tmp_path / "api") == tree_hashes(tmp_path / "cli")
+    links = {rel for rel in tree_hashes(api_tree) if rel.endswith(".bin")}
+    assert links and all(os.readlink(api_tree / rel) == os.readlink(cli_tree / rel) for rel in links)
+    stats = open_tree(str(api_tree)).stats
+    assert result.written and len(result.prefixes) == len(links) == stats.total_files
+    assert (result.tokens, result.sequences) == (stats.total_tokens, stats.kept_documents)
+    assert result.blends == (str(api_tree / "megatron" / "data_args.txt"),)
+    assert api.export(api_tree, mount="/data/tree", check=True).problems == ()
+    (api_tree / f"{result.prefixes[0]}.idx").unlink()
+    (cli_tree / f"{result.prefixes[0]}.idx").unlink()
+    checked = api.export(api_tree, mount="/data/tree", check=True)
+    assert not checked.written and checked.problems == (f"{result.prefixes[0]}.idx: missing",)
+    capsys.readouterr()
+    assert cli.main(["export", "megatron", "--output", str(cli_tree), "--mount", "/data/tree", "--check"]) == 1
+    assert capsys.readouterr().out.splitlines()[0] == f"  {checked.problems[0]}"
+    with pytest.raises(api.UsageError) as e:
+        api.export(tmp_path / "nothing-here")
+    assert cli.main(["export", "megatron", "--output", str(tmp_path / "nothing-here")]) == 2
+    assert capsys.readouterr().err.strip() == f"pretokenize export: {e.value}"
+
+
+def test_decode_from_python_gives_what_its_command_prints(twins, capsys):
+    root, _ = twins
+    printed = _printed(["decode", str(root / "cli"), "--docs", "3"])
+    docs = api.decode(root / "cli", docs=3)
+    out = io.StringIO()
+    assert decode.write(docs, out) == 3 and out.getvalue() == printed
+    texts = dict(zip(*pq.read_table(SAMPLE_PARQUET, columns=["id", "text"]).to_pydict().values(), strict=True))
+    assert all(doc.text == texts[doc.id] for doc in docs)  # the sample's own text, id by id
+    assert api.decode(str(root / "cli"), doc_id=docs[2].id) == [docs[2]]
+    with pytest.raises(api.UsageError) as e:
+        api.decode(root / "cli", docs=1, doc_id=docs[0].id)
+    capsys.readouterr()
+    assert cli.main(["decode", str(root / "cli"), "--docs", "1", "--id", docs[0].id]) == 2
+    assert capsys.readouterr().err.strip() == f"pretokenize decode: {e.value}"
+    with pytest.raises(api.UsageError, match="the following arguments are required: paths"):
+        api.decode([])
+
+
+def test_train_bpe_from_python_writes_the_bytes_of_its_command_line_twin(tmp_path, monkeypatch):
+    """The tokenizer's files record the command line: the call records the one its keywords are
+    twin to, and that command, run in a copy of the directory, writes the same bytes."""
+    for name in ("api", "cli"):
+        (tmp_path / name).mkdir()
+        shutil.copyfile(SAMPLE_PARQUET, tmp_path / name / "sample.parquet")
+    monkeypatch.chdir(tmp_path / "api")
+    result = api.train_bpe(input="sample.parquet", output="tok", vocab_size=600, min_count=2, runner=RUNNER)
+    assert result.argv == ("--input=sample.parquet", "--output=tok", "--vocab-size=600", "--min-count=2",
+                           f"--runner={RUNNER}")
+    monkeypatch.chdir(tmp_path / "cli")
+    assert cli.main(["train-bpe", *result.argv]) == 0
+    made = tree_hashes(tmp_path / "api" / "tok")
+    assert made == tree_hashes(tmp_path / "cli" / "tok") and set(result.files) <= set(made)
+    assert " ".join(result.argv) in (tmp_path / "api" / "tok" / "merges.txt").read_text().splitlines()[0]
+    assert result.stats.eos_id == 599 and result.output == str(tmp_path / "api" / "tok")
+
+
+def test_train_bpe_refuses_what_its_parser_refuses(capsys):
+    with pytest.raises(api.UsageError) as e:
+        api.train_bpe(input=str(SAMPLE_PARQUET), output="unused", vocab_size=600, merges=10)
+    with pytest.raises(SystemExit):
+        train_bpe.make_parser().parse_args(["--input", "x", "--output", "y", "--vocab-size", "600", "--merges", "10"])
+    assert capsys.readouterr().err.strip().endswith(f"error: {e.value}")
+    with pytest.raises(api.UsageError, match="one of the arguments --vocab-size --merges is required"):
+        api.train_bpe(input=str(SAMPLE_PARQUET), output="unused")
 
 
 BAD = [
@@ -137,10 +229,12 @@ def test_the_page_runs_as_written_from_the_checkouts_root(tmp_path, monkeypatch,
         shutil.copyfile(source, target)
     monkeypatch.chdir(tmp_path)
     found = re.findall(r"^```python\n(.*?)^```$", text, flags=re.M | re.S)
-    assert len(found) == 6
+    assert len(found) == 9
     for code in found:
         exec(compile(code, str(PAGE), "exec"), {})
     printed = capsys.readouterr().out
     assert "unknown tokenizer 'gtp2' (did you mean gpt2?)" in printed
     assert (tmp_path / "out" / "api-sample" / "dataset_stats.txt").exists()
     assert not (tmp_path / "out" / "api-bad").exists()
+    assert (tmp_path / "out" / "api-sample" / "megatron" / "data_args.txt").exists()
+    assert (tmp_path / "out" / "api-bpe" / "training_stats.txt").exists()
