@@ -61,7 +61,7 @@ def spilled_unit(work):
     from transforms.core.batches import TokenBatch
     from transforms.core.spill import SpillTokensFn
 
-    fn = SpillTokensFn(types.SimpleNamespace(spill_url=str(work / "spill")),
+    fn = SpillTokensFn(types.SimpleNamespace(spill_url=str(work / "spill"), output=str(work)),
                        lambda b, _: ([("train", i % 2) for i in range(b.size)], np.arange(b.size, dtype=np.int64)))
     fn.setup()
     fn.start_bundle()
