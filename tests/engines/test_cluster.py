@@ -29,6 +29,8 @@ from engine_setup import tree_hashes
 
 from pipelines import verify
 
+pytestmark = pytest.mark.cluster  # `make test-clusters`: too slow for `make test` (the Makefile says why)
+
 ENGINES = list(CLUSTERS)
 JOBS = ["bucketed", "scaffold"]
 LOOPBACK = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
