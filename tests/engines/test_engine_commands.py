@@ -92,7 +92,8 @@ def test_verify_gives_the_same_report(engine, sample_tree, tmp_path, capfd):
     assert reports[engine] == reports["fnapi"]
     assert reports["fnapi"], "an empty report: nothing was checked"
     if engine == "flink":
-        assert "--runner=FlinkRunner: embedded Flink 1.19; added --flink_version=1.19 --flink_master=[local]" in err
+        assert "--runner=FlinkRunner: embedded Flink 1.19, every port bound to 127.0.0.1; added" in err
+        assert "--flink_version=1.19 --flink_master=[local]" in err
 
 
 def normalized_tokenizer(out, runner: str) -> dict[str, str]:
