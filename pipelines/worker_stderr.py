@@ -13,8 +13,16 @@ transforms.core.progress shows this project's records once.
 So, while such a run goes, the workers get a pipe as their standard error (the launcher's file
 descriptor 2, which they inherit), and the launcher's own writes go to the terminal as before
 (``sys.stderr`` is pointed at a copy of the original descriptor). A thread passes on every line of
-the pipe except the records Python's default format prints (``LEVEL:logger:message``) below ERROR;
-the rest (an error, a traceback, a C library's message) is shown as the worker wrote it.
+the pipe except the records Python's default format prints (``LEVEL:logger:message``) below ERROR,
+and Beam's reports of a failed step; the rest (another error, a traceback, a C library's message) is
+shown as the worker wrote it.
+
+A step that fails in a worker (bad input found there, say) reaches the launcher as the job's error,
+which the command says in one line, as with one worker. The worker's harness has already reported it
+on its standard error, three times with their tracebacks: Beam's ``apache_beam.runners`` loggers'
+ERROR records and the traceback the harness prints itself, whose last exception names the step
+(``[while running '...']``). Such a report is read whole (up to a blank line that no chained
+traceback follows) and kept back; any other report is passed on whole.
 """
 
 from __future__ import annotations
@@ -27,6 +35,12 @@ import threading
 
 # Python's BASIC_FORMAT: "%(levelname)s:%(name)s:%(message)s".
 _HARNESS_RECORD = re.compile(rb"^(?:DEBUG|INFO|WARNING):[\w.]+:")
+_RUNNER_ERROR = re.compile(rb"^ERROR:apache_beam\.runners\.[\w.]+:")
+_TRACEBACK = b"Traceback (most recent call last):"
+_CHAINED = (b"During handling of the above exception, another exception occurred:",
+            b"The above exception was the direct cause of the following exception:")
+_STEP_FAILED = b" [while running '"  # what Beam's DoFnRunner adds to the error of a failed step
+_LONGEST_REPORT = 5000  # lines held at most: a report longer than this is passed on as it comes
 
 
 def harness_line(line: bytes) -> bool:
@@ -67,6 +81,34 @@ def filtering_worker_stderr(enabled: bool):
         passer.join(timeout=5)  # a worker still alive keeps the pipe open: the thread is a daemon
 
 
+class ErrorReports:
+    """Sorts a worker's lines: a harness record below ERROR is dropped; an error report (a Beam
+    runner's ERROR record or a traceback, with the lines that follow it up to its end) is held until
+    it ends, then dropped when it is Beam's report of a failed step, else passed on whole."""
+
+    def __init__(self):
+        self._held: list[bytes] = []
+
+    def feed(self, line: bytes) -> list[bytes]:
+        """The lines to pass on now, ``line`` (with its newline) read last."""
+        if not self._held:
+            if _RUNNER_ERROR.match(line) or line.rstrip(b"\r\n") == _TRACEBACK:
+                self._held = [line]
+                return []
+            return [] if harness_line(line) else [line]
+        ended = not self._held[-1].strip() and line.strip() and line.rstrip(b"\r\n") not in _CHAINED
+        if ended or len(self._held) >= _LONGEST_REPORT:
+            return self.end() + self.feed(line)
+        self._held.append(line)
+        return []
+
+    def end(self) -> list[bytes]:
+        """The held report's lines to pass on, now that it has ended (or the pipe has)."""
+        report, self._held = self._held, []
+        failed_step = report and (_RUNNER_ERROR.match(report[0]) or any(_STEP_FAILED in line for line in report))
+        return [] if failed_step else report
+
+
 def _on_descriptor_2(stream) -> bool:
     try:
         return stream.fileno() == 2
@@ -76,16 +118,18 @@ def _on_descriptor_2(stream) -> bool:
 
 def _pass_on(read_end: int, original: int) -> None:
     """Copies every line read from the pipe to ``original`` (a descriptor of its own, which it
-    closes) but the harness records, until the last worker has closed the pipe."""
+    closes) but what ErrorReports keeps back, until the last worker has closed the pipe."""
+    reports = ErrorReports()
     with open(read_end, "rb", buffering=0) as pipe, open(original, "wb", buffering=0) as out:
         original = out.fileno()
         pending = b""
         while chunk := pipe.read(65536):
             *lines, pending = (pending + chunk).split(b"\n")
-            kept = b"".join(line + b"\n" for line in lines if not harness_line(line))
-            if kept:
-                with contextlib.suppress(OSError):
-                    os.write(original, kept)
-        if pending and not harness_line(pending):
-            with contextlib.suppress(OSError):
-                os.write(original, pending)
+            _write(original, [kept for line in lines for kept in reports.feed(line + b"\n")])
+        _write(original, (reports.feed(pending) if pending else []) + reports.end())
+
+
+def _write(descriptor: int, lines: list[bytes]) -> None:
+    if lines:
+        with contextlib.suppress(OSError):
+            os.write(descriptor, b"".join(lines))

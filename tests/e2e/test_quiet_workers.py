@@ -58,3 +58,25 @@ def test_only_the_records_below_error_of_the_default_format_are_kept_back(tmp_pa
         os.close(write_end)
         _pass_on(read_end, os.dup(f.fileno()))
     assert out.read_bytes() == b"\n".join(lines[3:])
+
+
+@pytest.mark.unit
+def test_beams_reports_of_a_failed_step_are_kept_back_whole_and_other_reports_passed_on(tmp_path):
+    step = [b"ERROR:apache_beam.runners.common:bad input: x", b"Traceback (most recent call last):", b'  File "a"',
+            b"Bad: x", b"Traceback (most recent call last):", b'  File "b"', b"Bad: x", b"",
+            b"During handling of the above exception, another exception occurred:", b"",
+            b"Traceback (most recent call last):", b'  File "c"', b"RuntimeError: Bad: x [while running 'tokenize']",
+            b"", b"ERROR:apache_beam.runners.worker.sdk_worker:Error processing instruction 4. Original traceback is",
+            b"Traceback (most recent call last):", b'  File "d"', b"RuntimeError: Bad: x [while running 'read']", b"",
+            b""]
+    other = [b"Traceback (most recent call last):", b'  File "e"', b"ImportError: no module", b""]
+    crash = [b"ERROR:__main__:Python sdk harness failed:", b"Traceback (most recent call last):", b"  File \"f\"",
+             b"OSError: gone"]
+    lines = [b"a line of ours", *step, b"INFO:__main__:Logging handler created.", *other, b"after", *crash]
+    read_end, write_end = os.pipe()
+    out = tmp_path / "out"
+    with open(out, "wb") as f:
+        os.write(write_end, b"\n".join(lines))
+        os.close(write_end)
+        _pass_on(read_end, os.dup(f.fileno()))
+    assert out.read_bytes() == b"\n".join([b"a line of ours", *other, b"after", *crash])
