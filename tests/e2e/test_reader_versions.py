@@ -201,6 +201,42 @@ def test_3_an_index_whose_ids_are_swapped_consistently_is_not_used(tree_copy):
         np.testing.assert_array_equal(t.document(doc_id), expected[doc_id], err_msg=doc_id)
 
 
+def hide(doc_id: str, how: str):
+    """An edit (for ``craft``) of the lookup table alone that leaves it sorted and a permutation of
+    the rows (every check at open holds) but without a true entry for ``doc_id``: its hash replaced
+    by a neighbour's ("hash"), or its row swapped with another entry's ("row")."""
+
+    def edit(data):
+        at, size = section(data, "hashes")
+        hashes = np.frombuffer(bytes(data[at:at + size]), "<u8").copy()
+        rows_at, rows_size = section(data, "hash_rows")
+        rows = np.frombuffer(bytes(data[rows_at:rows_at + rows_size]), "<i8").copy()
+        p = int(np.flatnonzero(hashes == np.uint64(reader_index.id_hash(doc_id.encode())))[0])
+        other = p - 1 if p else p + 1
+        if how == "hash":
+            hashes[p] = hashes[other]
+            data[at:at + size] = hashes.tobytes()
+        else:
+            rows[[p, other]] = rows[[other, p]]
+            data[rows_at:rows_at + rows_size] = rows.tobytes()
+
+    return edit
+
+
+@pytest.mark.parametrize("how", ["hash", "row"])
+def test_3_a_lookup_table_crafted_to_hide_an_id_does_not_hide_its_document(tree_copy, how):
+    """Never a false KeyError: the manifest holds the id, so the reader serves its document."""
+    expected = truth(tree_copy)
+    craft(tree_copy / reader_index.INDEX_NAME, hide("doc-10", how))
+    t = reader.open_tree(str(tree_copy))
+    assert t.documents.__class__.__name__ == "IndexedDocuments"  # the crafted index passed the checks at open
+    for doc_id, tokens in expected.items():
+        np.testing.assert_array_equal(t.document(doc_id), tokens, err_msg=doc_id)
+    for absent in ("doc-1", "doc-100", "doc-1x", ""):
+        with pytest.raises(KeyError):
+            t.document(absent)
+
+
 def test_3_a_mark_left_by_the_weaker_proof_of_before_does_not_vouch_for_an_index(tree_copy, tmp_path, monkeypatch):
     """Marks left before the proof compared an index's rows said only that its digests held."""
     monkeypatch.setenv(reader_index.CACHE_ENV, str(tmp_path / "cache"))
