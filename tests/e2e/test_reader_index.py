@@ -238,6 +238,31 @@ def test_a_sampler_over_an_indexed_tree_holds_nothing_per_document(large_tree):
         assert w.first_offset == again.first_offset
 
 
+def _mapped_kib(path) -> int:
+    """The resident KiB of this process's mappings of ``path`` (/proc/self/smaps)."""
+    total, mine = 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            if "-" in line.split(" ", 1)[0] and ":" not in line.split(" ", 1)[0]:
+                mine = line.rstrip("\n").endswith(" " + str(path))
+            elif mine and line.startswith("Rss:"):
+                total += int(line.split()[1])
+    return total
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="needs Linux's /proc/self/smaps")
+def test_a_lookup_by_id_leaves_no_page_of_the_index_mapped(large_tree):
+    """A lookup's binary search maps the page cache's folios it lands in whole (MBs each with large
+    folios): dropped after it, so repeated lookups never add to a reader's resident memory."""
+    path = large_tree / reader_index.INDEX_NAME
+    index = reader_index.open_index(str(path))
+    np.asarray(index.start[:1000]).sum()  # a window's pages: dropped too
+    assert index.find(b"doc-absent") is None
+    row = index.find(b"doc777")
+    assert _mapped_kib(path) == 0
+    assert index.id(row) == b"doc777"
+
+
 @pytest.mark.parametrize("selection", [
     {}, {"partitions": [3]}, {"partitions": [0, 1, 5]}, {"split": "val", "val_fraction": 0.3},
     {"split": "train", "val_fraction": 0.3, "partitions": [2, 7]}, {"buckets": ["2048"]}, {"split": "val"},
