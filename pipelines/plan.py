@@ -5,11 +5,15 @@
 Nothing runs and nothing is written: the input is planned as a run plans it (every file listed,
 every parquet footer read, so a missing column fails here too), the tokenizer is loaded, and
 ``SAMPLE_DOCS`` documents go through the job's own filter and encoder: ``SAMPLE_UNITS`` draws of an
-input unit, half of them each unit's chance its share of the input's bytes (for the tokens, which
-grow with the bytes), half each unit alike (for the documents and drops, which grow with the rows),
-and rows at random positions within each unit drawn. Each draw estimates the whole (its unit's
-figure over its chance: Hansen and Hurwitz); the estimates are the mean of their half (tokens) or
-its ratio to the rows (documents, drops), each with a 95% interval from the draws' spread:
+input unit, half of them each unit's chance its share of the input's bytes, half each unit alike;
+in each unit drawn, read whole in one pass, half its records drawn by their text's bytes (for the
+tokens, which grow with the bytes: a long document is drawn as often as its bytes say, wherever it
+lies) and half alike (for the documents and drops, which grow with the rows). A unit's chance at a
+draw is the mean of the two halves' (so a unit of few bytes, which the first half rarely draws,
+is still weighed right when the second draws it: the "balance heuristic" of multiple importance
+sampling). Each draw estimates the whole (its unit's figure over its chance: Hansen and Hurwitz);
+the estimates are the mean of the draws (tokens) or their ratio to the rows (documents, drops),
+each with a 95% interval from the draws' spread:
 
 1. rows: exact for parquet (row-group metadata); else as the input format counts them
    (``count_rows``, transforms.inputs.formats): for JSON lines, counted in a sampled file up to
@@ -50,7 +54,9 @@ from transforms.inputs.units import InputUnit
 
 SAMPLE_DOCS = 256  # rows in the sample
 SAMPLE_UNITS = 32  # draws of an input unit
-SCAN_ROWS = 2048  # rows read of a drawn unit, among which its share of the sample is taken at random
+# Text read of a drawn unit at most (a JSON lines file is one unit, however large): a larger unit's
+# rows are drawn from its first SCAN_TEXT_BYTES, taken to stand for the rest.
+SCAN_TEXT_BYTES = 64 << 20
 # Student's t at 97.5% by degrees of freedom (the draws less one), for a 95% interval; 1.96 beyond.
 _T95 = ((1, 12.71), (2, 4.30), (3, 3.18), (4, 2.78), (5, 2.57), (6, 2.45), (7, 2.36), (8, 2.31), (9, 2.26),
         (10, 2.23), (12, 2.18), (15, 2.13), (20, 2.09), (30, 2.04), (60, 2.00))
@@ -59,9 +65,10 @@ _T95 = ((1, 12.71), (2, 4.30), (3, 3.18), (4, 2.78), (5, 2.57), (6, 2.45), (7, 2
 @dataclasses.dataclass(eq=False)  # a draw is itself: the same unit may be drawn again
 class Draw:
     """One draw of the sample: ``unit``, of ``rows`` rows (known or estimated), drawn with
-    ``chance`` at each draw of its half, ``by`` (BY_BYTES, BY_UNITS, or WHOLE in a census);
-    ``records`` of it read, at random positions among its first SCAN_ROWS (all of it in a census),
-    ``batches`` the documents among them."""
+    ``chance`` at each draw, its records drawn ``by`` (BY_BYTES, BY_UNITS: alike, or WHOLE in a census);
+    ``records`` of it drawn from the whole unit (_take; all of it in a census), ``batches`` the
+    documents among them, and ``factors`` (one array a batch) what each of those stands for against
+    a record drawn alike: 1, or for a draw by bytes the unit's mean weight over the record's."""
 
     unit: InputUnit
     rows: float
@@ -69,6 +76,12 @@ class Draw:
     by: str
     batches: list[DocBatch]
     records: int
+    factors: list[np.ndarray]
+
+    @property
+    def bad_records(self) -> int:
+        """The bad records drawn: by bytes none (a bad record has no text, so no chance)."""
+        return 0 if self.by == BY_BYTES else self.records - sum(b.size for b in self.batches)
 
 
 BY_BYTES, BY_UNITS, WHOLE = "bytes", "units", "whole"
@@ -177,31 +190,85 @@ def _drawn(units: Sequence[InputUnit], weights: Sequence[float], k: int, rng: np
 
 
 def _take(unit: InputUnit, config: ReadConfig, limit: int | None,
-          rng: np.random.Generator) -> tuple[list[DocBatch], int]:
-    """``limit`` records at random positions among the first SCAN_ROWS of ``unit`` (all of it for
-    None): its DocBatches and the records taken (a bad record counts as one)."""
-    batches, seen = [], 0
+          rng: np.random.Generator) -> list[tuple[list[DocBatch], int, list[np.ndarray]]]:
+    """Records of ``unit`` drawn from the whole of it (its first SCAN_TEXT_BYTES of text), ``limit``
+    by their text's bytes and ``limit`` alike (_Reservoir), in one pass; all of it, once, for None.
+    For each way: its DocBatches, the records taken (a bad record counts as one) and per batch what
+    each document stands for against a record drawn alike (Draw.factors)."""
+    if limit is None:
+        items = list(_items(unit, config))
+        batches = [b for b in items if not isinstance(b, BadRecord)]
+        return [(batches, len(items) - len(batches) + sum(b.size for b in batches), [np.ones(b.size) for b in batches])]
+    reservoirs = [_Reservoir(limit, True, rng), _Reservoir(limit, False, rng)]
+    for at, item in enumerate(_items(unit, config)):
+        for reservoir in reservoirs:
+            reservoir.offer(at, item)
+        if reservoirs[0].total >= SCAN_TEXT_BYTES:
+            break
+    return [reservoir.taken() for reservoir in reservoirs]
+
+
+class _Reservoir:
+    """``limit`` records of a unit, drawn with replacement, each alike or (``by_bytes``) with a
+    chance its share of the unit's text bytes (_record_weights), in one pass: each of the
+    ``limit`` places holds a record with a chance its weight's share of the weights read so far,
+    so at the end its share of the unit's. A long document is drawn as often as its bytes say,
+    wherever it lies in the unit; drawn by bytes, it is one document standing for every time it
+    was drawn (so it is tokenized once)."""
+
+    def __init__(self, limit: int, by_bytes: bool, rng: np.random.Generator):
+        self.limit, self.by_bytes, self.rng = limit, by_bytes, rng
+        self.held: list[tuple[tuple[int, int], DocBatch | None, float]] = [((-1, -1), None, 0.0)] * limit
+        self.total, self.seen = 0.0, 0
+
+    def offer(self, at: int, item) -> None:
+        """Read ``item``, the unit's ``at``-th (a DocBatch or a BadRecord)."""
+        weights = _record_weights(item, self.by_bytes)
+        self.seen, batch_total = self.seen + len(weights), float(weights.sum())
+        if not batch_total:
+            return
+        self.total += batch_total
+        places = np.flatnonzero(self.rng.random(self.limit) < batch_total / self.total)
+        picks = self.rng.choice(len(weights), len(places), p=weights / batch_total)
+        for place, pick in zip(places.tolist(), picks.tolist(), strict=True):
+            record = None if isinstance(item, BadRecord) else DocBatch(item.source, item.table.slice(pick, 1))
+            self.held[place] = ((at, pick), record, float(weights[pick]))
+
+    def taken(self) -> tuple[list[DocBatch], int, list[np.ndarray]]:
+        """The documents drawn, the records drawn, and the documents' factors: drawn alike, each
+        as drawn (1); by bytes, each once, the unit's mean weight over its own times its draws."""
+        records = self.limit if self.total else 0
+        if not self.by_bytes:
+            docs = [record for _, record, _ in self.held if record is not None]
+            return docs, records, [np.ones(1) for _ in docs]
+        mean, times = self.total / self.seen if self.seen else 0.0, {}
+        for where, record, weight in self.held:
+            if record is not None:
+                times.setdefault(where, [record, weight, 0])[2] += 1
+        return [r for r, _, _ in times.values()], records, [np.full(1, k * mean / w) for _, w, k in times.values()]
+
+
+def _items(unit: InputUnit, config: ReadConfig) -> Iterator:
+    """The unit's DocBatches and BadRecords, as a run reads them, its reader closed at the end."""
     items: Iterator = read_batches(unit, config)
     try:
-        for item in items:
-            if isinstance(item, BadRecord):  # a position of its own, in no batch
-                seen += 1
-            else:
-                batches.append((seen, item))
-                seen += item.size
-            if limit is not None and seen >= SCAN_ROWS:
-                break
+        yield from items
     finally:
         close = getattr(items, "close", None)
         if close is not None:
             close()
-    chosen = np.arange(seen) if limit is None or seen <= limit else np.sort(rng.choice(seen, limit, replace=False))
-    taken = []
-    for start, batch in batches:
-        inside = chosen[(chosen >= start) & (chosen < start + batch.size)] - start
-        if len(inside):
-            taken.append(batch if len(inside) == batch.size else DocBatch(batch.source, batch.table.take(inside)))
-    return taken, len(chosen)
+
+
+def _record_weights(item, by_bytes: bool) -> np.ndarray:
+    """The weight of each record of ``item`` at a draw: 1 alike; by bytes its text's UTF-8 bytes
+    plus one (its EOS: an empty text still makes a token), and 0 for a bad record, which makes none."""
+    if isinstance(item, BadRecord):
+        return np.zeros(1) if by_bytes else np.ones(1)
+    if not by_bytes:
+        return np.ones(item.size)
+    import pyarrow.compute as pc
+
+    return pc.binary_length(item.table.column("text")).fill_null(0).to_numpy(zero_copy_only=False) + 1.0
 
 
 def _unit_rows(units: list[InputUnit], config: ReadConfig, drawn: set[InputUnit]) -> tuple[dict[InputUnit, float],
@@ -236,7 +303,8 @@ def _unit_rows(units: list[InputUnit], config: ReadConfig, drawn: set[InputUnit]
 def plan_and_sample(config: ReadConfig, sample_docs: int = SAMPLE_DOCS, sample_units: int = SAMPLE_UNITS) -> InputPlan:
     """Plan the input as a run does, and draw the sample: every unit whole when the input has no
     more rows than the sample; else ``sample_units`` draws of a unit, half by the units' bytes
-    (_chances), half alike, and rows at random positions within each unit drawn."""
+    (_chances), half alike, and in each unit drawn records by their bytes and alike (_take): two
+    Draws, for the tokens (BY_BYTES) and for the rows (BY_UNITS)."""
     units = plan_input(config)
     files = len({u.path for u in units})
     rng = np.random.default_rng(0)  # the same plan each time it is asked
@@ -245,11 +313,15 @@ def plan_and_sample(config: ReadConfig, sample_docs: int = SAMPLE_DOCS, sample_u
     rows_of, exact = _unit_rows(units, config, {units[i] for _, i in chosen})
     rows = round(sum(rows_of.values()))
     if exact and rows <= sample_docs:
-        draws = [Draw(u, rows_of[u], 1 / len(units), WHOLE, *_take(u, config, None, rng)) for u in units]
+        draws = [Draw(u, rows_of[u], 1 / len(units), WHOLE, *_take(u, config, None, rng)[0]) for u in units]
         return InputPlan(files, units, rows, exact, draws, whole=True)
-    per_draw = max(1, -(-sample_docs // (len(chosen) or 1)))
-    draws = [Draw(units[i], rows_of[units[i]], chances[by][i], by, *_take(units[i], config, per_draw, rng))
-             for by, i in chosen]
+    per_way = max(1, -(-sample_docs // (2 * len(chosen) or 1)))
+    draws = []
+    for _, i in chosen:  # a unit's chance at a draw: the mean of the two halves' (see the module's docstring)
+        chance = (chances[BY_BYTES][i] + chances[BY_UNITS][i]) / 2
+        by_bytes, alike = _take(units[i], config, per_way, rng)
+        draws += [Draw(units[i], rows_of[units[i]], chance, BY_BYTES, *by_bytes),
+                  Draw(units[i], rows_of[units[i]], chance, BY_UNITS, *alike)]
     return InputPlan(files, units, rows, exact, draws, whole=False)
 
 
@@ -312,9 +384,9 @@ def input_lines(plan: InputPlan, config: ReadConfig) -> list[str]:
         f"  {plan.files:,} {'file' if plan.files == 1 else 'files'} ({', '.join(kinds)}), {len(plan.units):,} "
         f"{'unit' if len(plan.units) == 1 else 'units'} of work, {rows}",
         (f"  sample: the whole input, {plan.sampled_records:,} rows: the figures below are its own" if plan.whole
-         else f"  sample: {plan.sampled_records:,} rows at random positions in {len(plan.draws)} draws of a unit "
-              f"({plan.sampled_units} of the {len(plan.units):,} units), half by their bytes and half alike; "
-              "95% intervals in brackets"),
+         else f"  sample: {plan.sampled_records:,} rows at random positions in {len(plan.draws) // 2} draws of a unit "
+              f"({plan.sampled_units} of the {len(plan.units):,} units), half by their bytes and half alike, "
+              "in each draw half its rows by their bytes, half alike; 95% intervals in brackets"),
     ]
 
 
@@ -350,14 +422,14 @@ def bucketed(options) -> str:
     config = options.read_config()
     plan = plan_and_sample(config)
     dtype = np.dtype(options.dtype)
-    per_draw, cpu = _sample_bucketed(plan, options.lid_filter(), encoder, dtype, tokenizer.batch_docs)
+    per_draw, made, cpu = _sample_bucketed(plan, options.lid_filter(), encoder, dtype, tokenizer.batch_docs)
     exact = plan.whole
     lengths = np.concatenate([d[1] for d in per_draw]) if per_draw else np.zeros(0, np.int64)
     drawn = list(zip(per_draw, plan.draws, strict=True))
     weights = (np.concatenate([np.full(len(d[1]), plan.weight(draw, in_rows=True)) for d, draw in drawn]),
-               np.concatenate([np.full(len(d[1]), plan.weight(draw)) for d, draw in drawn]))
+               np.concatenate([plan.weight(draw) * d[3] for d, draw in drawn]))
     kept = Estimate.of(plan, [len(d[1]) for d in per_draw], in_rows=True)
-    tokens = Estimate.of(plan, [float(d[1].sum()) for d in per_draw])
+    tokens = Estimate.of(plan, [float(d[1] @ d[3]) for d in per_draw])
     reasons = sorted({r for d in per_draw for r, n in d[0].items() if n})
     share = 100.0 * kept.value / plan.rows if plan.rows else 0.0
 
@@ -370,7 +442,7 @@ def bucketed(options) -> str:
         lines.append("  (the ids of --removal-list are not taken out of these figures)")
     lines.append(f"  tokens: {tokens.text(exact)} (one EOS per document), {_bytes(tokens.value * dtype.itemsize)} "
                  f"as {options.dtype}")
-    lines += cost_lines(tokens, lengths.sum() / cpu if cpu else 0.0, exact,
+    lines += cost_lines(tokens, made / cpu if cpu else 0.0, exact,
                         f"tokenizer {encoder.spec} ({encoder.library or 'its library'})")
     lines.append(f"output: {output} ({output_state(output, 'bucketed')})")
     ids = [i for d in per_draw for i in d[2]]
@@ -379,30 +451,45 @@ def bucketed(options) -> str:
 
 def _sample_bucketed(plan, lid, encoder, dtype: np.dtype, batch_docs: int):
     """Each draw's records filtered and tokenized: per draw, the drops by reason (bad records
-    included), the kept documents' lengths and ids; and the CPU seconds the tokenizer took."""
+    included), the kept documents' lengths, ids and factors (Draw.factors); and the tokens the
+    tokenizer made and the CPU seconds it took."""
     from transforms.bucketed.filter import drop_masks
     from transforms.bucketed.tokenize import encode_batch
 
-    per_draw, cpu = [], 0.0
+    per_draw, cpu, made, memo = [], 0.0, 0, {}
     for draw in plan.draws:
         drops: dict[str, int] = {}
-        lengths, ids = [], []
-        for batch in draw.batches:
+        lengths, ids, factors = [], [], []
+        for batch, stands in zip(draw.batches, draw.factors, strict=True):
             dropped = np.zeros(batch.size, dtype=bool)
             for reason, mask in drop_masks(batch.table, lid).items():
                 drops[reason] = drops.get(reason, 0) + int(mask.sum())
                 dropped |= mask
             kept = batch.filter(~dropped)
             if kept.size:
-                encoded, seconds = timed(encode_batch, encoder, kept, dtype, batch_docs)
-                cpu += seconds
-                lengths.append(encoded.lengths)
-                ids += encoded.ids
-        bad = draw.records - sum(b.size for b in draw.batches)
-        if bad:
-            drops["bad records"] = bad
-        per_draw.append((drops, np.concatenate(lengths) if lengths else np.zeros(0, np.int64), ids))
-    return per_draw, cpu
+                kept_lengths, kept_ids, seconds = _encoded(kept, memo,
+                                                           lambda b: encode_batch(encoder, b, dtype, batch_docs))
+                cpu, made = cpu + seconds, made + (int(kept_lengths.sum()) if seconds else 0)
+                lengths.append(kept_lengths)
+                ids += kept_ids
+                factors.append(stands[~dropped])
+        if draw.bad_records:
+            drops["bad records"] = draw.bad_records
+        per_draw.append((drops, np.concatenate(lengths) if lengths else np.zeros(0, np.int64), ids,
+                         np.concatenate(factors) if factors else np.zeros(0)))
+    return per_draw, made, cpu
+
+
+def _encoded(kept: DocBatch, memo: dict, encode) -> tuple[np.ndarray, list[str], float]:
+    """The lengths and ids of ``kept`` encoded, and the seconds it took (0 when ``memo`` had them):
+    a document drawn alone (by bytes) is encoded once, however many draws of its unit hold it."""
+    key = (kept.source, kept.table.column("row")[0].as_py()) if kept.size == 1 else None
+    if key is not None and key in memo:
+        return (*memo[key], 0.0)
+    encoded, seconds = timed(encode, kept)
+    if key is not None:
+        memo[key] = (encoded.lengths, encoded.ids)
+    return encoded.lengths, encoded.ids, seconds
 
 
 def _bucket_rows(options, lengths: np.ndarray, ids: list, exact: bool,
@@ -459,18 +546,18 @@ def scaffold(options) -> str:
     plan = plan_and_sample(config)
     per_draw, per_split, cpu = _sample_scaffold(plan, scaffold_config, words)
     exact = plan.whole
-    kept = Estimate.of(plan, [sum(d.get(name, 0) for name in llmc.SPLITS) for d, _, _ in per_draw], in_rows=True)
-    tokens = Estimate.of(plan, [t for _, _, t in per_draw])
+    kept = Estimate.of(plan, [sum(d.get(name, 0) for name in llmc.SPLITS) for d, _, _, _ in per_draw], in_rows=True)
+    tokens = Estimate.of(plan, [t for _, _, t, _ in per_draw])
     share = 100.0 * kept.value / plan.rows if plan.rows else 0.0
-    reasons = sorted({r for _, d, _ in per_draw for r, n in d.items() if n})
+    reasons = sorted({r for _, d, _, _ in per_draw for r, n in d.items() if n})
 
     lines = ["plan of pretokenize scaffold: nothing was run and nothing written", *input_lines(plan, config)]
     lines.append("estimate:")
-    drop_text = ", ".join(f"{r} {Estimate.of(plan, [d.get(r, 0) for _, d, _ in per_draw], True).text(exact)}"
+    drop_text = ", ".join(f"{r} {Estimate.of(plan, [d.get(r, 0) for _, d, _, _ in per_draw], True).text(exact)}"
                           for r in reasons) or "none"
     lines.append(f"  documents kept: {kept.text(exact)} ({share:.1f}% of the rows); dropped: {drop_text}")
     lines.append(f"  tokens: {tokens.text(exact)} (countdown, GPT-2 and EOT), {_bytes(tokens.value * 2)} as uint16")
-    sampled_tokens = sum(t for _, _, t in per_draw)
+    sampled_tokens = sum(t for _, _, _, t in per_draw)
     lines += cost_lines(tokens, sampled_tokens / cpu if cpu else 0.0, exact,
                         f"encoder {encoder.spec} with countdown tokens")
     lines.append(f"output: {output} ({output_state(output, 'scaffold')})")
@@ -479,8 +566,9 @@ def scaffold(options) -> str:
 
 def _sample_scaffold(plan, scaffold_config, words):
     """Each draw's records encoded: per draw, its documents kept per split, its drops by reason
-    (bad records included) and its tokens; per split the documents, sequences and tokens kept,
-    each weighted by what its draw's records stand for; and the CPU seconds the encoder took."""
+    (bad records included), its tokens weighted by their factors (Draw.factors) and as made; per
+    split the documents, sequences and tokens kept, each weighted by what its draw's records stand
+    for; and the CPU seconds the encoder took."""
     from transforms.scaffold.encode import encode_document
 
     per_split = {name: [0.0, 0.0, 0.0] for name in llmc.SPLITS}  # documents, sequences, tokens
@@ -488,10 +576,11 @@ def _sample_scaffold(plan, scaffold_config, words):
     for draw in plan.draws:
         kept: dict[str, int] = {}
         drops: dict[str, int] = {}
-        tokens, weight, row_weight = 0, plan.weight(draw), plan.weight(draw, in_rows=True)
-        for batch in draw.batches:
+        tokens, made, weight, row_weight = 0.0, 0, plan.weight(draw), plan.weight(draw, in_rows=True)
+        for batch, stands in zip(draw.batches, draw.factors, strict=True):
             rows = batch.table.column("row").to_pylist()
-            for doc_id, text, row in zip(batch.column("id"), batch.column("text"), rows, strict=True):
+            for doc_id, text, row, factor in zip(batch.column("id"), batch.column("text"), rows, stands.tolist(),
+                                                 strict=True):
                 result, seconds = timed(encode_document, Document(doc_id, text, batch.source, row), scaffold_config,
                                         words)
                 cpu += seconds
@@ -500,15 +589,15 @@ def _sample_scaffold(plan, scaffold_config, words):
                     continue
                 split = result.sequences[0].split
                 kept[split] = kept.get(split, 0) + 1
-                tokens += result.counts.tokens
+                tokens += factor * result.counts.tokens
+                made += result.counts.tokens
                 figures = per_split[split]
                 figures[0] += row_weight
                 figures[1] += row_weight * len(result.sequences)
-                figures[2] += weight * result.counts.tokens
-        bad = draw.records - sum(b.size for b in draw.batches)
-        if bad:
-            drops["bad records"] = bad
-        per_draw.append((kept, drops, tokens))
+                figures[2] += weight * factor * result.counts.tokens
+        if draw.bad_records:
+            drops["bad records"] = draw.bad_records
+        per_draw.append((kept, drops, tokens, made))
     return per_draw, per_split, cpu
 
 
