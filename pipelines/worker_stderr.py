@@ -22,7 +22,9 @@ which the command says in one line, as with one worker. The worker's harness has
 on its standard error, three times with their tracebacks: Beam's ``apache_beam.runners`` loggers'
 ERROR records and the traceback the harness prints itself, whose last exception names the step
 (``[while running '...']``). Such a report is read whole (up to a blank line that no chained
-traceback follows) and kept back; any other report is passed on whole.
+traceback follows) and kept back; any other report is passed on whole. Those loggers' records also
+go to the launcher through Beam's logging service, where the launcher keeps Beam's own from the
+terminal as it does in an in-process run (transforms.core.progress.show_worker_logs).
 """
 
 from __future__ import annotations
