@@ -1,7 +1,7 @@
 """The bucketed job on the bench corpus in a real terminal (issue 37): tmux, 120 columns, one worker
 then two.
 
-    .venv/bin/python tests/bench/terminal_bench.py [--cache DIR] [--target-mb 160] [--repeats 1]
+    .venv/bin/python tests/bench/terminal_bench.py [--cache DIR] [--target-mb 160] [--repeats 1] [--size x3]
 
 Each run is the CLI as a person types it, in a detached tmux session of its own (a pseudo-terminal,
 so the progress bars are drawn), writing a fresh tree. The screen is read every ``POLL`` seconds
@@ -82,11 +82,11 @@ def eta_at(samples: list[tuple[float, int | None]], wall: float, share: float) -
     return eta, wall - at
 
 
-def one_run(workers: int, corpus: Path, scratch: Path) -> dict:
+def one_run(workers: int, corpus: Path, scratch: Path, size: str = "base") -> dict:
     out = scratch / f"out-{workers}"
     shutil.rmtree(out, ignore_errors=True)
     local = ["--workers", str(workers)] if workers > 1 else ["--runner=FnApiRunner"]
-    argv = [sys.executable, "-m", "pipelines.cli", "bucketed", "--input", str(corpus / "base"), "--output", str(out),
+    argv = [sys.executable, "-m", "pipelines.cli", "bucketed", "--input", str(corpus / size), "--output", str(out),
             *local]
     os.environ["PYTHONPATH"] = str(REPO)
     wall, samples, scrollback = run_in_terminal(f"pretokenize-bench-{os.getpid()}", argv, scratch)
@@ -125,17 +125,18 @@ def main(argv=None) -> int:
     parser.add_argument("--target-mb", type=float, default=160.0)
     parser.add_argument("--repeats", type=int, default=1, help="runs of each worker count, interleaved")
     parser.add_argument("--show", action="store_true", help="print each run's lines")
+    parser.add_argument("--size", choices=("base", "x3"), default="base", help="the corpus, or it three times over")
     args = parser.parse_args(argv)
     if shutil.which("tmux") is None:
         raise SystemExit("tmux is not installed (apt-get install tmux)")
     corpus, info = corpus_mod.ensure(args.cache, args.target_mb)
-    print(f"corpus: {info['documents']:,} documents, {info['text_bytes'] / 1e6:.1f} MB of text; "
+    print(f"corpus: {info['documents']:,} documents, {info['text_bytes'] / 1e6:.1f} MB of text ({args.size}); "
           f"load average {os.getloadavg()[0]:.2f} at the start", flush=True)
     runs = []
     with tempfile.TemporaryDirectory(prefix="pretokenize-terminal-") as scratch:
         for _ in range(args.repeats):
             for workers in (1, 2):
-                runs.append(one_run(workers, corpus, Path(scratch)))
+                runs.append(one_run(workers, corpus, Path(scratch), args.size))
                 if args.show:
                     print("\n".join(runs[-1]["lines"]), flush=True)
     met = report(runs)

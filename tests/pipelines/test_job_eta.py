@@ -63,3 +63,17 @@ def test_the_eta_goes_by_the_bytes_read_where_the_stage_says(tmp_path):
     progress.flush_all()
     assert stage_figures(str(tmp_path), stages) == [(10, 100), (0, 2_000)]
     assert work_figures(str(tmp_path), stages) == [(8_000, 10_000), (0, 2_000)]
+
+
+def test_a_stage_goes_at_its_rate_from_its_first_work_not_from_the_launch():
+    """The first share (a tenth of the work) seen 20 s after the launch, another tenth 10 s later:
+    80 s to go at that rate, where counting from the launch (20% in 30 s) says 120 s."""
+    from pipelines.progress_display import from_first_work
+
+    figure, since = from_first_work((2_000, 10_000), (20.0, 1_000), 0.0, 30.0)
+    assert (figure, since) == ((1_000, 9_000), 10.0)
+    assert job_seconds_left([figure], [since]) == pytest.approx(80.0)
+    assert job_seconds_left([(2_000, 10_000)], [30.0]) == pytest.approx(120.0)
+    # Nothing seen yet, or not begun: as it was.
+    assert from_first_work((0, 10_000), None, 0.0, 5.0) == ((0, 10_000), 5.0)
+    assert from_first_work((0, None), None, None, 5.0) == ((0, None), None)
