@@ -350,7 +350,7 @@ def bucketed(options) -> str:
     config = options.read_config()
     plan = plan_and_sample(config)
     dtype = np.dtype(options.dtype)
-    per_draw, cpu = _sample_bucketed(plan, options.lid_filter(), encoder, dtype, tokenizer.batch_docs)
+    per_draw, cpu = _sample_bucketed(plan, options.conditions(), encoder, dtype, tokenizer.batch_docs)
     exact = plan.whole
     lengths = np.concatenate([d[1] for d in per_draw]) if per_draw else np.zeros(0, np.int64)
     drawn = list(zip(per_draw, plan.draws, strict=True))
@@ -377,10 +377,10 @@ def bucketed(options) -> str:
     return "\n".join(lines + _shard_table(_bucket_rows(options, lengths, ids, exact, weights), BUCKETED_FILES))
 
 
-def _sample_bucketed(plan, lid, encoder, dtype: np.dtype, batch_docs: int):
+def _sample_bucketed(plan, conditions, encoder, dtype: np.dtype, batch_docs: int):
     """Each draw's records filtered and tokenized: per draw, the drops by reason (bad records
     included), the kept documents' lengths and ids; and the CPU seconds the tokenizer took."""
-    from transforms.bucketed.filter import drop_masks
+    from transforms.bucketed.filter import batch_masks, keep_tokens
     from transforms.bucketed.tokenize import encode_batch
 
     per_draw, cpu = [], 0.0
@@ -388,14 +388,11 @@ def _sample_bucketed(plan, lid, encoder, dtype: np.dtype, batch_docs: int):
         drops: dict[str, int] = {}
         lengths, ids = [], []
         for batch in draw.batches:
-            dropped = np.zeros(batch.size, dtype=bool)
-            for reason, mask in drop_masks(batch.table, lid).items():
-                drops[reason] = drops.get(reason, 0) + int(mask.sum())
-                dropped |= mask
-            kept = batch.filter(~dropped)
+            kept = batch.filter(~_count_masks(batch_masks(batch, conditions), drops, batch.size))
             if kept.size:
                 encoded, seconds = timed(encode_batch, encoder, kept, dtype, batch_docs)
                 cpu += seconds
+                encoded = keep_tokens(encoded, ~_count_masks(batch_masks(encoded, conditions), drops, encoded.size))
                 lengths.append(encoded.lengths)
                 ids += encoded.ids
         bad = draw.records - sum(b.size for b in draw.batches)
@@ -403,6 +400,15 @@ def _sample_bucketed(plan, lid, encoder, dtype: np.dtype, batch_docs: int):
             drops["bad records"] = bad
         per_draw.append((drops, np.concatenate(lengths) if lengths else np.zeros(0, np.int64), ids))
     return per_draw, cpu
+
+
+def _count_masks(masks: dict, drops: dict[str, int], size: int) -> np.ndarray:
+    """The documents ``masks`` drop, each counted into ``drops`` under its reason."""
+    dropped = np.zeros(size, dtype=bool)
+    for reason, mask in masks.items():
+        drops[reason] = drops.get(reason, 0) + int(mask.sum())
+        dropped |= mask
+    return dropped
 
 
 def _bucket_rows(options, lengths: np.ndarray, ids: list, exact: bool,

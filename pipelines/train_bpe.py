@@ -143,9 +143,9 @@ def build(pipeline: beam.Pipeline, options: TrainBpeSettings, run_id: str, mode:
 
 def _count_steps(options: TrainBpeSettings, counting) -> list[beam.DoFn]:
     """The DoFns each input unit's batches go through: removed ids dropped (a missing or
-    unreadable list fails here, at launch), the language filter, the word count."""
+    unreadable list fails here, at launch), the filter's conditions, the word count."""
     from transforms.bpe.count import CountWordsFn
-    from transforms.bucketed.filter import FilterLanguageFn
+    from transforms.bucketed.filter import FilterDocumentsFn
     from transforms.bucketed.removal import DropRemovedFn
 
     steps = []
@@ -153,7 +153,7 @@ def _count_steps(options: TrainBpeSettings, counting) -> list[beam.DoFn]:
         removal_url = storage.normalize(options.removal_list)
         read_removal_list(removal_url)
         steps.append(DropRemovedFn((removal_url,)))
-    return [*steps, FilterLanguageFn(options.lid_filter()), CountWordsFn(counting)]
+    return [*steps, FilterDocumentsFn(options.conditions()), CountWordsFn(counting)]
 
 
 def _write_run_stats(numbers: dict, url: str) -> None:

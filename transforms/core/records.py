@@ -4,14 +4,6 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-# The FinePDFs schema's filter fields: the defaults of the reader (transforms.inputs.fields) and of the
-# jobs' settings, here where the settings can have them without importing Beam.
-LID_SCORE = "page_average_lid_score"
-DEFAULT_LANGUAGE = "eng_Latn"  # the FinePDFs-Edu job keeps English documents
-DEFAULT_LID_THRESHOLD = 0.90  # with a LID score of at least this
-DEFAULT_LANGUAGE_FIELDS = ("language", "page_average_lid")
-DEFAULT_TOKEN_COUNT = "token_count"
-
 # The output of each step that drops records: one reason string per dropped record.
 DROPPED = "dropped"
 

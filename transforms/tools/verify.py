@@ -46,7 +46,7 @@ from shards.card import CARD_NAME
 from shards.index import INDEX_NAME
 from shards.manifest import DatasetStats
 from shards.provenance import STATS_JSON_NAME
-from transforms.bucketed.filter import LidFilterConfig, drop_masks
+from transforms.bucketed.filter import batch_masks, keep_tokens
 from transforms.bucketed.removal import REMOVED
 from transforms.bucketed.settings import BucketedSettings
 from transforms.bucketed.tokenize import TokenizeDocuments, TokenizerConfig
@@ -65,10 +65,9 @@ NOT_BAD_RECORD_REASONS = frozenset({REMOVED, DUPLICATE_ID})
 
 def job_settings(stats: DatasetStats, input_pattern: str = "") -> BucketedSettings:
     """The settings of the run the stats record that say what was read and filtered: the
-    language, threshold and count, and the input field settings (defaults where none are recorded).
-    Bad records are skipped and counted, as the job did under --on-bad-record skip."""
-    return BucketedSettings(input_pattern, "", language=stats.language, lid_threshold=stats.lid_threshold,
-                            min_token_count=stats.min_token_count, on_bad_record="skip", **stats.field_settings)
+    filter's conditions and the input field settings (defaults where none are recorded). Bad
+    records are skipped and counted, as the job did under --on-bad-record skip."""
+    return BucketedSettings(input_pattern, "", on_bad_record="skip", **stats.filter, **stats.field_settings)
 
 
 class FileUnit(NamedTuple):
@@ -484,7 +483,7 @@ def bad_record_problems(stats: DatasetStats, found: Mapping[str, int]) -> list[s
     A run with --on-bad-record skip dropped and counted each; one with fail would have stopped
     on the first, so its stats have none and neither may the input.
     """
-    not_bad = NOT_BAD_RECORD_REASONS | set(job_settings(stats).lid_filter().reasons())
+    not_bad = NOT_BAD_RECORD_REASONS | {c.name for c in job_settings(stats).conditions()}
     reasons = set(found) | {r for r in stats.drops if r not in not_bad}
     problems = []
     for reason in sorted(reasons):
@@ -542,7 +541,7 @@ class VerifyOutput(beam.PTransform):
         """With --input: the bad records of the source against the stats' drops, and the sampled
         documents re-encoded from the source against their stored tokens."""
         stats, config = self._stats, self._config
-        lid = job_settings(stats).lid_filter()
+        conditions = job_settings(stats).conditions()
         read = pbegin | "ReadInput" >> self._read
         bad_records = (
             read[DROPPED]
@@ -552,8 +551,9 @@ class VerifyOutput(beam.PTransform):
         )
         expected = (
             read.docs
-            | "SelectSample" >> beam.FlatMap(select_sample, config, lid)
+            | "SelectSample" >> beam.FlatMap(select_sample, config, conditions)
             | "Retokenize" >> TokenizeDocuments(self._tokenizer)
+            | "KeepByLength" >> beam.Map(lambda batch: keep_tokens(batch, ~_dropped(batch, conditions)))
             | "KeyById" >> beam.FlatMap(per_document)
         )
         compared = (
@@ -606,9 +606,15 @@ class VerifyOutput(beam.PTransform):
         )
 
 
-def select_sample(batch: DocBatch, config: VerifyConfig, lid: LidFilterConfig) -> Iterator[DocBatch]:
-    """The documents of a batch the job kept (the filter the stats record) whose id is sampled."""
-    keep = ~np.logical_or.reduce(list(drop_masks(batch.table, lid).values()))
+def _dropped(batch: DocBatch | TokenBatch, conditions) -> np.ndarray:
+    """The documents of a batch the conditions it can be judged by drop."""
+    return np.logical_or.reduce([np.zeros(batch.size, bool), *batch_masks(batch, conditions).values()])
+
+
+def select_sample(batch: DocBatch, config: VerifyConfig, conditions) -> Iterator[DocBatch]:
+    """The documents of a batch the job kept (the conditions the stats record) whose id is sampled;
+    those on ``@tokens`` are checked once the documents are re-tokenized (_source_problems)."""
+    keep = ~_dropped(batch, conditions)
     keep &= np.fromiter((config.sampled(i) for i in batch.column("id")), bool, batch.size)
     if keep.any():
         yield batch.filter(pa.array(keep))
