@@ -166,7 +166,7 @@ def _provenance(doc: dict) -> list[str]:
 def _kept_when(flags: dict, filt: dict) -> list[str]:
     """The filter's conditions as the run applied them (shards.conditions), from its recorded flags
     and filter settings (a tree written before the field flags records none: the defaults)."""
-    return conditions.describe(conditions.conditions({**flags, **filt}))
+    return conditions.describe(conditions.conditions({**filt, **flags}))
 
 
 def _card(doc: dict, *sections) -> list[str]:

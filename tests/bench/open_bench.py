@@ -73,7 +73,7 @@ def build_tree(root: Path, documents: int) -> Path:
     (tmp / tree.RECORD_NAME).write_text(json.dumps({"tool": tree.TOOL, "kind": "bucketed", "files": files,
                                                     "derived": [reader_index.INDEX_NAME]}))
     stats = manifest.DatasetStats(
-        raw_documents=documents, language="eng_Latn", lid_threshold=0.9, min_token_count=1, tokenizer="bench",
+        raw_documents=documents, filter={"language": "eng_Latn", "lid_threshold": 0.9, "min_token_count": 1}, tokenizer="bench",
         eos_id=EOS, vocab_size=151936, dtype="uint32", partitions=PARTITIONS, seed=0, buckets=buckets, drops={},
     )
     (tmp / layout.STATS_NAME).write_text(stats.to_text(), encoding="utf-8")

@@ -77,7 +77,7 @@ def build_tree(root: Path, tokens: int, seed: int = 0) -> Path:
             b.tokens += int(lengths[i])
     (root / layout.MANIFEST_NAME).write_text("".join(rows), encoding="utf-8")
     stats = manifest.DatasetStats(
-        raw_documents=len(lengths), language="eng_Latn", lid_threshold=0.9, min_token_count=1, tokenizer="bench",
+        raw_documents=len(lengths), filter={"language": "eng_Latn", "lid_threshold": 0.9, "min_token_count": 1}, tokenizer="bench",
         eos_id=EOS, vocab_size=151936, dtype="uint32", partitions=4, seed=0, buckets=buckets, drops={},
     )
     (root / layout.STATS_NAME).write_text(stats.to_text(), encoding="utf-8")

@@ -52,6 +52,10 @@ def condition_fields(conds: Sequence[conditions.Condition]) -> tuple[Field, ...]
     would read as different kinds."""
     out: dict[str, Field] = {}
     for c in conds:
+        if c.column == "row":
+            raise ValueError(f"{c.flag}: 'row' cannot be a filter field (the job's own column name)")
+        if c.column in BATCH_COLUMNS and c.kind not in ("string", "any"):
+            raise ValueError(f"{c.flag}: the document's {c.column} is a string, compared here as {c.kind}")
         if c.column == conditions.TOKENS or c.column in BATCH_COLUMNS:
             continue
         seen = out.setdefault(c.column, Field(c.column, c.kind, c.flag))
