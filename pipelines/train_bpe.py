@@ -29,6 +29,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import shlex
 import time
 from typing import TYPE_CHECKING
 
@@ -208,7 +209,7 @@ def learn_and_publish(options: TrainBpeSettings, run_id: str, argv: list[str],
         log.warning("only %d merges: no word has two symbols left", len(learned.merges))
     tokens = files.token_bytes(chars, learned.merges)
     eos_id = len(tokens)
-    header = f"beam-pretokenize {tool_version()} train-bpe {' '.join(argv)}"
+    header = f"beam-pretokenize {tool_version()} train-bpe {shlex.join(argv)}"  # a --keep's spaces quoted
     stats = files.TrainingStats(
         header=header,
         documents_read=read,

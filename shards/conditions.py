@@ -97,9 +97,11 @@ class Condition(NamedTuple):
         return render(self)
 
 
+# The operators spelled with symbols, longest first (">=" before ">"), then the list's punctuation.
+_SYMBOLS = "|".join(re.escape(s) for s in sorted((o for o in OPERATORS if not o.isalpha()), key=len, reverse=True))
 _TOKEN = re.compile(r"""\s*(?:(?P<num>-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)
     |(?P<str>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')
-    |(?P<op>==|!=|>=|<=|>|<|\[|\]|,)
+    |(?P<op>""" + _SYMBOLS + r"""|\[|\]|,)
     |(?P<word>@tokens|[A-Za-z_][A-Za-z0-9_.\-]*)
     )""", re.VERBOSE)
 _WORDS = {"true": True, "false": False, "null": None}
@@ -168,10 +170,10 @@ def parse(text: str) -> Condition:
     tokens = _tokens(text)
     if len(tokens) < 3 or tokens[0][0] != "word" or tokens[0][1] in _WORDS or tokens[0][1] == "in":
         raise ConditionError(text, "expected COLUMN OP VALUE (e.g. 'is_truncated == false')")
-    column, (op_kind, op) = tokens[0][1], tokens[1]
-    if op_kind == "word" and op == "in":
+    column, op = tokens[0][1], tokens[1][1]
+    if op == "in":
         value = _list(text, tokens[2:])
-    elif op_kind == "op" and op in OPERATORS:
+    elif op in OPERATORS:
         if len(tokens) != 3:
             raise ConditionError(text, "one value after the operator")
         value = _literal(text, tokens[2])

@@ -8,8 +8,8 @@ import pytest
 from conftest import SAMPLE_PARQUET
 
 from pipelines import bucketed, cli, decode, export, remove, scaffold, stats, train_bpe, verify
-from transforms.bpe.settings import TrainBpeSettings
 from shards import conditions
+from transforms.bpe.settings import TrainBpeSettings
 from transforms.bucketed.settings import DOCUMENT_FILTER, BucketedSettings
 from transforms.core.settings import CHOICES, HELP, REQUIRED, flag_fields, setting
 from transforms.scaffold.settings import ScaffoldSettings
