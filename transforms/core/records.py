@@ -36,15 +36,10 @@ class BadRecord(NamedTuple):
 
 class Document(NamedTuple):
     """One source document. ``source`` and ``row`` say where it was read, for errors and tie-breaks.
-
-    The language-ID fields are None when the job does not read them or the row has a null there.
-    """
+    ``fields``: the filter's columns by name (shards/conditions.py), a null as None; never mutated."""
 
     id: str
     text: str
     source: str
     row: int
-    language: str | None = None
-    page_average_lid: str | None = None
-    page_average_lid_score: float | None = None
-    token_count: int | None = None
+    fields: dict = {}

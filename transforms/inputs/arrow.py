@@ -164,9 +164,10 @@ def rows_batch(source: str, rows: Sequence[Row], filter_fields: Sequence[Field])
 
 
 def documents_batch(source: str, docs: Sequence[Document], with_lid: bool) -> DocBatch:
-    """A DocBatch of Documents, with the FinePDFs filter's fields when ``with_lid`` (for tests)."""
+    """A DocBatch of Documents, with the default filter's columns when ``with_lid`` (for tests; a
+    column a Document lacks is null)."""
     fields = ReadConfig("", with_lid=with_lid).filter_fields()
-    rows = [Row(d.id, d.text, d.row, {f.name: getattr(d, f.name) for f in fields}) for d in docs]
+    rows = [Row(d.id, d.text, d.row, {f.name: d.fields.get(f.name) for f in fields}) for d in docs]
     return rows_batch(source, rows, fields)
 
 
@@ -203,12 +204,12 @@ def batched(items: Iterator[Row | BadRecord], source: str, config: ReadConfig) -
 
 def documents(items: Iterator[DocBatch | BadRecord], config: ReadConfig) -> Iterator[Document | BadRecord]:
     """Batches as one Document at a time (for tools and tests that look at documents one by one)."""
-    named = [f.name for f in config.filter_fields() if f.name in Document._fields]
+    named = [f.name for f in config.filter_fields()]
     for item in items:
         if isinstance(item, BadRecord):
             yield item
             continue
         columns = {name: item.column(name) for name in ("id", "text", "row", *named)}
         for i in range(item.size):
-            lid = {name: columns[name][i] for name in named}
-            yield Document(columns["id"][i], columns["text"][i], item.source, columns["row"][i], **lid)
+            fields = {name: columns[name][i] for name in named}
+            yield Document(columns["id"][i], columns["text"][i], item.source, columns["row"][i], fields)

@@ -84,7 +84,8 @@ def test_each_document_is_dropped_for_the_first_condition_it_fails():
 
 
 def doc(doc_id="d", text="some text", language="eng_Latn", lid="eng_Latn", score=0.95, count=5):
-    return Document(doc_id, text, "f.parquet", 0, language, lid, score, count)
+    fields = {"language": language, "page_average_lid": lid, "page_average_lid_score": score, "token_count": count}
+    return Document(doc_id, text, "f.parquet", 0, fields)
 
 
 DEFAULT = conditions.conditions({})
