@@ -129,3 +129,15 @@ def test_train_bpe_filters_documents_by_the_same_list(tmp_path, capsys):
                      "--keep", "@tokens > 3", *RUNNER]) == 2
     err = capsys.readouterr().err
     assert "--keep '@tokens > 3': train-bpe counts words" in err and len(err.strip().splitlines()) == 1
+
+
+def test_verify_without_the_source_judges_the_length_in_tokens_by_the_manifest(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert bucketed(SAMPLE_PARQUET, out, "--keep", "@tokens <= 4096") == 0
+    capsys.readouterr()
+    assert cli.main(["verify", "--output", str(out), *RUNNER]) == 0
+    stats = out / layout.STATS_NAME
+    stats.write_text(stats.read_text().replace('keep: ["@tokens <= 4096"]', 'keep: ["@tokens <= 1024"]'))
+    capsys.readouterr()
+    assert cli.main(["verify", "--output", str(out), *RUNNER]) == 1
+    assert "tokens, but the tree keeps only @tokens <= 1024" in capsys.readouterr().out

@@ -46,7 +46,7 @@ from shards.card import CARD_NAME
 from shards.index import INDEX_NAME
 from shards.manifest import DatasetStats
 from shards.provenance import STATS_JSON_NAME
-from transforms.bucketed.filter import batch_masks, keep_tokens
+from transforms.bucketed.filter import batch_masks, drop_masks, keep_tokens
 from transforms.bucketed.removal import REMOVED
 from transforms.bucketed.settings import BucketedSettings
 from transforms.bucketed.tokenize import TokenizeDocuments, TokenizerConfig
@@ -96,6 +96,8 @@ class VerifyConfig:
     # True when the stats say special_tokens: tokenizer: an EOS inside a document is then text's id,
     # not a problem (the manifest, not EOS, says where documents end).
     eos_inside: bool = False
+    # The tree's conditions on @tokens (shards/conditions.py): the manifest's counts are judged by them.
+    length_conditions: tuple = ()
 
     def sampled(self, doc_id: str) -> bool:
         """A stable choice of ids for --sample, independent of the layout's hashes."""
@@ -351,6 +353,7 @@ def check_file(unit: FileUnit, config: VerifyConfig) -> Iterator[tuple[str, obje
         f.seek(unit.manifest_start)
         text = f.read(unit.manifest_end - unit.manifest_start).decode("utf-8")
     rows = [manifest.parse_row(line) for line in text.splitlines() if line.strip()]
+    yield from _length_problems(rel, rows, config.length_conditions)
     dtype = layout.DTYPES[config.dtype]
     size = fs.size(posixpath.join(root, rel))
     if size % dtype.itemsize:
@@ -372,6 +375,17 @@ def check_file(unit: FileUnit, config: VerifyConfig) -> Iterator[tuple[str, obje
         elif digest != want:
             yield "problem", f"{rel}: content differs from its sha256 in {layout.CHECKSUMS_NAME}"
     yield "summary", FileSummary(name.bucket, len(rows), tokens_seen)
+
+
+def _length_problems(rel: str, rows: list[tuple[str, str, int]], conditions) -> Iterator[tuple[str, str]]:
+    """The stored documents a condition on ``@tokens`` rejects: the manifest's counts say so, with
+    or without the source."""
+    if not conditions or not rows:
+        return
+    counts = pa.array([n for _, _, n in rows], pa.int64())
+    for name, mask in drop_masks(lambda _: counts, conditions, len(rows)).items():
+        for i in np.flatnonzero(mask).tolist():
+            yield "problem", f"{rel}: id {rows[i][1]} holds {rows[i][2]} tokens, but the tree keeps only {name}"
 
 
 def _readable_shard(unit: FileUnit, config: VerifyConfig) -> Iterator[tuple[str, object]]:
