@@ -195,7 +195,8 @@ def _check_value(action, value, spelled_as_float: bool) -> None:
     from transforms.core.records import UsageError as Usage
 
     flag = action.option_strings[0] if action.option_strings else action.dest
-    values = value if isinstance(value, (list, tuple)) and action.nargs == "+" else [value]
+    many = action.nargs == "+" or isinstance(action.default, list)  # --paths A B; a repeatable --keep A --keep B
+    values = value if isinstance(value, (list, tuple)) and many else [value]
     for v in values:
         wanted = (int, float) if spelled_as_float else action.type
         if action.const is True and not isinstance(v, bool):  # an on/off switch

@@ -220,7 +220,7 @@ def _flag_of(name: str, field) -> tuple[tuple[str, ...], dict]:
     if isinstance(default, bool):
         return spellings, {**kwargs, "action": "store_true"}
     if meta.get(REPEATED):  # the settings object makes the list a tuple
-        return spellings, {**kwargs, "action": "append", "default": []}
+        return spellings, {**kwargs, "action": "append", "default": [], "type": str}
     kwargs["type"] = meta[SPELLED] or (str if default in (None, REQUIRED) else type(default))
     if meta[CHOICES] is not None:
         kwargs["choices"] = list(meta[CHOICES])
