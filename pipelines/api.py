@@ -7,7 +7,7 @@
     result.stats.total_tokens, result.drops, result.files[:3]
 
 A function takes the job's settings as keyword arguments of the same names as its flags (dashes
-as underscores: ``--lid-threshold`` is ``lid_threshold``), with the same defaults and the same
+as underscores: ``--batch-docs`` is ``batch_docs``), with the same defaults and the same
 checks, read from the same declarations (the job's parser, generated from its settings dataclass:
 pipelines/flags.py); and how to run: ``runner`` (any Beam runner, default Beam's), ``workers``
 (``--workers``), ``beam_args`` (any other Beam flag, as on the command line) and ``break_lock``.
@@ -195,7 +195,8 @@ def _check_value(action, value, spelled_as_float: bool) -> None:
     from transforms.core.records import UsageError as Usage
 
     flag = action.option_strings[0] if action.option_strings else action.dest
-    values = value if isinstance(value, (list, tuple)) and action.nargs == "+" else [value]
+    many = action.nargs == "+" or isinstance(action.default, list)  # --paths A B; a repeatable --keep A --keep B
+    values = value if isinstance(value, (list, tuple)) and many else [value]
     for v in values:
         wanted = (int, float) if spelled_as_float else action.type
         if action.const is True and not isinstance(v, bool):  # an on/off switch
@@ -312,7 +313,7 @@ def _writing_job(job: str, module, settings_cls, values: dict[str, Any], run: Ru
 def bucketed(input: str, output: str, *, runner: str | None = None, workers: int | None = None,
              beam_args: Sequence[str] = (), break_lock: bool = False, **settings: Any) -> JobResult:
     """``pretokenize bucketed``: documents to length-bucketed token shards. ``settings``: the job's
-    flags as keyword arguments (``tokenizer="gpt2"``, ``lid_threshold=0.5``, ``restart=True``, ...;
+    flags as keyword arguments (``tokenizer="gpt2"``, ``batch_docs=32``, ``restart=True``, ...;
     transforms.bucketed.settings.BucketedSettings)."""
     from pipelines import bucketed as module
     from transforms.bucketed.settings import BucketedSettings

@@ -55,7 +55,7 @@ def build(pipeline: beam.Pipeline, options: BucketedSettings, run_id: str | None
     """
     import apache_beam as beam
 
-    from transforms.bucketed.filter import DROPPED, FilterLanguageFn
+    from transforms.bucketed.filter import DROPPED, filter_steps
     from transforms.bucketed.removal import MATCHED, DropRemovedFn
     from transforms.bucketed.tokenize import TokenizeFn
     from transforms.bucketed.write import WriteShards, spill_fn
@@ -65,7 +65,7 @@ def build(pipeline: beam.Pipeline, options: BucketedSettings, run_id: str | None
 
     run = _launch(pipeline, options, run_id, mode)
     steps = [DropRemovedFn(run.removal_sources)] if run.removal_sources else []
-    steps += [FilterLanguageFn(options.lid_filter()), TokenizeFn(run.tokenizer)]
+    steps += filter_steps(options.conditions(), TokenizeFn(run.tokenizer))
     tags = (DROPPED, RECORDS, MATCHED) if run.removal_sources else (DROPPED, RECORDS)
     spilled = pipeline | "TokenizeInputUnits" >> resume.ProcessUnits(
         run.work, run.units, run.work.done, run.read_unit, steps, spill_fn(run.shards), tags)

@@ -1,6 +1,6 @@
 """A job's command line: its flags, parsed into its settings object and Beam's PipelineOptions.
 
-A flag spelled with dashes (``--lid-threshold``) is also taken with underscores, as templates
+A flag spelled with dashes (``--batch-docs``) is also taken with underscores, as templates
 pass it; a flag neither the job nor Beam knows is an error naming the closest one (Beam alone
 would only log a warning). ``--workers N`` becomes Beam's flags for N local worker processes.
 Nothing here imports Beam before the job's own flags are parsed: ``--help`` imports none of it.
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 
 def add_flag(parser: argparse.ArgumentParser, name: str, **kwargs) -> None:
-    """A job flag: ``--lid-threshold``; parse_job_args also takes ``--lid_threshold``, as templates
+    """A job flag: ``--batch-docs``; parse_job_args also takes ``--batch_docs``, as templates
     pass it."""
     parser.add_argument(f"--{name}", dest=name.replace("-", "_"), **kwargs)
 
@@ -204,7 +204,7 @@ def add_setting_flags(parser: argparse.ArgumentParser, settings_cls, names: tupl
 
 def _flag_of(name: str, field) -> tuple[tuple[str, ...], dict]:
     """The spellings of the flag of settings field ``name`` and add_argument's other arguments."""
-    from transforms.core.settings import CHOICES, FLAGS, HELP, MANY, METAVAR, REQUIRED, SPELLED
+    from transforms.core.settings import CHOICES, FLAGS, HELP, MANY, METAVAR, REPEATED, REQUIRED, SPELLED
 
     meta, default = field.metadata, field.default
     kwargs = {"help": meta[HELP]}
@@ -219,6 +219,8 @@ def _flag_of(name: str, field) -> tuple[tuple[str, ...], dict]:
         spellings = (name,)
     if isinstance(default, bool):
         return spellings, {**kwargs, "action": "store_true"}
+    if meta.get(REPEATED):  # the settings object makes the list a tuple
+        return spellings, {**kwargs, "action": "append", "default": [], "type": str}
     kwargs["type"] = meta[SPELLED] or (str if default in (None, REQUIRED) else type(default))
     if meta[CHOICES] is not None:
         kwargs["choices"] = list(meta[CHOICES])

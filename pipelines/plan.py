@@ -422,7 +422,7 @@ def bucketed(options) -> str:
     config = options.read_config()
     plan = plan_and_sample(config)
     dtype = np.dtype(options.dtype)
-    per_draw, made, cpu = _sample_bucketed(plan, options.lid_filter(), encoder, dtype, tokenizer.batch_docs)
+    per_draw, made, cpu = _sample_bucketed(plan, options.conditions(), encoder, dtype, tokenizer.batch_docs)
     exact = plan.whole
     lengths = np.concatenate([d[1] for d in per_draw]) if per_draw else np.zeros(0, np.int64)
     drawn = list(zip(per_draw, plan.draws, strict=True))
@@ -449,11 +449,11 @@ def bucketed(options) -> str:
     return "\n".join(lines + _shard_table(_bucket_rows(options, lengths, ids, exact, weights), BUCKETED_FILES))
 
 
-def _sample_bucketed(plan, lid, encoder, dtype: np.dtype, batch_docs: int):
+def _sample_bucketed(plan, conditions, encoder, dtype: np.dtype, batch_docs: int):
     """Each draw's records filtered and tokenized: per draw, the drops by reason (bad records
     included), the kept documents' lengths, ids and factors (Draw.factors); and the tokens the
     tokenizer made and the CPU seconds it took."""
-    from transforms.bucketed.filter import drop_masks
+    from transforms.bucketed.filter import batch_masks, keep_tokens
     from transforms.bucketed.tokenize import encode_batch
 
     per_draw, cpu, made, memo = [], 0.0, 0, {}
@@ -461,18 +461,16 @@ def _sample_bucketed(plan, lid, encoder, dtype: np.dtype, batch_docs: int):
         drops: dict[str, int] = {}
         lengths, ids, factors = [], [], []
         for batch, stands in zip(draw.batches, draw.factors, strict=True):
-            dropped = np.zeros(batch.size, dtype=bool)
-            for reason, mask in drop_masks(batch.table, lid).items():
-                drops[reason] = drops.get(reason, 0) + int(mask.sum())
-                dropped |= mask
+            dropped = _count_masks(batch_masks(batch, conditions), drops, batch.size)
             kept = batch.filter(~dropped)
             if kept.size:
-                kept_lengths, kept_ids, seconds = _encoded(kept, memo,
-                                                           lambda b: encode_batch(encoder, b, dtype, batch_docs))
-                cpu, made = cpu + seconds, made + (int(kept_lengths.sum()) if seconds else 0)
-                lengths.append(kept_lengths)
-                ids += kept_ids
-                factors.append(stands[~dropped])
+                encoded, seconds = _encoded(kept, memo, lambda b: encode_batch(encoder, b, dtype, batch_docs))
+                cpu, made = cpu + seconds, made + (int(encoded.lengths.sum()) if seconds else 0)
+                short = _count_masks(batch_masks(encoded, conditions), drops, encoded.size)
+                encoded = keep_tokens(encoded, ~short)
+                lengths.append(encoded.lengths)
+                ids += encoded.ids
+                factors.append(stands[~dropped][~short])
         if draw.bad_records:
             drops["bad records"] = draw.bad_records
         per_draw.append((drops, np.concatenate(lengths) if lengths else np.zeros(0, np.int64), ids,
@@ -480,16 +478,25 @@ def _sample_bucketed(plan, lid, encoder, dtype: np.dtype, batch_docs: int):
     return per_draw, made, cpu
 
 
-def _encoded(kept: DocBatch, memo: dict, encode) -> tuple[np.ndarray, list[str], float]:
-    """The lengths and ids of ``kept`` encoded, and the seconds it took (0 when ``memo`` had them):
-    a document drawn alone (by bytes) is encoded once, however many draws of its unit hold it."""
+def _encoded(kept: DocBatch, memo: dict, encode):
+    """``kept`` encoded, and the seconds it took (0 when ``memo`` had it): a document drawn alone
+    (by bytes) is encoded once, however many draws of its unit hold it."""
     key = (kept.source, kept.table.column("row")[0].as_py()) if kept.size == 1 else None
     if key is not None and key in memo:
-        return (*memo[key], 0.0)
+        return memo[key], 0.0
     encoded, seconds = timed(encode, kept)
     if key is not None:
-        memo[key] = (encoded.lengths, encoded.ids)
-    return encoded.lengths, encoded.ids, seconds
+        memo[key] = encoded
+    return encoded, seconds
+
+
+def _count_masks(masks: dict, drops: dict[str, int], size: int) -> np.ndarray:
+    """The documents ``masks`` drop, each counted into ``drops`` under its reason."""
+    dropped = np.zeros(size, dtype=bool)
+    for reason, mask in masks.items():
+        drops[reason] = drops.get(reason, 0) + int(mask.sum())
+        dropped |= mask
+    return dropped
 
 
 def _bucket_rows(options, lengths: np.ndarray, ids: list, exact: bool,

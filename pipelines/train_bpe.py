@@ -29,6 +29,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import shlex
 import time
 from typing import TYPE_CHECKING
 
@@ -143,9 +144,9 @@ def build(pipeline: beam.Pipeline, options: TrainBpeSettings, run_id: str, mode:
 
 def _count_steps(options: TrainBpeSettings, counting) -> list[beam.DoFn]:
     """The DoFns each input unit's batches go through: removed ids dropped (a missing or
-    unreadable list fails here, at launch), the language filter, the word count."""
+    unreadable list fails here, at launch), the filter's conditions, the word count."""
     from transforms.bpe.count import CountWordsFn
-    from transforms.bucketed.filter import FilterLanguageFn
+    from transforms.bucketed.filter import FilterDocumentsFn
     from transforms.bucketed.removal import DropRemovedFn
 
     steps = []
@@ -153,7 +154,7 @@ def _count_steps(options: TrainBpeSettings, counting) -> list[beam.DoFn]:
         removal_url = storage.normalize(options.removal_list)
         read_removal_list(removal_url)
         steps.append(DropRemovedFn((removal_url,)))
-    return [*steps, FilterLanguageFn(options.lid_filter()), CountWordsFn(counting)]
+    return [*steps, FilterDocumentsFn(options.conditions()), CountWordsFn(counting)]
 
 
 def _write_run_stats(numbers: dict, url: str) -> None:
@@ -208,7 +209,7 @@ def learn_and_publish(options: TrainBpeSettings, run_id: str, argv: list[str],
         log.warning("only %d merges: no word has two symbols left", len(learned.merges))
     tokens = files.token_bytes(chars, learned.merges)
     eos_id = len(tokens)
-    header = f"beam-pretokenize {tool_version()} train-bpe {' '.join(argv)}"
+    header = f"beam-pretokenize {tool_version()} train-bpe {shlex.join(argv)}"  # a --keep's spaces quoted
     stats = files.TrainingStats(
         header=header,
         documents_read=read,

@@ -275,11 +275,20 @@ def _left_match_problems(output: str) -> list[str]:
 def _plan_checks(output: str, stats, args: VerifySettings):
     """What the launcher checks before the pipeline runs: the config, the files to check, the
     problems found already (checksums, removal log, index), and the removed ids."""
-    from transforms.tools.verify import VerifyConfig, files_holding_ids, index_problems, plan_units, read_checksums
+    from transforms.bucketed.filter import token_conditions
+    from transforms.tools.verify import (
+        VerifyConfig,
+        files_holding_ids,
+        index_problems,
+        job_settings,
+        plan_units,
+        read_checksums,
+    )
 
     checksums, checksum_problems = read_checksums(output)
     config = VerifyConfig(output, stats.dtype, stats.eos_id, stats.vocab_size, stats.partitions, args.sample,
-                          checksums, eos_inside=stats.special_tokens == "tokenizer")
+                          checksums, eos_inside=stats.special_tokens == "tokenizer",
+                          length_conditions=tuple(token_conditions(job_settings(stats).conditions())))
     removed, removal_problems = _removed_ids(output, args.removal_list,
                                              stats.field_settings.get("id_field", DEFAULT_ID_FIELD))
     if not removal_problems:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import shlex
 
-from shards import kinds, layout, llmc
+from shards import conditions, kinds, layout, llmc
 from shards.provenance import STATS_JSON_NAME, to_bytes
 from shards.removal import REMOVALS_NAME
 from shards.tokenizer_spec import parse_spec
@@ -72,8 +72,9 @@ def command(doc: dict) -> str:
             continue
         if value is True:
             words.append(flag)
-        elif isinstance(value, (list, tuple)):
-            words += [flag, shlex.quote(",".join(str(v) for v in value))]
+        elif isinstance(value, (list, tuple)):  # a repeatable flag (--keep), given once per value
+            for v in value:
+                words += [flag, shlex.quote(str(v))]
         else:
             words += [flag, shlex.quote(str(value))]
     words += ["--output", "DIR"]
@@ -162,30 +163,10 @@ def _provenance(doc: dict) -> list[str]:
 # --- the bucketed layout ---------------------------------------------------------------------------
 
 
-# The filter's fields when the flags do not name them (trees written before the field flags).
-_DEFAULT_FIELDS = {"language_fields": "language,page_average_lid", "lid_score_field": "page_average_lid_score",
-                   "token_count_field": "token_count"}
-_OFF = "none"
-
-
 def _kept_when(flags: dict, filt: dict) -> list[str]:
-    """The filter's conditions as the run applied them, from its field flags (``none`` turns a
-    check off; --language none turns off the language fields and the score)."""
-    def field(name: str) -> str:
-        return flags.get(name) or _DEFAULT_FIELDS[name]
-
-    language = flags.get("language", filt["language"])
-    out = []
-    if language != _OFF:
-        names = [f"`{f.strip()}`" for f in field("language_fields").split(",") if f.strip()]
-        verb = "is" if len(names) == 1 else "are"
-        out.append(f"{' and '.join(names)} {verb} `{language}`")
-        if field("lid_score_field") != _OFF:
-            out.append(f"`{field('lid_score_field')}` ≥ {filt['lid_threshold']}")
-    if field("token_count_field") != _OFF:
-        out.append(f"`{field('token_count_field')}` ≥ {filt['min_token_count']}")
-    out.append("the text is not empty")
-    return out
+    """The filter's conditions as the run applied them (shards.conditions), from its recorded flags
+    and filter settings (a tree written before the field flags records none: the defaults)."""
+    return conditions.describe(conditions.conditions({**filt, **flags}))
 
 
 def _card(doc: dict, *sections) -> list[str]:

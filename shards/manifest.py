@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Iterator
 
+from shards import conditions
 from shards.layout import BUCKET_NAMES
 
 MANIFEST_HEADER = "rel_path | original_id | processed_token_count"
@@ -109,10 +110,9 @@ class BucketStats:
     files: int = 0
 
 
-# The input field settings (--id-field, --text-field, --language-fields, --lid-score-field,
-# --token-count-field) a tree's stats record: only those that differ from the FinePDFs defaults, so
-# a run with the defaults writes the stats it always wrote.
-FIELD_SETTINGS = ("id_field", "text_field", "language_fields", "lid_score_field", "token_count_field")
+# The input field settings (--id-field, --text-field) a tree's stats record: only those that differ
+# from the FinePDFs defaults, so a run with the defaults writes the stats it always wrote.
+FIELD_SETTINGS = ("id_field", "text_field")
 
 
 @dataclasses.dataclass
@@ -120,9 +120,9 @@ class DatasetStats:
     """Everything ``dataset_stats.txt`` holds. ``drops`` maps a reason to its document count."""
 
     raw_documents: int
-    language: str
-    lid_threshold: float
-    min_token_count: int
+    # The settings that make the filter's conditions (shards.conditions: the default list's
+    # shorthands and --keep), typed as the flags give them.
+    filter: dict[str, object]
     tokenizer: str
     eos_id: int
     vocab_size: int
@@ -141,7 +141,7 @@ class DatasetStats:
     # an EOS before its end) or "tokenizer" (its id: an EOS may appear inside, and only the manifest
     # tells where documents end). Written only when not "text", so older trees read as "text".
     special_tokens: str = "text"
-    # The FIELD_SETTINGS that differ from their defaults, as the flags gave them ("none" included).
+    # The FIELD_SETTINGS that differ from their defaults, as the flags gave them.
     field_settings: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
@@ -162,11 +162,10 @@ class DatasetStats:
 
     def to_text(self) -> str:
         lines = ["# beam-pretokenize dataset statistics"]
+        filter_head, filter_tail = conditions.stats_lines(self.filter)
         settings = [
             ("raw_documents", self.raw_documents),
-            ("language", self.language),
-            ("lid_threshold", repr(float(self.lid_threshold))),
-            ("min_token_count", self.min_token_count),
+            *filter_head,
             ("tokenizer", self.tokenizer),
             *([("tokenizer_backend", self.tokenizer_backend)] if self.tokenizer_backend is not None else []),
             *([("special_tokens", self.special_tokens)] if self.special_tokens != "text" else []),
@@ -186,6 +185,7 @@ class DatasetStats:
                 ("removal_ids_not_found", self.removal_ids_not_found),
             ]
         settings += [(k, self.field_settings[k]) for k in FIELD_SETTINGS if k in self.field_settings]
+        settings += filter_tail
         lines += [f"{k}: {v}" for k, v in settings]
         lines += ["", "bucket | documents | tokens | files"]
         for name in BUCKET_NAMES:
@@ -203,9 +203,7 @@ class DatasetStats:
         try:
             stats = cls(
                 raw_documents=int(settings["raw_documents"]),
-                language=settings["language"],
-                lid_threshold=float(settings["lid_threshold"]),
-                min_token_count=int(settings["min_token_count"]),
+                filter=conditions.from_stats(settings),
                 tokenizer=settings["tokenizer"],
                 tokenizer_backend=settings.get("tokenizer_backend"),
                 eos_id=int(settings["eos_id"]),

@@ -30,7 +30,7 @@ import dataclasses
 import json
 import posixpath
 
-from shards import layout, llmc, storage
+from shards import conditions, layout, llmc, storage
 from shards.manifest import DatasetStats
 
 STATS_JSON_NAME = "dataset_stats.json"
@@ -96,11 +96,7 @@ def bucketed_document(provenance: Provenance, stats: DatasetStats) -> dict:
     doc["documents"] = _documents(stats.raw_documents, stats.kept_documents, stats.dropped_documents)
     doc["tokens"] = stats.total_tokens
     doc["files"] = stats.total_files
-    doc["filter"] = {
-        "language": stats.language,
-        "lid_threshold": float(stats.lid_threshold),
-        "min_token_count": stats.min_token_count,
-    }
+    doc["filter"] = conditions.record(stats.filter)
     doc["layout"] = {"partitions": stats.partitions, "seed": stats.seed, "dtype": stats.dtype}
     buckets = []
     for name in layout.BUCKET_NAMES:

@@ -20,6 +20,8 @@ REPO = Path(__file__).resolve().parents[1]
 SAMPLE_PARQUET = REPO / "tests" / "data" / "finepdfs_sample.parquet"
 # The GPT-2 ranks of --tokenizer gpt2, package data (transforms/tokenizers/data/): every clone has them.
 GPT2_RANKS = Path(gpt2_ranks_path())
+# The filter settings a bucketed tree's stats record by default (shards.conditions).
+DEFAULT_FILTER = {"language": "eng_Latn", "lid_threshold": 0.9, "min_token_count": 1}
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,6 @@ import numpy as np
 from transforms.core.batches import DocBatch, TokenBatch
 from transforms.core.records import Document
 from transforms.inputs.arrow import documents_batch
-from transforms.inputs.fields import LID_FIELDS
 
 
 def doc_batches(docs: Sequence[Document], per_batch: int = 0, with_lid: bool = True) -> list[DocBatch]:
@@ -31,10 +30,10 @@ def doc_batches(docs: Sequence[Document], per_batch: int = 0, with_lid: bool = T
 def documents_of(batch: DocBatch) -> list[Document]:
     """A DocBatch's documents, with the fields it holds (the LID fields only when it has them)."""
     columns = {name: batch.column(name) for name in batch.table.schema.names}
-    lid = [name for name, _ in LID_FIELDS if name in columns]
+    named = [name for name in columns if name not in ("id", "text", "row")]
     return [
         Document(columns["id"][i], columns["text"][i], batch.source, columns["row"][i],
-                 **{name: columns[name][i] for name in lid})
+                 {name: columns[name][i] for name in named})
         for i in range(batch.size)
     ]
 

@@ -68,15 +68,16 @@ def kept_texts(corpus_dir: str) -> list[str]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from transforms.bucketed.filter import LidFilterConfig, drop_masks
+    from shards import conditions
+    from transforms.bucketed.filter import drop_masks
+    from transforms.inputs.fields import ReadConfig
 
-    config = LidFilterConfig()
+    conds = conditions.conditions({})
     texts: list[str] = []
     for path in sorted(Path(corpus_dir).glob("*.parquet")):
-        table = pq.read_table(path, columns=["text", "language", "page_average_lid", "page_average_lid_score",
-                                             "token_count"])
+        table = pq.read_table(path, columns=["text", *(f.name for f in ReadConfig("").filter_fields())])
         for batch in table.to_batches():
-            masks = drop_masks(batch, config)
+            masks = drop_masks(batch.column, conds, batch.num_rows)
             dropped = sum(masks.values())
             texts += batch.filter(pa.array(~dropped.astype(bool))).column("text").to_pylist()
     return texts

@@ -30,8 +30,13 @@ from fsspec.implementations.local import LocalFileSystem
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from shards import (  # noqa: E402
+    conditions,  # noqa: E402
+    layout,
+    manifest,
+    tree,
+)
 from shards import index as reader_index  # noqa: E402
-from shards import layout, manifest, tree  # noqa: E402
 
 EOS = 151643
 PARTITIONS = 32
@@ -73,7 +78,7 @@ def build_tree(root: Path, documents: int) -> Path:
     (tmp / tree.RECORD_NAME).write_text(json.dumps({"tool": tree.TOOL, "kind": "bucketed", "files": files,
                                                     "derived": [reader_index.INDEX_NAME]}))
     stats = manifest.DatasetStats(
-        raw_documents=documents, language="eng_Latn", lid_threshold=0.9, min_token_count=1, tokenizer="bench",
+        raw_documents=documents, filter=conditions.record(conditions.SHORTHANDS), tokenizer="bench",
         eos_id=EOS, vocab_size=151936, dtype="uint32", partitions=PARTITIONS, seed=0, buckets=buckets, drops={},
     )
     (tmp / layout.STATS_NAME).write_text(stats.to_text(), encoding="utf-8")

@@ -37,7 +37,11 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from shards import layout, manifest  # noqa: E402
+from shards import (  # noqa: E402
+    conditions,  # noqa: E402
+    layout,
+    manifest,
+)
 from shards.reader import open_tree  # noqa: E402
 
 EOS = 151643
@@ -77,7 +81,7 @@ def build_tree(root: Path, tokens: int, seed: int = 0) -> Path:
             b.tokens += int(lengths[i])
     (root / layout.MANIFEST_NAME).write_text("".join(rows), encoding="utf-8")
     stats = manifest.DatasetStats(
-        raw_documents=len(lengths), language="eng_Latn", lid_threshold=0.9, min_token_count=1, tokenizer="bench",
+        raw_documents=len(lengths), filter=conditions.record(conditions.SHORTHANDS), tokenizer="bench",
         eos_id=EOS, vocab_size=151936, dtype="uint32", partitions=4, seed=0, buckets=buckets, drops={},
     )
     (root / layout.STATS_NAME).write_text(stats.to_text(), encoding="utf-8")

@@ -73,9 +73,10 @@ import report  # noqa: E402
 import scale_corpus  # noqa: E402
 
 from pipelines.summary import read_stats  # noqa: E402
-from transforms.bucketed.filter import LidFilterConfig, drop_reason  # noqa: E402
+from shards import conditions  # noqa: E402
+from transforms.bucketed.filter import drop_masks  # noqa: E402
 from transforms.bucketed.tokenize import TokenizerConfig  # noqa: E402
-from transforms.core.records import Document  # noqa: E402
+from transforms.inputs.fields import ReadConfig  # noqa: E402
 from transforms.tokenizers.ranks import gpt2_ranks_path, qwen_ranks_path  # noqa: E402
 from transforms.tokenizers.vocabularies import ENDOFTEXT, QWEN2_PATTERN  # noqa: E402
 
@@ -125,15 +126,13 @@ class Row:
 
 def kept_texts(directory: Path) -> list[str]:
     """The texts of the rows the bucketed job keeps, with its own filter, in file order."""
-    config = LidFilterConfig()
-    columns = ["id", "text", "language", "page_average_lid", "page_average_lid_score", "token_count"]
+    conds = conditions.conditions({})
+    columns = ["text", *(f.name for f in ReadConfig("").filter_fields())]
     texts = []
     for path in sorted(directory.glob("*.parquet")):
-        for r in pq.read_table(path, columns=columns).to_pylist():
-            doc = Document(r["id"], r["text"], str(path), 0, r["language"], r["page_average_lid"],
-                           r["page_average_lid_score"], r["token_count"])
-            if drop_reason(doc, config) is None:
-                texts.append(doc.text)
+        for batch in pq.read_table(path, columns=columns).to_batches():
+            dropped = sum(drop_masks(batch.column, conds, batch.num_rows).values())
+            texts += [t for t, d in zip(batch.column("text").to_pylist(), dropped.tolist(), strict=True) if not d]
     return texts
 
 

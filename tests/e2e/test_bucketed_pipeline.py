@@ -243,4 +243,4 @@ def test_output_that_is_a_file_or_the_other_jobs_tree_is_refused(tmp_path, capsy
 
 def test_flags_take_underscores_as_templates_pass_them(tmp_path):
     stats = run_job(SAMPLE_PARQUET, tmp_path / "out", "--lid_threshold", "0.5", "--min_token_count=2")
-    assert (stats.lid_threshold, stats.min_token_count) == (0.5, 2)
+    assert (stats.filter["lid_threshold"], stats.filter["min_token_count"]) == (0.5, 2)

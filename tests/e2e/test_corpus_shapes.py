@@ -13,7 +13,7 @@ import pytest
 from conftest import GPT2_RANKS, tree_hashes
 
 from pipelines import cli
-from shards import layout, manifest, tree
+from shards import conditions, layout, manifest, tree
 from shards.card import CARD_NAME
 from shards.manifest import DatasetStats
 from shards.provenance import STATS_JSON_NAME
@@ -104,7 +104,7 @@ def test_finepdfs_shape_with_the_defaults(finepdfs_tree):
     assert stats.drops == {"language": 1, "lid_score": 1} and stats.field_settings == {}
     # A run with the defaults records no field settings: its stats are those it always wrote.
     text = (finepdfs_tree / layout.STATS_NAME).read_text()
-    assert not any(key in text for key in manifest.FIELD_SETTINGS)
+    assert not any(f"\n{key}: " in text for key in (*manifest.FIELD_SETTINGS, *conditions.STATS_TAIL, conditions.KEEP))
 
 
 def test_fineweb_shape_with_its_flags(tmp_path, finepdfs_tree, capsys):
@@ -112,9 +112,11 @@ def test_fineweb_shape_with_its_flags(tmp_path, finepdfs_tree, capsys):
     assert run(tmp_path / "fineweb.parquet", tmp_path / "out", *FINEWEB) == 0
     assert stored(tmp_path / "out") == {fineweb_id(i): t for i, t in DOCS}
     stats = tree.OutputTree.open(str(tmp_path / "out")).stats()
-    assert stats.raw_documents == len(DOCS) + len(DROPPED) and stats.language == "en"
+    assert stats.raw_documents == len(DOCS) + len(DROPPED) and stats.filter["language"] == "en"
     assert stats.drops == {"language": 1, "lid_score": 1}
-    assert stats.field_settings == {"language_fields": "language", "lid_score_field": "language_score"}
+    assert stats.field_settings == {}
+    assert stats.filter == {"language": "en", "lid_threshold": 0.65, "min_token_count": 1,
+                            "language_fields": "language", "lid_score_field": "language_score"}
     assert "language_fields: language\nlid_score_field: language_score\n" in (
         tmp_path / "out" / layout.STATS_NAME).read_text()
     # verify re-reads the source with the fields the stats record, and finds every document.
@@ -141,8 +143,8 @@ def test_plain_id_text_parquet_and_jsonl_give_the_same_shards(tmp_path, finepdfs
         # The same documents kept from the FinePDFs file: the same bytes, file for file.
         assert shard_hashes(out) == shard_hashes(finepdfs_tree)
         stats = tree.OutputTree.open(str(out)).stats()
-        assert stats.drops == {} and stats.language == "none"
-        assert stats.field_settings == {"token_count_field": "none"}
+        assert stats.drops == {} and stats.filter["language"] == "none"
+        assert stats.field_settings == {} and stats.filter["token_count_field"] == "none"
 
 
 def test_other_id_and_text_field_names(tmp_path, finepdfs_tree):
@@ -151,8 +153,7 @@ def test_other_id_and_text_field_names(tmp_path, finepdfs_tree):
     out = tmp_path / "out"
     assert run(tmp_path / "named.parquet", out, *PLAIN, "--id-field", "url", "--text-field", "content") == 0
     assert shard_hashes(out) == shard_hashes(finepdfs_tree)
-    assert tree.OutputTree.open(str(out)).stats().field_settings == {
-        "id_field": "url", "text_field": "content", "token_count_field": "none"}
+    assert tree.OutputTree.open(str(out)).stats().field_settings == {"id_field": "url", "text_field": "content"}
 
 
 def test_language_none_keeps_every_language_but_still_checks_the_count(tmp_path):
@@ -217,10 +218,11 @@ def test_the_scaffold_job_names_its_text_flag_too(tmp_path, capsys):
     "flags, message",
     [
         (["--language-fields", ""], "--language-fields names no field to check --language eng_Latn in"),
-        (["--language-fields", "language,language"], "'language' is named twice"),
+        (["--language-fields", "language,language"], "the name 'language' is given twice"),
         (["--language-fields", "row"], "--language-fields (or --language none): 'row' cannot be a filter field"),
-        (["--language-fields", "lid_score"], "'lid_score' is named twice, or as another drop reason"),
-        (["--lid-score-field", "id"], "the field 'id' is named twice"),
+        (["--language-fields", "lid_score"], "the name 'lid_score' is given twice"),
+        (["--lid-score-field", "id"], "--lid-score-field (or none): the document's id is a string"),
+        (["--token-count-field", "language"], "'language' is read as string by --language-fields"),
         (["--language", "none", "--lid-threshold", "0.95"],
          "--lid-threshold 0.95 would be ignored: --language none checks no LID score"),
         (["--lid-score-field", "none", "--lid-threshold", "0.5"],
@@ -235,11 +237,14 @@ def test_field_flags_that_cannot_work_are_refused_at_launch(tmp_path, capsys, fl
 
 
 def test_field_settings_survive_the_stats_round_trip():
-    stats = DatasetStats(raw_documents=1, language="en", lid_threshold=0.65, min_token_count=1, tokenizer="gpt2",
-                         eos_id=50256, vocab_size=50257, dtype="uint32", partitions=2, seed=0, buckets={}, drops={},
-                         field_settings={"text_field": "content", "lid_score_field": "language_score"})
+    filt = {"language": "en", "lid_threshold": 0.65, "min_token_count": 1, "lid_score_field": "language_score",
+            "keep": ("is_truncated == false",)}
+    stats = DatasetStats(raw_documents=1, filter=filt, tokenizer="gpt2", eos_id=50256, vocab_size=50257,
+                         dtype="uint32", partitions=2, seed=0, buckets={}, drops={},
+                         field_settings={"text_field": "content"})
     back = DatasetStats.from_text(stats.to_text())
     assert back.field_settings == stats.field_settings and back.to_text() == stats.to_text()
+    assert back.filter == filt
 
 
 def test_own_field_names_through_verify_and_remove(tmp_path, capsys):
@@ -261,6 +266,7 @@ def test_own_field_names_through_verify_and_remove(tmp_path, capsys):
     assert cli.main(["remove", "--output", str(out), "--removal-list", str(tmp_path / "remove.txt"), *RUNNER]) == 0
     stats = tree.OutputTree.open(str(out)).stats()
     assert stats.drops == {"lang": 1, "removed": 1}
-    assert stats.field_settings == {"id_field": "doc", "text_field": "body", "language_fields": "lang",
-                                    "lid_score_field": "conf", "token_count_field": "none"}
+    assert stats.field_settings == {"id_field": "doc", "text_field": "body"}
+    assert stats.filter == {"language": "en", "lid_threshold": 0.9, "min_token_count": 1, "language_fields": "lang",
+                            "lid_score_field": "conf", "token_count_field": "none"}
     assert cli.main(["verify", "--output", str(out), "--input", str(src), *RUNNER]) == 0

@@ -16,7 +16,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import REPO, SAMPLE_PARQUET, finepdfs_row, tree_hashes
+from conftest import DEFAULT_FILTER, REPO, SAMPLE_PARQUET, finepdfs_row, tree_hashes
 
 from pipelines import cli
 from shards import layout, llmc, manifest, tree
@@ -357,8 +357,8 @@ def _bucketed_doc(kept_per_bucket: dict[str, int], flags: dict) -> dict:
     from shards.provenance import Provenance, bucketed_document
 
     buckets = {name: BucketStats(n, n * 10, 1 if n else 0) for name, n in kept_per_bucket.items()}
-    stats = DatasetStats(raw_documents=sum(kept_per_bucket.values()) + 1, language="eng_Latn", lid_threshold=0.9,
-                         min_token_count=1, tokenizer="jet-nemotron", eos_id=151643, vocab_size=151936,
+    stats = DatasetStats(raw_documents=sum(kept_per_bucket.values()) + 1, filter=DEFAULT_FILTER,
+                         tokenizer="jet-nemotron", eos_id=151643, vocab_size=151936,
                          dtype="uint32", partitions=32, seed=0, buckets=buckets, drops={"lid_score": 1},
                          tokenizer_backend="tiktoken 0.9.0")
     provenance = Provenance("bucketed", {"beam-pretokenize": "9.9", "apache-beam": "2.77.0", "python": "3.11"},

@@ -189,6 +189,7 @@ BAD = [
     ({"tokenizer": "gtp2"}, ["--tokenizer", "gtp2"], api.UsageError),
     ({"lid_threshold": 2.0}, ["--lid-threshold", "2.0"], api.UsageError),
     ({"partitions": 0}, ["--partitions", "0"], api.UsageError),
+    ({"keep": ["is_truncated = false"]}, ["--keep", "is_truncated = false"], api.UsageError),
     ({"input": "tests/data/no-such-file.parquet"}, ["--input", "tests/data/no-such-file.parquet"],
      api.BadInputError),
     ({"beam_args": ["--direct_num_workerz=2"]}, ["--direct_num_workerz=2"], api.UsageError),

@@ -11,7 +11,7 @@ import pickle
 
 import numpy as np
 import pytest
-from conftest import SAMPLE_PARQUET
+from conftest import DEFAULT_FILTER, SAMPLE_PARQUET
 from fsspec.implementations.local import LocalFileSystem
 
 from pipelines import cli
@@ -200,7 +200,7 @@ def _indexed_tree(root, documents: int, partitions: int = 8):
     buckets = {name: manifest.BucketStats() for name in layout.BUCKET_NAMES}
     buckets["1024"] = manifest.BucketStats(files=partitions, documents=documents, tokens=int(lengths.sum()))
     stats = manifest.DatasetStats(
-        raw_documents=documents, language="eng_Latn", lid_threshold=0.9, min_token_count=1, tokenizer="test",
+        raw_documents=documents, filter=DEFAULT_FILTER, tokenizer="test",
         eos_id=151643, vocab_size=151936, dtype="uint32", partitions=partitions, seed=0, buckets=buckets, drops={})
     (root / layout.STATS_NAME).write_text(stats.to_text(), encoding="utf-8")
     return root

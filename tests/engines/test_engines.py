@@ -31,6 +31,16 @@ def bucketed_case(request):
     return bucketed.run, flags
 
 
+# Conditions on a boolean and a float column of the sample and on the length in tokens: each
+# evaluated on whole Arrow batches, so the kept set (and the bytes) may not depend on the runner.
+KEEP = ["--keep", "is_truncated == false", "--keep", "full_doc_lid_score >= 0.95", "--keep", "@tokens <= 20000"]
+
+
+def bucketed_keep_case(request):
+    run, flags = bucketed_case(request)
+    return run, [*flags, *KEEP]
+
+
 def scaffold_case(request):
     run = _scaffold_run()
     gpt2 = request.getfixturevalue("gpt2_spec")  # the GPT-2 ranks shipped in the package
@@ -42,6 +52,7 @@ def scaffold_case(request):
 # Each job: how to run it on the sample, and a check that its reference output is not trivial.
 JOBS = {
     "bucketed": (bucketed_case, lambda files: any(f.endswith("_00001.npy") for f in files)),
+    "bucketed-keep": (bucketed_keep_case, lambda files: any(f.endswith("_00001.npy") for f in files)),
     "scaffold": (scaffold_case, lambda files: "val/shard_000.bin" in files and "train/shard_001.bin" in files),
 }
 

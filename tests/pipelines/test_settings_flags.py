@@ -8,8 +8,8 @@ import pytest
 from conftest import SAMPLE_PARQUET
 
 from pipelines import bucketed, cli, decode, export, remove, scaffold, stats, train_bpe, verify
+from shards import conditions
 from transforms.bpe.settings import TrainBpeSettings
-from transforms.bucketed.filter import LidFilterConfig
 from transforms.bucketed.settings import DOCUMENT_FILTER, BucketedSettings
 from transforms.core.settings import CHOICES, HELP, REQUIRED, flag_fields, setting
 from transforms.scaffold.settings import ScaffoldSettings
@@ -26,7 +26,8 @@ def test_every_setting_with_a_help_is_a_flag_with_its_default_and_choices(module
     for name, field in fields.items():
         action = actions[name]  # the flag exists, spelled with dashes
         assert action.option_strings == [f"--{name.replace('_', '-')}"]
-        assert action.default == field.default and action.help == field.metadata[HELP]
+        default = tuple(action.default) if isinstance(action.default, list) else action.default  # --keep
+        assert default == field.default and action.help == field.metadata[HELP]
         if field.metadata[CHOICES] is not None:
             assert list(action.choices) == list(field.metadata[CHOICES])
     # Parsed with no flag of its own, the job's settings are the dataclass's defaults.
@@ -46,14 +47,12 @@ def test_a_flag_parses_as_its_settings_type_and_a_float_spelled_int_is_an_int():
 
 
 def test_the_document_filter_defaults_are_stated_once():
-    """The bucketed and train-bpe jobs and the filter's own config have the same FinePDFs defaults."""
+    """The bucketed and train-bpe jobs and the conditions' shorthands have the same FinePDFs defaults."""
     for name, (default, _) in DOCUMENT_FILTER.items():
         assert BucketedSettings.__dataclass_fields__[name].default == default
         assert TrainBpeSettings.__dataclass_fields__[name].default == default
-    lid = LidFilterConfig()
-    assert (lid.language, lid.threshold) == (DOCUMENT_FILTER["language"][0], DOCUMENT_FILTER["lid_threshold"][0])
-    assert ",".join(lid.language_fields) == DOCUMENT_FILTER["language_fields"][0]
-    assert lid.score_field == DOCUMENT_FILTER["lid_score_field"][0]
+    for name, default in conditions.SHORTHANDS.items():
+        assert DOCUMENT_FILTER[name][0] == default
 
 
 def test_a_new_setting_is_a_new_flag(capsys):

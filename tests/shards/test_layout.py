@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from conftest import DEFAULT_FILTER
 
 from shards import layout, manifest
 from shards.manifest import BucketStats, DatasetStats
@@ -88,9 +89,7 @@ def test_manifest_rows_round_trip_and_bad_ids_are_refused():
 def test_stats_text_round_trips():
     stats = DatasetStats(
         raw_documents=10,
-        language="eng_Latn",
-        lid_threshold=0.9,
-        min_token_count=1,
+        filter=DEFAULT_FILTER,
         tokenizer="jet-nemotron",
         eos_id=151643,
         vocab_size=151936,

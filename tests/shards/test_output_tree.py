@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from conftest import DEFAULT_FILTER
 
 from shards import layout, llmc, manifest
 from shards.tree import (
@@ -15,7 +16,7 @@ from shards.tree import (
 )
 
 BUCKETED_STATS = manifest.DatasetStats(
-    raw_documents=3, language="eng_Latn", lid_threshold=0.9, min_token_count=1, tokenizer="test", eos_id=2,
+    raw_documents=3, filter=DEFAULT_FILTER, tokenizer="test", eos_id=2,
     vocab_size=100, dtype="uint16", partitions=2, seed=0,
     buckets={"1024": manifest.BucketStats(documents=2, tokens=9, files=1)}, drops={"lid_score": 1},
 )

@@ -16,7 +16,7 @@ from pathlib import Path
 import fsspec
 import numpy as np
 import pytest
-from conftest import SAMPLE_PARQUET
+from conftest import DEFAULT_FILTER, SAMPLE_PARQUET
 
 from pipelines import bucketed
 from shards import layout, llmc, manifest, reader
@@ -50,8 +50,8 @@ def write_bucketed_tree(root, files, *, eos=EOS, dtype="uint32", vocab_size=1519
     with open(os.path.join(root, layout.MANIFEST_NAME), "w", encoding="utf-8") as f:
         f.writelines(rows)
     stats = manifest.DatasetStats(
-        raw_documents=sum(b.documents for b in buckets.values()), language="eng_Latn", lid_threshold=0.9,
-        min_token_count=1, tokenizer="test", eos_id=eos, vocab_size=vocab_size, dtype=dtype,
+        raw_documents=sum(b.documents for b in buckets.values()), filter=DEFAULT_FILTER, tokenizer="test", eos_id=eos,
+        vocab_size=vocab_size, dtype=dtype,
         partitions=partitions, seed=0, buckets=buckets, drops={},
     )
     if marker:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
+from shards.conditions import TOKENS
 from transforms.bpe import pretokenize
 from transforms.bucketed.settings import InputFields, document_filter
 from transforms.core.settings import setting, shared
@@ -42,6 +43,7 @@ class TrainBpeSettings(InputFields):
     language_fields: str = document_filter("language_fields")
     lid_score_field: str = document_filter("lid_score_field")
     token_count_field: str = document_filter("token_count_field")
+    keep: tuple[str, ...] = document_filter("keep")
     # ids to leave out (a list, or an output tree: its removals.txt)
     removal_list: str | None = setting(None, "ids to leave out, one a line, no comments; or an output tree (its "
                                        "removals.txt)")
@@ -60,6 +62,10 @@ class TrainBpeSettings(InputFields):
         if not self.eos_token:
             raise ValueError("--eos-token must not be empty")
         self.check_fields()
+        for c in self.conditions():
+            if c.column == TOKENS:
+                raise ValueError(f"{c.flag}: train-bpe counts words of documents it does not tokenize; {TOKENS} "
+                                 "is for the bucketed job")
 
     def merges_for(self, base_size: int) -> int:
         """How many merges to learn over ``base_size`` base symbols."""

@@ -1,187 +1,140 @@
-"""FilterLanguage: keep confident documents in one language, and say why each other one went.
+"""FilterDocuments: keep the documents for which every condition holds, and say why each other one went.
 
-All conditions are required, checked in this order (the first that fails is the reason counted):
+The conditions are data (shards/conditions.py: what one is, the default list, null semantics);
+this module only evaluates them, on a whole Arrow batch at a time with pyarrow.compute, never a
+row at a time in Python. A dropped document is counted under the name of the first condition it
+fails, in the list's order. The conditions on an input column are checked before tokenizing
+(on DocBatches); those on ``@tokens`` after it (on TokenBatches), by a second step that is only
+there when such a condition is.
 
-    language == L                      else "language"
-    page_average_lid == L              else "page_average_lid"
-    page_average_lid_score >= T        else "lid_score"       (a null score fails too)
-    token_count >= min_token_count     else "token_count"     (a null count fails too)
-    text is not empty                  else "empty_text"      (it would be a lone EOS)
-
-Those are the FinePDFs schema's fields, the defaults. Each is configurable (LidFilterConfig): the
-language fields (each must equal L; a field's drop reason is its name), the score's field, the
-count's field. A language of None checks no language field and no score (--language none), a
-count field of None no count (--token-count-field none); the empty text check always runs.
-FineWeb: language_fields=("language",), score_field="language_score", threshold 0.65.
-
-The score is compared as ReadDocuments read it: a number within [0, 1] (any other, NaN included,
-is a bad record there, ``bad_lid_score``), and a float32 score as the decimal it was written as.
-So a float32 column's 0.9 passes T = 0.9, and the float32 just below it (0.8999999) does not.
+Each column was read as its condition's kind (transforms/inputs/arrow.py): a float32 score as the
+decimal it was written as, so a float32 column's 0.9 passes ``>= 0.9`` and the float32 just below
+it (0.8999999) does not.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
-from collections.abc import Mapping
-from typing import NamedTuple
+from collections.abc import Callable, Sequence
 
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from transforms.core.batches import DocBatch
+from shards.conditions import OPERATORS, TOKENS, Condition
+from transforms.core.batches import DocBatch, TokenBatch
 from transforms.core.drops import Drops
-from transforms.core.records import (
-    DEFAULT_LANGUAGE,
-    DEFAULT_LANGUAGE_FIELDS,
-    DEFAULT_LID_THRESHOLD,
-    DEFAULT_TOKEN_COUNT,
-    DROPPED,
-    LID_SCORE,
-    Document,
-)
-
-DROP_REASONS = ("language", "page_average_lid", "lid_score", "token_count", "empty_text")
-# The reasons that are not a language field's name.
-FIXED_REASONS = ("lid_score", "token_count", "empty_text")
+from transforms.core.records import DROPPED
 
 
-class Check(NamedTuple):
-    """One condition: the reason counted when it fails, the column it reads, and how it compares
-    ("equals" the language, at "least" the threshold or count, "nonempty" text)."""
-
-    reason: str
-    column: str
-    test: str
-    value: object = None
-
-
-@dataclasses.dataclass(frozen=True)
-class LidFilterConfig:
-    language: str | None = DEFAULT_LANGUAGE  # None: no language field and no score is checked
-    threshold: float = DEFAULT_LID_THRESHOLD
-    min_token_count: int = 1
-    language_fields: tuple[str, ...] = DEFAULT_LANGUAGE_FIELDS
-    score_field: str | None = LID_SCORE  # None: no score check
-    token_count_field: str | None = DEFAULT_TOKEN_COUNT  # None: no count check
-
-    def __post_init__(self):
-        if self.language == "":
-            raise ValueError("language must not be empty")
-        if not (0.0 <= self.threshold <= 1.0) or math.isnan(self.threshold):
-            raise ValueError(f"the LID threshold must be within [0, 1], got {self.threshold}")
-        if self.min_token_count < 0:
-            raise ValueError(f"min_token_count must be >= 0, got {self.min_token_count}")
-        object.__setattr__(self, "language_fields", tuple(self.language_fields))
-        if self.language is not None and not self.language_fields:
-            raise ValueError(f"no field to check the language {self.language} in")
-        names = list(self.checked_language_fields)
-        for name in names:
-            # A language field's name is a drop reason: a line of dataset_stats.txt's table.
-            if name in FIXED_REASONS or names.count(name) > 1:
-                raise ValueError(f"the language field {name!r} is named twice, or as another drop reason")
-            if not name or name != name.strip() or any(c in name for c in "|\n\r"):
-                raise ValueError(f"the language field {name!r} cannot name a drop reason (no '|', line break or "
-                                 "space at either end)")
-
-    @property
-    def checked_language_fields(self) -> tuple[str, ...]:
-        return self.language_fields if self.language is not None else ()
-
-    def checks(self) -> list[Check]:
-        """The conditions, in the order they are checked."""
-        out = [Check(name, name, "equals", self.language) for name in self.checked_language_fields]
-        if self.language is not None and self.score_field:
-            out.append(Check("lid_score", self.score_field, "least", self.threshold))
-        if self.token_count_field:
-            out.append(Check("token_count", self.token_count_field, "least", self.min_token_count))
-        out.append(Check("empty_text", "text", "nonempty"))
-        return out
-
-    def reasons(self) -> tuple[str, ...]:
-        """Every drop reason this filter can count."""
-        return tuple(c.reason for c in self.checks())
+def holds(condition: Condition, column: pa.Array) -> np.ndarray:
+    """Where ``condition`` holds over ``column`` (its values, read as its kind); a null holds only
+    for ``== null``, ``!= null``'s opposite, and ``in`` a list holding null."""
+    if pa.types.is_dictionary(column.type):
+        column = column.dictionary_decode()
+    if condition.kind == "number":  # an integer column (@tokens) against 0.5 too
+        column = column.cast(pa.float64())
+    op, value = condition.op, condition.value
+    if value is None:
+        result = pc.is_null(column) if op == "==" else pc.is_valid(column)
+    elif op == "in":
+        values = [v for v in value if v is not None]
+        result = pc.is_in(column, value_set=pa.array(values, column.type)) if values else pc.is_null(column)
+        if None in value:
+            result = pc.or_(result, pc.is_null(column))
+    else:
+        result = getattr(pc, OPERATORS[op][0])(column, pa.scalar(value, column.type))
+    return pc.fill_null(result, False).to_numpy(zero_copy_only=False)
 
 
-def drop_reason(doc: Document | Mapping, config: LidFilterConfig) -> str | None:
-    """Why ``doc`` is dropped, or None if it is kept. ``doc`` is a Document (the FinePDFs fields) or
-    a mapping of field name to value, holding ``text`` and each field the config checks."""
-    values = doc._asdict() if isinstance(doc, Document) else doc
-    for check in config.checks():
-        value = values.get(check.column)
-        if check.test == "equals":
-            failed = value != check.value
-        elif check.test == "least":
-            failed = value is None or math.isnan(value) or value < check.value
-        else:
-            failed = not value
-        if failed:
-            return check.reason
-    return None
-
-
-def drop_masks(table: pa.RecordBatch, config: LidFilterConfig) -> dict[str, np.ndarray]:
-    """For each reason, the documents of a batch dropped for it (the first condition each fails),
-    computed on the batch's Arrow columns at once; drop_reason is the same rule for one document."""
-    def failing(condition) -> np.ndarray:  # a null compares as failing
-        return ~pc.fill_null(condition, False).to_numpy(zero_copy_only=False)
-
-    def condition(check: Check):
-        column = table.column(check.column)
-        if check.test == "equals":
-            return pc.equal(column, check.value)
-        if check.test == "least":
-            return pc.greater_equal(column, check.value)
-        return pc.greater(pc.binary_length(column), 0)
-
-    alive = np.ones(table.num_rows, dtype=bool)
+def drop_masks(column: Callable[[str], pa.Array], conditions: Sequence[Condition], size: int) -> dict[str, np.ndarray]:
+    """For each condition's name, the documents dropped for it (the first condition each fails);
+    ``column(name)`` gives a column of the ``size`` documents."""
+    alive = np.ones(size, dtype=bool)
     masks = {}
-    for check in config.checks():
-        reason = check.reason
-        masks[reason] = failing(condition(check)) & alive
-        alive &= ~masks[reason]
+    for condition in conditions:
+        masks[condition.name] = ~holds(condition, column(condition.column)) & alive
+        alive &= ~masks[condition.name]
     return masks
 
 
-class FilterLanguageFn(beam.DoFn):
-    def __init__(self, config: LidFilterConfig):
-        self._config = config
+def batch_masks(batch: DocBatch | TokenBatch, conditions: Sequence[Condition]) -> dict[str, np.ndarray]:
+    """drop_masks of the conditions a batch can be judged by: a DocBatch's on its columns, a
+    TokenBatch's on ``@tokens`` (its lengths, EOS included)."""
+    if isinstance(batch, TokenBatch):
+        return drop_masks(lambda _: pa.array(batch.lengths, pa.int64()), token_conditions(conditions), batch.size)
+    return drop_masks(batch.table.column, column_conditions(conditions), batch.size)
+
+
+def column_conditions(conditions: Sequence[Condition]) -> list[Condition]:
+    """The conditions on input columns, checked before tokenizing."""
+    return [c for c in conditions if c.column != TOKENS]
+
+
+def token_conditions(conditions: Sequence[Condition]) -> list[Condition]:
+    """The conditions on the length in tokens, checked once tokenized."""
+    return [c for c in conditions if c.column == TOKENS]
+
+
+def keep_tokens(batch: TokenBatch, keep: np.ndarray) -> TokenBatch:
+    """The documents of a TokenBatch where ``keep`` is true."""
+    return TokenBatch(batch.source, [i for i, k in zip(batch.ids, keep.tolist(), strict=True) if k],
+                      batch.rows[keep], batch.lengths[keep], batch.tokens[np.repeat(keep, batch.lengths)],
+                      {name: values[keep] for name, values in batch.extra.items()})
+
+
+class FilterDocumentsFn(beam.DoFn):
+    """Keeps the documents of each DocBatch (or, ``tokenized``, TokenBatch) that pass the
+    conditions it can judge; drops the others as ``(name, n)`` on output ``dropped``."""
+
+    def __init__(self, conditions: Sequence[Condition], tokenized: bool = False):
+        self._conditions = tuple(conditions)
+        self._tokenized = tokenized
         self._kept = beam.metrics.Metrics.counter("pretokenize", "documents_kept_by_filter")
 
     def setup(self):
         self._drops = Drops()
 
-    def process(self, batch: DocBatch):
-        masks = drop_masks(batch.table, self._config)
+    def process(self, batch: DocBatch | TokenBatch):
+        masks = batch_masks(batch, self._conditions)
         dropped = np.zeros(batch.size, dtype=bool)
-        for reason in self._config.reasons():
-            n = int(masks[reason].sum())
+        for name, mask in masks.items():
+            n = int(mask.sum())
             if n:
-                dropped |= masks[reason]
-                yield self._drops(reason, n)
+                dropped |= mask
+                yield self._drops(name, n)
         kept = batch.size - int(dropped.sum())
-        self._kept.inc(kept)
-        if kept:
-            yield batch.filter(pa.array(~dropped)) if kept < batch.size else batch
+        if not self._tokenized:
+            self._kept.inc(kept)
+        if kept == batch.size:
+            yield batch
+        elif kept:
+            yield keep_tokens(batch, ~dropped) if self._tokenized else batch.filter(pa.array(~dropped))
 
 
-class FilterLanguage(beam.PTransform):
-    """Splits DocBatches into the kept documents (main output, DocBatches) and ``(reason, n)``
-    drops (output ``dropped``).
+def filter_steps(conditions: Sequence[Condition], tokenize: beam.DoFn) -> list[beam.DoFn]:
+    """The filter before ``tokenize``, the tokenizer, and the filter on ``@tokens`` after it when
+    a condition needs it."""
+    after = [FilterDocumentsFn(conditions, tokenized=True)] if token_conditions(conditions) else []
+    return [FilterDocumentsFn(conditions), tokenize, *after]
+
+
+class FilterDocuments(beam.PTransform):
+    """Splits DocBatches into the kept documents (main output, DocBatches) and ``(name, n)``
+    drops (output ``dropped``), by the conditions on input columns.
 
     Example::
 
-        result = batches | "FilterLanguage" >> FilterLanguage(LidFilterConfig("eng_Latn", 0.9))
+        conditions = shards.conditions.conditions({"keep": ["is_truncated == false"]})
+        result = batches | "FilterDocuments" >> FilterDocuments(conditions)
         kept, drops = result.kept, result.dropped
     """
 
-    def __init__(self, config: LidFilterConfig):
+    def __init__(self, conditions: Sequence[Condition]):
         super().__init__()
-        self._config = config
+        self._conditions = tuple(conditions)
 
     def expand(self, batches):
-        return batches | "CheckLanguage" >> beam.ParDo(FilterLanguageFn(self._config)).with_outputs(
+        return batches | "CheckConditions" >> beam.ParDo(FilterDocumentsFn(self._conditions)).with_outputs(
             DROPPED, main="kept"
         )

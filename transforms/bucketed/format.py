@@ -58,9 +58,7 @@ class BucketedFormat:
         found = extras.get("removal_found") or 0
         return DatasetStats(
             raw_documents=raw_documents,
-            language=self.settings.language,
-            lid_threshold=self.settings.lid_threshold,
-            min_token_count=self.settings.min_token_count,
+            filter=self.settings.filter_settings(),
             tokenizer=self.settings.tokenizer,
             tokenizer_backend=self.tokenizer_backend,
             eos_id=self.eos_id,

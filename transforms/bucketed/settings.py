@@ -1,12 +1,11 @@
 """BucketedSettings: the bucketed job's settings, one typed object.
 
-The CLI fills it from its flags; every step's own typed argument (the filter's, the tokenizer's,
-the writer's) and the stats dataset_stats.txt records (BucketedFormat) are built from it.
+The CLI fills it from its flags; every step's own typed argument (the filter's conditions, the
+tokenizer's, the writer's) and the stats dataset_stats.txt records (BucketedFormat) are built from it.
 
-The field settings say which input fields are read, as the flags spell them: ``language_fields``
-is a comma-separated list, and ``none`` turns a check off (``language="none"``: no language field
-and no score is read or checked; ``lid_score_field="none"``: no score; ``token_count_field="none"``:
-no count). The defaults are the FinePDFs schema's.
+The filter is a list of conditions (shards/conditions.py): the FinePDFs-Edu card's by default,
+edited by the shorthand flags (DOCUMENT_FILTER: the language, the threshold, the fields, ``none``
+turning a condition off), and ``--keep 'COLUMN OP VALUE'`` adding one, as often as it is given.
 """
 
 from __future__ import annotations
@@ -14,60 +13,60 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from shards import layout, storage
-from transforms.core.records import (
-    DEFAULT_LANGUAGE,
-    DEFAULT_LANGUAGE_FIELDS,
-    DEFAULT_LID_THRESHOLD,
-    DEFAULT_TOKEN_COUNT,
-    LID_SCORE,
-)
+from shards import conditions, layout, storage
 from transforms.core.settings import setting, shared
 from transforms.tokenizers.backends import BACKENDS
 from transforms.tokenizers.encoder import SPECIAL_TOKEN_MODES
 
 if TYPE_CHECKING:  # the steps' own configs are imported where they are built: --help imports no Beam
-    from transforms.bucketed.filter import LidFilterConfig
     from transforms.bucketed.tokenize import TokenizerConfig
     from transforms.bucketed.write import ShardConfig
     from transforms.inputs.fields import ReadConfig
 
-OFF = "none"  # the value of --language, --lid-score-field or --token-count-field that turns its check off
-# The language filter's settings and the input's field names, of every job that reads and filters
+OFF = conditions.OFF  # the value of --language, --lid-score-field or --token-count-field that turns its check off
+_D = conditions.SHORTHANDS
+# The filter's settings and the input's field names, of every job that reads and filters
 # documents as the bucketed job does, in their flags' order: name -> (default, help). The defaults
 # are the FinePDFs schema's; FineWeb is --language en --language-fields language --lid-score-field
 # language_score --lid-threshold 0.65.
 DOCUMENT_FILTER = {
-    "language": (DEFAULT_LANGUAGE, f"keep documents whose every --language-fields field equals this; {OFF}: no "
+    "language": (_D["language"], f"keep documents whose every --language-fields field equals this; {OFF}: no "
                  "language filter"),
-    "lid_threshold": (DEFAULT_LID_THRESHOLD, "minimum LID score (--lid-score-field)"),
-    "min_token_count": (1, "minimum source token count (--token-count-field)"),
+    "lid_threshold": (_D["lid_threshold"], "minimum LID score (--lid-score-field)"),
+    "min_token_count": (_D["min_token_count"], "minimum source token count (--token-count-field)"),
     "text_field": ("text", "field of the document text"),
     "id_field": ("id", "field of the document id"),
-    "language_fields": (",".join(DEFAULT_LANGUAGE_FIELDS), "comma-separated fields that must each equal --language"),
-    "lid_score_field": (LID_SCORE, f"field of the LID score compared with --lid-threshold; {OFF}: no score check"),
-    "token_count_field": (DEFAULT_TOKEN_COUNT, f"field of the source token count compared with --min-token-count; "
-                          f"{OFF}: no count check"),
+    "language_fields": (_D["language_fields"], "comma-separated fields that must each equal --language"),
+    "lid_score_field": (_D["lid_score_field"], f"field of the LID score compared with --lid-threshold; {OFF}: no "
+                        "score check"),
+    "token_count_field": (_D["token_count_field"], f"field of the source token count compared with "
+                          f"--min-token-count; {OFF}: no count check"),
+    "keep": ((), "keep only documents for which COLUMN OP VALUE holds, besides the conditions above (repeatable; "
+             "OP: == != >= > <= < in [..]; VALUE: a number, true, false, null or a quoted string; COLUMN: an input "
+             f"column, or {conditions.TOKENS}, the length in tokens with the EOS): "
+             "--keep 'is_truncated == false' --keep 'full_doc_lid_score >= 0.8'"),
 }
 DOCUMENT_FILTER_FLAGS = tuple(DOCUMENT_FILTER)
 # The field settings, and the value each has unless a flag changes it.
-FIELD_DEFAULTS = {name: DOCUMENT_FILTER[name][0]
-                  for name in ("id_field", "text_field", "language_fields", "lid_score_field", "token_count_field")}
+FIELD_DEFAULTS = {name: DOCUMENT_FILTER[name][0] for name in ("id_field", "text_field")}
 
 
 def document_filter(name: str):
     """The settings field ``name`` of DOCUMENT_FILTER."""
+    if name == conditions.KEEP:
+        return setting(*DOCUMENT_FILTER[name], flags=("--keep",), metavar="'COLUMN OP VALUE'", repeated=True)
     return setting(*DOCUMENT_FILTER[name])
 
 
 class InputFields:
-    """What a job that reads and filters documents as the bucketed job does gets from its field
-    settings (see the module docstring): the reader's and the language filter's typed arguments.
-    The dataclass that inherits it has ``input``, ``on_bad_record``, ``language``, ``lid_threshold``,
-    ``min_token_count`` and the FIELD_DEFAULTS fields, and calls check_fields() in __post_init__."""
+    """What a job that reads and filters documents as the bucketed job does gets from its
+    settings (see the module docstring): the reader's typed argument and the filter's conditions.
+    The dataclass that inherits it has ``input``, ``on_bad_record`` and the DOCUMENT_FILTER
+    fields, and calls check_fields() in __post_init__."""
 
     def check_fields(self) -> None:
         """A bad combination fails here, when the flags are parsed, naming the flag."""
+        object.__setattr__(self, "keep", tuple(self.keep))
         default_threshold = type(self).__dataclass_fields__["lid_threshold"].default
         if self.lid_threshold != default_threshold and OFF in (self.language, self.lid_score_field):
             flag = "--language" if self.language == OFF else "--lid-score-field"
@@ -76,8 +75,14 @@ class InputFields:
         if self.language != OFF and not self._language_fields():
             raise ValueError(f"--language-fields names no field to check --language {self.language} in "
                              f"(--language {OFF} turns the language filter off)")
+        if self.language == "":
+            raise ValueError("--language must not be empty")
+        if not 0.0 <= self.lid_threshold <= 1.0:  # NaN fails too
+            raise ValueError(f"--lid-threshold must be within [0, 1], got {self.lid_threshold}")
+        if self.min_token_count < 0:
+            raise ValueError(f"--min-token-count must be >= 0, got {self.min_token_count}")
+        self.conditions()  # a condition that cannot be read says so here, naming it
         try:
-            self.lid_filter()
             self.read_config()
         except ValueError as e:
             raise ValueError(f"the field flags: {e}") from None
@@ -85,36 +90,25 @@ class InputFields:
     def _language_fields(self) -> tuple[str, ...]:
         return tuple(name.strip() for name in self.language_fields.split(",") if name.strip())
 
-    def _filter_fields(self) -> tuple[str | None, tuple[str, ...], str | None, str | None]:
-        """(the language or None, its fields, the score's field or None, the count's or None)."""
-        if self.language == OFF:
-            language, fields, score = None, (), None
-        else:
-            language, fields = self.language, self._language_fields()
-            score = None if self.lid_score_field == OFF else self.lid_score_field
-        count = None if self.token_count_field == OFF else self.token_count_field
-        return language, fields, score, count
+    def filter_settings(self) -> dict[str, object]:
+        """The settings that make the filter's conditions, as the stats record them."""
+        values = {name: getattr(self, name) for name in conditions.SHORTHANDS}
+        values["language_fields"] = ",".join(self._language_fields())
+        return {**values, conditions.KEEP: self.keep}
+
+    def conditions(self) -> tuple[conditions.Condition, ...]:
+        """The filter's conditions, in the order they are checked."""
+        return conditions.conditions(self.filter_settings())
 
     def field_settings(self) -> dict[str, str]:
         """The field settings that differ from the FinePDFs defaults (what the stats record)."""
-        given = {k: getattr(self, k) for k in FIELD_DEFAULTS}
-        given["language_fields"] = ",".join(self._language_fields())
-        return {k: v for k, v in given.items() if v != FIELD_DEFAULTS[k]}
+        return {k: getattr(self, k) for k in FIELD_DEFAULTS if getattr(self, k) != FIELD_DEFAULTS[k]}
 
     def read_config(self) -> ReadConfig:
-        from transforms.inputs.fields import ReadConfig
+        from transforms.inputs.fields import ReadConfig, condition_fields
 
-        _, fields, score, count = self._filter_fields()
         return ReadConfig(storage.normalize(self.input), id_field=self.id_field, text_field=self.text_field,
-                          on_bad_record=self.on_bad_record, language_fields=fields, lid_score_field=score,
-                          token_count_field=count)
-
-    def lid_filter(self) -> LidFilterConfig:
-        from transforms.bucketed.filter import LidFilterConfig
-
-        language, fields, score, count = self._filter_fields()
-        return LidFilterConfig(language, self.lid_threshold, self.min_token_count, language_fields=fields,
-                               score_field=score, token_count_field=count)
+                          on_bad_record=self.on_bad_record, columns=condition_fields(self.conditions()))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,6 +145,7 @@ class BucketedSettings(InputFields):
     language_fields: str = document_filter("language_fields")
     lid_score_field: str = document_filter("lid_score_field")
     token_count_field: str = document_filter("token_count_field")
+    keep: tuple[str, ...] = document_filter("keep")
     restart: bool = False  # discard saved work (transforms.core.resume); never changes the bytes
     license: str | None = shared("license")  # the card's metadata (transforms.core.provenance.card_metadata)
     source_dataset: str | None = shared("source_dataset")

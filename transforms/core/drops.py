@@ -7,7 +7,7 @@ check that every record read was written or dropped.
 
     drops = Drops()
     ...
-    yield drops("lid_score", 12)      # inside a DoFn's process(): 12 records dropped for one reason
+    yield drops("empty_text", 12)     # inside a DoFn's process(): 12 records dropped for one reason
 """
 
 from __future__ import annotations

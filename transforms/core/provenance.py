@@ -21,6 +21,7 @@ from shards import storage
 from shards.provenance import Provenance
 from shards.tokenizer_spec import TokenizerSpec, parse_spec
 from shards.version import tool_version
+from transforms.core.settings import REPEATED
 from transforms.inputs.units import InputUnit
 from transforms.tokenizers.hf import HF_TOKENIZER_FILES
 
@@ -144,9 +145,12 @@ def public_name(path: str, typed: str) -> str:
 
 
 def recorded_flags(settings) -> dict[str, object]:
-    """The job's flags as its settings object holds them, but those of UNRECORDED_FLAGS; a local
+    """The job's flags as its settings object holds them, but those of UNRECORDED_FLAGS and a
+    repeated flag given no times (transforms.core.settings.setting); a local
     --input as public_name names it."""
-    flags = {k: v for k, v in dataclasses.asdict(settings).items() if k not in UNRECORDED_FLAGS}
+    unrecorded = UNRECORDED_FLAGS | {f.name for f in dataclasses.fields(settings)
+                                     if f.metadata.get(REPEATED) and not getattr(settings, f.name)}
+    flags = {k: v for k, v in dataclasses.asdict(settings).items() if k not in unrecorded}
     if isinstance(flags.get("input"), str):
         flags["input"] = public_name(flags["input"], flags["input"])
     return flags

@@ -4,14 +4,6 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-# The FinePDFs schema's filter fields: the defaults of the reader (transforms.inputs.fields) and of the
-# jobs' settings, here where the settings can have them without importing Beam.
-LID_SCORE = "page_average_lid_score"
-DEFAULT_LANGUAGE = "eng_Latn"  # the FinePDFs-Edu job keeps English documents
-DEFAULT_LID_THRESHOLD = 0.90  # with a LID score of at least this
-DEFAULT_LANGUAGE_FIELDS = ("language", "page_average_lid")
-DEFAULT_TOKEN_COUNT = "token_count"
-
 # The output of each step that drops records: one reason string per dropped record.
 DROPPED = "dropped"
 
@@ -44,15 +36,10 @@ class BadRecord(NamedTuple):
 
 class Document(NamedTuple):
     """One source document. ``source`` and ``row`` say where it was read, for errors and tie-breaks.
-
-    The language-ID fields are None when the job does not read them or the row has a null there.
-    """
+    ``fields``: the filter's columns by name (shards/conditions.py), a null as None; never mutated."""
 
     id: str
     text: str
     source: str
     row: int
-    language: str | None = None
-    page_average_lid: str | None = None
-    page_average_lid_score: float | None = None
-    token_count: int | None = None
+    fields: dict = {}

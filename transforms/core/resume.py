@@ -426,7 +426,7 @@ class ProcessUnits(beam.PTransform):
     Example::
 
         units = ProcessUnits(work, read.units, done, ReadUnitFn(read_config),
-                             [FilterLanguageFn(lid), TokenizeFn(tokenizer)],
+                             [FilterDocumentsFn(conds), TokenizeFn(tokenizer)],
                              SpillTokensFn(shards, bucketed_keys), tags=(DROPPED, RECORDS))
         refs, drops, records = units.refs, units[DROPPED], units[RECORDS]
     """

@@ -23,18 +23,21 @@ from collections.abc import Sequence
 from typing import Any
 
 HELP, CHOICES, SPELLED, FLAGS, METAVAR, MANY = "help", "choices", "spelled", "flags", "metavar", "many"
+REPEATED = "repeated"
 REQUIRED = dataclasses.MISSING  # the default of a field whose flag must be given
 
 
 def setting(default: Any, help: str, choices: Sequence[str] | None = None, spelled: type | None = None, *,
-            flags: Sequence[str] | None = None, metavar: str | None = None, many: bool = False):
+            flags: Sequence[str] | None = None, metavar: str | None = None, many: bool = False,
+            repeated: bool = False):
     """A settings field with its default and its flag's ``help`` and ``choices``; ``spelled``: the
     type the flag is parsed as when it differs from the field's (``float`` for an int given as
     1.5e9, converted to int before the settings are built). ``flags``: the flag's spellings when
     they are not the field's name with dashes (``()``: a positional argument); ``metavar``: the
     value's name in --help; ``many``: one or more values."""
     metadata = {HELP: help, CHOICES: tuple(choices) if choices is not None else None, SPELLED: spelled,
-                FLAGS: tuple(flags) if flags is not None else None, METAVAR: metavar, MANY: many}
+                FLAGS: tuple(flags) if flags is not None else None, METAVAR: metavar, MANY: many,
+                REPEATED: repeated}
     return dataclasses.field(default=default, metadata=metadata)
 
 

@@ -6,7 +6,7 @@ units are saved work (transforms.core.resume.ProcessUnits: a marker per finished
 units are counted, not saved (RunUnits), and its word tables are summed after them.
 
     counted = pipeline | "CountInputUnits" >> RunUnits(read.units, ReadUnitFn(read_config),
-                                                        [FilterLanguageFn(lid), CountWordsFn(counting)],
+                                                        [FilterDocumentsFn(conds), CountWordsFn(counting)],
                                                         tags=(DROPPED, RECORDS, STATS))
     tables, drops, records = counted.main, counted[DROPPED], counted[RECORDS]
 """

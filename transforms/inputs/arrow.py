@@ -3,13 +3,13 @@
 A batch of input columns goes whole into a DocBatch when every row of it is good (``arrow_batch``,
 pyarrow.compute over the columns); otherwise it is checked row by row (``checked_rows``, the exact
 message and reason of each bad record, transforms.inputs.fields). The columns a DocBatch holds are
-``row``, ``id`` and ``text`` and the filter's fields by their names, with the same types on both
-paths. What a value is read as:
+``row``, ``id`` and ``text`` and the filter's columns by their names (each as its condition's
+kind, transforms.inputs.fields), with the same types on both paths. What a value is read as:
 
 - A float32 (or float16) value is read as the shortest decimal that rounds to it in its own
-  precision: the number the writer wrote. So a float32 ``page_average_lid_score`` of 0.9 is read
-  as 0.9 (not 0.8999999761581421) and passes a threshold of 0.9; the float32 just below it is
-  read as 0.8999999 and does not.
+  precision: the number the writer wrote. So a float32 LID score of 0.9 is read as 0.9 (not
+  0.8999999761581421) and passes a threshold of 0.9; the float32 just below it is read as
+  0.8999999 and does not.
 - Text and id columns may be plain, large, view (``string_view``) or dictionary-encoded strings.
 """
 
@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 
 from transforms.core.batches import DocBatch
 from transforms.core.records import BadInputError, BadRecord, Document
-from transforms.inputs.fields import Field, ReadConfig, Row, make_row, skip_or_raise
+from transforms.inputs.fields import EXPECTED, Field, ReadConfig, Row, make_row, skip_or_raise
 
 # Documents a batch holds at most, and the text bytes a parquet batch aims at: a batch is the unit
 # every later step works on, so it is large enough to make a Beam element's cost small, and small
@@ -33,7 +33,8 @@ BATCH_TEXT_BYTES = 16 << 20
 
 _STRING_TYPES = {pa.string(), pa.large_string()} | ({pa.string_view()} if hasattr(pa, "string_view") else set())
 _NARROW_FLOATS = {pa.float16(): np.float16, pa.float32(): np.float32}
-_ARROW_TYPES = {"string": pa.string(), "number": pa.float64(), "integer": pa.int64()}
+_ARROW_TYPES = {"string": pa.string(), "number": pa.float64(), "probability": pa.float64(), "integer": pa.int64(),
+                "boolean": pa.bool_(), "any": pa.bool_()}
 
 # Python's whitespace (str.isspace: what str.strip removes), as an RE2 class.
 _SPACE = (r"\t\n\x0b\x0c\r\x1c-\x20\x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}"
@@ -50,11 +51,13 @@ def _arrow_kind_ok(arrow_type: pa.DataType, kind: str) -> bool:
         return arrow_type in _STRING_TYPES
     if kind == "id":
         return _arrow_kind_ok(arrow_type, "string") or pa.types.is_integer(arrow_type)
-    if kind == "number":
+    if kind in ("number", "probability"):
         return pa.types.is_floating(arrow_type) or pa.types.is_integer(arrow_type)
     if kind == "integer":
         return pa.types.is_integer(arrow_type)
-    raise AssertionError(kind)
+    if kind == "boolean":
+        return pa.types.is_boolean(arrow_type)
+    return kind == "any"
 
 
 def check_schema(path: str, schema: pa.Schema, fields: Sequence[Field]) -> None:
@@ -65,8 +68,8 @@ def check_schema(path: str, schema: pa.Schema, fields: Sequence[Field]) -> None:
                                 f"name the column to read with {flag}")
         got = schema.field(name).type
         if not _arrow_kind_ok(got, kind):
-            expected = "a string or an integer" if kind == "id" else kind
-            raise BadInputError(path, f"column {name!r} has type {got}, expected {expected}")
+            raise BadInputError(path, f"column {name!r} has type {got}, expected {EXPECTED.get(kind, kind)} (read "
+                                f"for {flag})")
 
 
 def column_values(column: pa.Array) -> list:
@@ -122,18 +125,29 @@ def arrow_batch(batch: pa.RecordBatch, config: ReadConfig, first_row: int) -> pa
     columns = {"row": pa.array(np.arange(first_row, first_row + batch.num_rows, dtype=np.int64)), "id": ids,
                "text": text}
     for name, kind, _ in config.filter_fields():
-        column = batch.column(name)
-        if kind == "string":
-            column = _string_column(column)
-        elif kind == "number":
-            column = _score_column(column)
-            valid = pc.and_kleene(pc.greater_equal(column, 0.0), pc.less_equal(column, 1.0))
-            if not pc.all(pc.or_kleene(valid, pc.is_null(column, nan_is_null=False))).as_py():
-                return None  # out of [0, 1] or NaN
-        else:
-            column = column.cast(pa.int64())
+        column = _filter_column(batch.column(name), kind)
+        if column is None:
+            return None
         columns[name] = column
     return pa.RecordBatch.from_pydict(columns)
+
+
+def _filter_column(column: pa.Array, kind: str) -> pa.Array | None:
+    """A filter column as its kind is read on both paths, or None when a value of it is a bad
+    record (a probability out of [0, 1] or NaN)."""
+    if kind == "string":
+        return _string_column(column)
+    if kind in ("number", "probability"):
+        column = _score_column(column)
+        if kind == "number":
+            return column
+        valid = pc.and_kleene(pc.greater_equal(column, 0.0), pc.less_equal(column, 1.0))
+        return column if pc.all(pc.or_kleene(valid, pc.is_null(column, nan_is_null=False))).as_py() else None
+    if kind == "any":  # only whether it is null
+        return pc.if_else(pc.is_null(column), pa.scalar(None, pa.bool_()), True)
+    if pa.types.is_dictionary(column.type):
+        column = column.dictionary_decode()
+    return column.cast(_ARROW_TYPES[kind])
 
 
 def rows_batch(source: str, rows: Sequence[Row], filter_fields: Sequence[Field]) -> DocBatch:
@@ -150,9 +164,10 @@ def rows_batch(source: str, rows: Sequence[Row], filter_fields: Sequence[Field])
 
 
 def documents_batch(source: str, docs: Sequence[Document], with_lid: bool) -> DocBatch:
-    """A DocBatch of Documents, with the FinePDFs filter's fields when ``with_lid`` (for tests)."""
+    """A DocBatch of Documents, with the default filter's columns when ``with_lid`` (for tests; a
+    column a Document lacks is null)."""
     fields = ReadConfig("", with_lid=with_lid).filter_fields()
-    rows = [Row(d.id, d.text, d.row, {f.name: getattr(d, f.name) for f in fields}) for d in docs]
+    rows = [Row(d.id, d.text, d.row, {f.name: d.fields.get(f.name) for f in fields}) for d in docs]
     return rows_batch(source, rows, fields)
 
 
@@ -189,12 +204,12 @@ def batched(items: Iterator[Row | BadRecord], source: str, config: ReadConfig) -
 
 def documents(items: Iterator[DocBatch | BadRecord], config: ReadConfig) -> Iterator[Document | BadRecord]:
     """Batches as one Document at a time (for tools and tests that look at documents one by one)."""
-    named = [f.name for f in config.filter_fields() if f.name in Document._fields]
+    named = [f.name for f in config.filter_fields()]
     for item in items:
         if isinstance(item, BadRecord):
             yield item
             continue
         columns = {name: item.column(name) for name in ("id", "text", "row", *named)}
         for i in range(item.size):
-            lid = {name: columns[name][i] for name in named}
-            yield Document(columns["id"][i], columns["text"][i], item.source, columns["row"][i], **lid)
+            fields = {name: columns[name][i] for name in named}
+            yield Document(columns["id"][i], columns["text"][i], item.source, columns["row"][i], fields)

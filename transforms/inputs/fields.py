@@ -1,20 +1,21 @@
 """Which fields are read (``ReadConfig``), and the check of one record's values.
 
-Which fields: the id and the text, by the names ``id_field`` and ``text_field``, and for the
-language filter (``with_lid``) each of ``language_fields``, the LID score's ``lid_score_field`` and
-the source token count's ``token_count_field`` (None reads none). The defaults are the FinePDFs
-schema's; FineWeb's are ``language_fields=("language",)``, ``lid_score_field="language_score"``. In
-a DocBatch the id and the text are the columns ``id`` and ``text``; a filter field keeps its own
-name. A missing column or field is named with the flag that names it (``--text-field``,
-``--language-fields``, ...), so the fix is in the message.
+Which fields: the id and the text, by the names ``id_field`` and ``text_field``, and (``with_lid``)
+the columns the filter's conditions read (shards/conditions.py; by default the FinePDFs-Edu
+card's), each as its condition's kind. In a DocBatch the id and the text are the columns ``id``
+and ``text``; a condition's column keeps its own name. A missing column or field is named with the
+flag that names it (``--text-field``, ``--language-fields``, ``--keep '...'``), so the fix is in the
+message.
 
 What a value is read as, checked here for a record read row by row (JSON, and a parquet batch the
-Arrow path could not take whole, transforms.inputs.arrow):
+Arrow path could not take whole, transforms.inputs.arrow), by kind:
 
-- Text and id values are strings (an integer id is read as its decimal); a string holding a lone
-  UTF-16 surrogate is not valid text (``invalid_utf8``).
-- A ``page_average_lid_score`` outside [0, 1] (NaN and infinities included) is a bad record,
-  ``bad_lid_score``: it is no probability, so no threshold can judge it.
+- ``string``, ``id``: text and id values are strings (an integer id is read as its decimal); a
+  string holding a lone UTF-16 surrogate is not valid text (``invalid_utf8``).
+- ``probability`` (the LID score): a number within [0, 1]; another (NaN and infinities included)
+  is a bad record, ``bad_lid_score``: it is no probability, so no threshold can judge it.
+- ``number``: any number, read as a float; ``integer``: an integer; ``boolean``: true or false;
+  ``any``: only whether the value is null is read (what ``== null`` asks).
 - An id the manifest could not hold (``shards.manifest.id_problem``) is ``bad_id``.
 
 This module imports no Beam and no Arrow.
@@ -23,41 +24,50 @@ This module imports no Beam and no Arrow.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import NamedTuple
 
+from shards import conditions
 from shards.manifest import has_lone_surrogate, id_problem
-from transforms.core.records import (
-    DEFAULT_LANGUAGE_FIELDS,
-    DEFAULT_TOKEN_COUNT,
-    LID_SCORE,
-    BadInputError,
-    BadRecord,
-)
+from transforms.core.records import BadInputError, BadRecord
 
-# The FinePDFs filter's fields and the kind of value each must hold (ReadConfig's defaults).
-LID_FIELDS: tuple[tuple[str, str], ...] = (
-    ("language", "string"),
-    ("page_average_lid", "string"),
-    (LID_SCORE, "number"),
-    ("token_count", "integer"),
-)
-# DocBatch's own column names: no filter field may take one.
+# DocBatch's own column names: a condition on one reads the document's id or text.
 BATCH_COLUMNS = ("row", "id", "text")
+# What a kind's message calls the values it expects.
+EXPECTED = {"id": "a string or an integer", "probability": "number", "any": "any value"}
 
 
 class Field(NamedTuple):
     """A field the job reads: its name in the input, the kind of value it holds (id, string,
-    number, integer), and the flag that names it (for a message about a missing one)."""
+    number, ...), and the flag that names it (for a message about a missing one)."""
 
     name: str
     kind: str
     flag: str
 
 
+def condition_fields(conds: Sequence[conditions.Condition]) -> tuple[Field, ...]:
+    """The input columns the conditions read, each once, as its condition's kind (``@tokens`` and
+    the document's id and text are no input columns); a ValueError for a column two conditions
+    would read as different kinds."""
+    out: dict[str, Field] = {}
+    for c in conds:
+        if c.column == "row":
+            raise ValueError(f"{c.flag}: 'row' cannot be a filter field (the job's own column name)")
+        if c.column in BATCH_COLUMNS and c.kind not in ("string", "any"):
+            raise ValueError(f"{c.flag}: the document's {c.column} is a string, compared here as {c.kind}")
+        if c.column == conditions.TOKENS or c.column in BATCH_COLUMNS:
+            continue
+        seen = out.setdefault(c.column, Field(c.column, c.kind, c.flag))
+        if seen.kind != c.kind:
+            raise ValueError(f"{c.flag}: {c.column!r} is read as {seen.kind} by {seen.flag}, here as {c.kind}")
+    return tuple(out.values())
+
+
 @dataclasses.dataclass(frozen=True)
 class ReadConfig:
-    """What to read: the id and the text, and with ``with_lid`` the language filter's fields (by
-    default the FinePDFs schema's; see the module docstring)."""
+    """What to read: the id and the text, and with ``with_lid`` the filter's columns (by default
+    the FinePDFs-Edu card's; see the module docstring)."""
 
     pattern: str
     id_field: str = "id"
@@ -71,18 +81,17 @@ class ReadConfig:
     # counts it under its reason (invalid_utf8, invalid_json, not_an_object, missing_field,
     # null_field, wrong_type, bad_id, bad_lid_score).
     on_bad_record: str = "fail"
-    # The filter's fields, read when with_lid: each language field (strings), the LID score (a
-    # number within [0, 1]) and the source token count (an integer); None (or ()) reads none.
-    language_fields: tuple[str, ...] = DEFAULT_LANGUAGE_FIELDS
-    lid_score_field: str | None = LID_SCORE
-    token_count_field: str | None = DEFAULT_TOKEN_COUNT
+    # The filter's columns, read when with_lid (condition_fields); None: the default list's.
+    columns: tuple[Field, ...] | None = None
 
     def __post_init__(self):
         if self.on_bad_record not in ("fail", "skip"):
             raise ValueError(f"on_bad_record must be 'fail' or 'skip', got {self.on_bad_record!r}")
         if self.batch_rows < 1:
             raise ValueError("batch_rows must be at least 1")
-        object.__setattr__(self, "language_fields", tuple(self.language_fields))
+        if self.columns is None:
+            object.__setattr__(self, "columns", condition_fields(conditions.conditions({})))
+        object.__setattr__(self, "columns", tuple(self.columns))
         names = [f.name for f in self.fields()]
         for name in names:
             if not name:
@@ -90,20 +99,10 @@ class ReadConfig:
             if names.count(name) > 1:
                 raise ValueError(f"the field {name!r} is named twice (--id-field, --text-field, --language-fields, "
                                  "--lid-score-field, --token-count-field name different fields)")
-        for f in self.filter_fields():
-            if f.name in BATCH_COLUMNS:
-                raise ValueError(f"{f.flag}: {f.name!r} cannot be a filter field (the job's own column name)")
 
     def filter_fields(self) -> list[Field]:
-        """The language filter's fields, in the order its checks run."""
-        if not self.with_lid:
-            return []
-        out = [Field(name, "string", "--language-fields (or --language none)") for name in self.language_fields]
-        if self.lid_score_field:
-            out.append(Field(self.lid_score_field, "number", "--lid-score-field (or none)"))
-        if self.token_count_field:
-            out.append(Field(self.token_count_field, "integer", "--token-count-field (or none)"))
-        return out
+        """The filter's columns, in the order its conditions run."""
+        return list(self.columns) if self.with_lid else []
 
     def fields(self) -> list[Field]:
         """Every field read: the id, the text, then the filter's."""
@@ -129,11 +128,15 @@ def check_value(value, kind: str, where: str, field: str, nullable: bool):
             raise BadInputError(where, f"{field!r} holds a lone UTF-16 surrogate (not valid Unicode text)",
                                 reason="invalid_utf8")
         return value
-    if kind == "number" and isinstance(value, (int, float)) and not isinstance(value, bool):
+    if kind in ("number", "probability") and isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     if kind == "integer" and isinstance(value, int) and not isinstance(value, bool):
         return value
-    problem = f"{field!r} is {type(value).__name__} {value!r:.40}, expected {kind}"
+    if kind == "boolean" and isinstance(value, bool):
+        return value
+    if kind == "any":
+        return True  # only its nullness is read
+    problem = f"{field!r} is {type(value).__name__} {value!r:.40}, expected {EXPECTED.get(kind, kind)}"
     raise BadInputError(where, problem, reason="wrong_type")
 
 
@@ -157,7 +160,7 @@ def make_row(values: dict, config: ReadConfig, row: int, where: str) -> Row:
     fields = {}
     for name, kind, _ in config.filter_fields():
         fields[name] = value = check_value(values.get(name), kind, where, name, nullable=True)
-        if kind == "number" and value is not None and not 0.0 <= value <= 1.0:  # NaN fails too
+        if kind == "probability" and value is not None and not 0.0 <= value <= 1.0:  # NaN fails too
             raise BadInputError(where, f"{name!r} is {value}, expected a number within [0, 1]",
                                 reason="bad_lid_score")
     return Row(doc_id, text, row, fields)

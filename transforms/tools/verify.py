@@ -46,7 +46,7 @@ from shards.card import CARD_NAME
 from shards.index import INDEX_NAME
 from shards.manifest import DatasetStats
 from shards.provenance import STATS_JSON_NAME
-from transforms.bucketed.filter import LidFilterConfig, drop_masks
+from transforms.bucketed.filter import batch_masks, drop_masks, keep_tokens
 from transforms.bucketed.removal import REMOVED
 from transforms.bucketed.settings import BucketedSettings
 from transforms.bucketed.tokenize import TokenizeDocuments, TokenizerConfig
@@ -65,10 +65,9 @@ NOT_BAD_RECORD_REASONS = frozenset({REMOVED, DUPLICATE_ID})
 
 def job_settings(stats: DatasetStats, input_pattern: str = "") -> BucketedSettings:
     """The settings of the run the stats record that say what was read and filtered: the
-    language, threshold and count, and the input field settings (defaults where none are recorded).
-    Bad records are skipped and counted, as the job did under --on-bad-record skip."""
-    return BucketedSettings(input_pattern, "", language=stats.language, lid_threshold=stats.lid_threshold,
-                            min_token_count=stats.min_token_count, on_bad_record="skip", **stats.field_settings)
+    filter's conditions and the input field settings (defaults where none are recorded). Bad
+    records are skipped and counted, as the job did under --on-bad-record skip."""
+    return BucketedSettings(input_pattern, "", on_bad_record="skip", **stats.filter, **stats.field_settings)
 
 
 class FileUnit(NamedTuple):
@@ -97,6 +96,8 @@ class VerifyConfig:
     # True when the stats say special_tokens: tokenizer: an EOS inside a document is then text's id,
     # not a problem (the manifest, not EOS, says where documents end).
     eos_inside: bool = False
+    # The tree's conditions on @tokens (shards/conditions.py): the manifest's counts are judged by them.
+    length_conditions: tuple = ()
 
     def sampled(self, doc_id: str) -> bool:
         """A stable choice of ids for --sample, independent of the layout's hashes."""
@@ -352,6 +353,7 @@ def check_file(unit: FileUnit, config: VerifyConfig) -> Iterator[tuple[str, obje
         f.seek(unit.manifest_start)
         text = f.read(unit.manifest_end - unit.manifest_start).decode("utf-8")
     rows = [manifest.parse_row(line) for line in text.splitlines() if line.strip()]
+    yield from _length_problems(rel, rows, config.length_conditions)
     dtype = layout.DTYPES[config.dtype]
     size = fs.size(posixpath.join(root, rel))
     if size % dtype.itemsize:
@@ -373,6 +375,17 @@ def check_file(unit: FileUnit, config: VerifyConfig) -> Iterator[tuple[str, obje
         elif digest != want:
             yield "problem", f"{rel}: content differs from its sha256 in {layout.CHECKSUMS_NAME}"
     yield "summary", FileSummary(name.bucket, len(rows), tokens_seen)
+
+
+def _length_problems(rel: str, rows: list[tuple[str, str, int]], conditions) -> Iterator[tuple[str, str]]:
+    """The stored documents a condition on ``@tokens`` rejects: the manifest's counts say so, with
+    or without the source."""
+    if not conditions or not rows:
+        return
+    counts = pa.array([n for _, _, n in rows], pa.int64())
+    for name, mask in drop_masks(lambda _: counts, conditions, len(rows)).items():
+        for i in np.flatnonzero(mask).tolist():
+            yield "problem", f"{rel}: id {rows[i][1]} holds {rows[i][2]} tokens, but the tree keeps only {name}"
 
 
 def _readable_shard(unit: FileUnit, config: VerifyConfig) -> Iterator[tuple[str, object]]:
@@ -484,7 +497,7 @@ def bad_record_problems(stats: DatasetStats, found: Mapping[str, int]) -> list[s
     A run with --on-bad-record skip dropped and counted each; one with fail would have stopped
     on the first, so its stats have none and neither may the input.
     """
-    not_bad = NOT_BAD_RECORD_REASONS | set(job_settings(stats).lid_filter().reasons())
+    not_bad = NOT_BAD_RECORD_REASONS | {c.name for c in job_settings(stats).conditions()}
     reasons = set(found) | {r for r in stats.drops if r not in not_bad}
     problems = []
     for reason in sorted(reasons):
@@ -542,7 +555,7 @@ class VerifyOutput(beam.PTransform):
         """With --input: the bad records of the source against the stats' drops, and the sampled
         documents re-encoded from the source against their stored tokens."""
         stats, config = self._stats, self._config
-        lid = job_settings(stats).lid_filter()
+        conditions = job_settings(stats).conditions()
         read = pbegin | "ReadInput" >> self._read
         bad_records = (
             read[DROPPED]
@@ -552,8 +565,9 @@ class VerifyOutput(beam.PTransform):
         )
         expected = (
             read.docs
-            | "SelectSample" >> beam.FlatMap(select_sample, config, lid)
+            | "SelectSample" >> beam.FlatMap(select_sample, config, conditions)
             | "Retokenize" >> TokenizeDocuments(self._tokenizer)
+            | "KeepByLength" >> beam.Map(lambda batch: keep_tokens(batch, ~_dropped(batch, conditions)))
             | "KeyById" >> beam.FlatMap(per_document)
         )
         compared = (
@@ -606,9 +620,15 @@ class VerifyOutput(beam.PTransform):
         )
 
 
-def select_sample(batch: DocBatch, config: VerifyConfig, lid: LidFilterConfig) -> Iterator[DocBatch]:
-    """The documents of a batch the job kept (the filter the stats record) whose id is sampled."""
-    keep = ~np.logical_or.reduce(list(drop_masks(batch.table, lid).values()))
+def _dropped(batch: DocBatch | TokenBatch, conditions) -> np.ndarray:
+    """The documents of a batch the conditions it can be judged by drop."""
+    return np.logical_or.reduce([np.zeros(batch.size, bool), *batch_masks(batch, conditions).values()])
+
+
+def select_sample(batch: DocBatch, config: VerifyConfig, conditions) -> Iterator[DocBatch]:
+    """The documents of a batch the job kept (the conditions the stats record) whose id is sampled;
+    those on ``@tokens`` are checked once the documents are re-tokenized (_source_problems)."""
+    keep = ~_dropped(batch, conditions)
     keep &= np.fromiter((config.sampled(i) for i in batch.column("id")), bool, batch.size)
     if keep.any():
         yield batch.filter(pa.array(keep))

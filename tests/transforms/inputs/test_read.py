@@ -27,6 +27,8 @@ from transforms.inputs.fields import ReadConfig
 from transforms.inputs.read import CountRecords, ReadDocuments, plan_input, read_unit
 from transforms.inputs.registry import JSON_VALUES_SUFFIXES, JSONL_SUFFIXES
 
+# The columns the default conditions read (shards.conditions), as a Document holds them.
+DEFAULT_COLUMNS = [f.name for f in ReadConfig("").filter_fields()]
 ROWS = [
     finepdfs_row("a", "First document, in English."),
     finepdfs_row("b", "Deuxième document.", language="fra_Latn", page_average_lid="fra_Latn"),
@@ -36,8 +38,7 @@ ROWS = [
 
 def _expected(path: str) -> list[Document]:
     return [
-        Document(r["id"], r["text"], path, i, r["language"], r["page_average_lid"],
-                 r["page_average_lid_score"], r["token_count"])
+        Document(r["id"], r["text"], path, i, {name: r[name] for name in DEFAULT_COLUMNS})
         for i, r in enumerate(ROWS)
     ]
 

@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import SAMPLE_PARQUET, tree_hashes
+from conftest import DEFAULT_FILTER, SAMPLE_PARQUET, tree_hashes
 
 from pipelines import bucketed, cli, verify
 from shards import layout
@@ -175,7 +175,7 @@ def test_a_token_batch_is_the_same_from_either_backend(both):
 
 
 def test_stats_record_the_backend_and_old_stats_still_parse():
-    stats = DatasetStats(10, "eng_Latn", 0.9, 1, "jet-nemotron", 151643, 151936, "uint32", 32, 0, {}, {},
+    stats = DatasetStats(10, DEFAULT_FILTER, "jet-nemotron", 151643, 151936, "uint32", 32, 0, {}, {},
                          tokenizer_backend="quicktok 0.4.0")
     text = stats.to_text()
     assert "tokenizer_backend: quicktok 0.4.0\n" in text

@@ -1,0 +1,113 @@
+"""Conditions as data: how one is read, named and said, and the default list its shorthands edit."""
+
+from __future__ import annotations
+
+import pytest
+
+from shards import conditions
+from shards.conditions import TOKENS, Condition, ConditionError, parse
+
+
+@pytest.mark.parametrize(
+    "text, column, op, value, kind",
+    [
+        ("is_truncated == false", "is_truncated", "==", False, "boolean"),
+        ("is_truncated != true", "is_truncated", "!=", True, "boolean"),
+        ("full_doc_lid_score >= 0.8", "full_doc_lid_score", ">=", 0.8, "number"),
+        ("score > -3", "score", ">", -3, "number"),
+        ("score <= 1e-3", "score", "<=", 0.001, "number"),
+        ("count < 10", "count", "<", 10, "number"),
+        ("dump in ['CC-2024', \"CC-2025\"]", "dump", "in", ("CC-2024", "CC-2025"), "string"),
+        ("n in [1, 2.5, null]", "n", "in", (1, 2.5, None), "number"),
+        ("url == null", "url", "==", None, "any"),
+        ("url != null", "url", "!=", None, "any"),
+        ('title == "a \\"quoted\\" word"', "title", "==", 'a "quoted" word', "string"),
+        (f"{TOKENS} <= 4096", TOKENS, "<=", 4096, "number"),
+        ("meta.lang_v2==  'en'", "meta.lang_v2", "==", "en", "string"),
+    ],
+)
+def test_a_condition_is_read_as_column_operator_value(text, column, op, value, kind):
+    c = parse(text)
+    assert (c.column, c.op, c.value, c.kind) == (column, op, value, kind)
+    assert parse(c.name) == c, "its name is its canonical text, which reads back as itself"
+
+
+def test_the_name_spells_every_literal_one_way():
+    assert parse("a=='x'").name == 'a == "x"'
+    assert parse("a in [1,2]").name == "a in [1, 2]"
+    assert parse("a == true").name == "a == true" and parse("a != null").name == "a != null"
+
+
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ("is_truncated = false", "cannot read"),
+        ("language == eng_Latn", "eng_Latn is not a value"),
+        ("x >", "expected COLUMN OP VALUE"),
+        ("== 3", "expected COLUMN OP VALUE"),
+        ("x ~ 3", "cannot read"),
+        ("x == 3 4", "one value after the operator"),
+        ("x in 3", "in takes a list"),
+        ("x in []", "holds no value"),
+        ("x in [1,]", "ends with a comma"),
+        ("x in [1 2]", "separated by commas"),
+        ("x in [1, 'a']", "mixes number and string"),
+        ("x >= null", "null is compared with == or != only"),
+        ("x == 'a|b'", "'|'"),
+        (f"{TOKENS} == 'a'", "a number of tokens"),
+        ("x == 1e999", "not a finite number"),
+        ("x == 'open", "cannot read"),
+    ],
+)
+def test_a_malformed_condition_is_one_error_naming_it(text, problem):
+    with pytest.raises(ConditionError) as e:
+        parse(text)
+    assert str(e.value).startswith(f"--keep {text!r}: ") and problem in str(e.value)
+
+
+def test_the_default_list_is_the_cards_four_conditions_and_the_text():
+    assert [c.text for c in conditions.conditions({})] == [
+        'language == "eng_Latn"', 'page_average_lid == "eng_Latn"', "page_average_lid_score >= 0.9",
+        "token_count >= 1", 'text != ""']
+    assert [c.name for c in conditions.conditions({})] == [
+        "language", "page_average_lid", "lid_score", "token_count", "empty_text"]
+
+
+def test_the_shorthands_edit_the_default_list():
+    fineweb = {"language": "en", "language_fields": "language", "lid_score_field": "language_score",
+               "lid_threshold": 0.65}
+    assert [c.text for c in conditions.conditions(fineweb)][:3] == [
+        'language == "en"', "language_score >= 0.65", "token_count >= 1"]
+    off = conditions.conditions({"language": "none", "token_count_field": "none"})
+    assert [c.name for c in off] == ["empty_text"]
+    keep = conditions.conditions({"keep": ["is_truncated == false"]})
+    assert keep[-1] == Condition("is_truncated == false", "is_truncated", "==", False, "boolean",
+                                 "--keep 'is_truncated == false'")
+
+
+def test_two_conditions_under_one_name_are_refused():
+    with pytest.raises(ValueError, match="given twice"):
+        conditions.conditions({"keep": ["a == 1", "a==1"]})
+    with pytest.raises(ValueError, match="--language-fields .*given twice"):
+        conditions.conditions({"language_fields": "lid_score"})
+
+
+def test_the_card_says_each_condition():
+    said = conditions.describe(conditions.conditions({"keep": [
+        "is_truncated == false", "full_doc_lid_score >= 0.8", "dump in ['a', 'b']", "x != null", f"{TOKENS} < 9"]}))
+    assert said == [
+        "`language` and `page_average_lid` are `eng_Latn`", "`page_average_lid_score` ≥ 0.9", "`token_count` ≥ 1",
+        "the text is not empty", "`is_truncated` is `false`", "`full_doc_lid_score` ≥ 0.8",
+        "`dump` is one of `a`, `b`", "`x` is not `null`", "the length in tokens (EOS included) < 9"]
+
+
+def test_the_stats_lines_read_back_typed():
+    values = {"language": "eng_Latn", "lid_threshold": 0.9, "min_token_count": 1, "language_fields": "lang",
+              "lid_score_field": "page_average_lid_score", "keep": ("x == 'a, b'", "y >= 2")}
+    head, tail = conditions.stats_lines(values)
+    assert head == [("language", "eng_Latn"), ("lid_threshold", "0.9"), ("min_token_count", "1")]
+    assert tail == [("language_fields", "lang"), ("keep", '["x == \'a, b\'", "y >= 2"]')]
+    back = conditions.from_stats(dict(head + tail))
+    assert back == {"language": "eng_Latn", "lid_threshold": 0.9, "min_token_count": 1, "language_fields": "lang",
+                    "keep": ("x == 'a, b'", "y >= 2")}
+    assert conditions.conditions(back) == conditions.conditions(values)
