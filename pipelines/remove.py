@@ -3,7 +3,7 @@ shards that hold them.
 
     pretokenize remove --output out/ --removal-list flagged.txt [--runner FnApiRunner ...]
 
-See transforms/tools/surgery.py for the order of the steps and why a crash at any point is finished by
+See shards/removal/__init__.py for the order of the steps and why a crash at any point is finished by
 running the same command again.
 """
 
@@ -23,16 +23,24 @@ from pipelines.flags import add_break_lock_flag, add_setting_flags, add_workers_
 from pipelines.run_mode import end_dry_run, is_dry_run
 from shards import layout, lock, storage, tree
 from shards.manifest import DatasetStats
-from shards.removal import REMOVALS_NAME, check_id_field, removal_source, tree_id_field
+from shards.removal.audit import scan_tree_log
+from shards.removal.idmatch import Matches
+from shards.removal.journal import RemovalPlan, load_journal, write_journal
+from shards.removal.lists import REMOVALS_NAME, check_id_field, removal_source, tree_id_field
+from shards.removal.plan import (
+    check_checksums,
+    check_plan,
+    check_tree_files,
+    drop_derived_exports,
+    make_plan,
+    purge_saved_work,
+)
 from transforms.core.records import BadInputError, UsageError
 from transforms.core.settings import REQUIRED, setting
 
 if TYPE_CHECKING:  # Beam and the steps are imported once the flags are read: --help imports none of it
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
-
-    from shards.idmatch import Matches
-    from transforms.tools.surgery import RemovalPlan
 
 log = logging.getLogger(__name__)
 
@@ -69,15 +77,6 @@ def prepare(options: RemoveSettings, write: bool = True, plan_url: str | None = 
     dataset_stats.txt removed before any shard changes. Without ``write`` (a dry run) the same
     reading and checks, and nothing is written in the tree (the plan's rows go to ``plan_url``).
     """
-    from transforms.tools.surgery import (
-        check_checksums,
-        check_plan,
-        check_tree_files,
-        load_journal,
-        scan_tree_log,
-        write_journal,
-    )
-
     check_tree_files(options.output)  # links included, before any of them is read
     audit = scan_tree_log(options.output)  # a log it cannot read stops the removal here, naming the line
     check_checksums(options.output)  # and so do checksums it could not rewrite at the end
@@ -106,8 +105,6 @@ def prepare(options: RemoveSettings, write: bool = True, plan_url: str | None = 
 def _new_plan(options: RemoveSettings, audit, plan_url: str | None) -> RemovalPlan | None:
     """A new plan for the list's ids, checked against the files; None when no listed id is in the
     tree. A list or log of ids of another field than the tree's is refused."""
-    from transforms.tools.surgery import check_plan, make_plan
-
     ids, list_field = removal_source(options.removal_list)
     out = tree.OutputTree.open(options.output)
     id_field = tree_id_field(out.stats_text)
@@ -128,8 +125,6 @@ def _new_plan(options: RemoveSettings, audit, plan_url: str | None) -> RemovalPl
 def _delete_stale(output: str) -> None:
     """Once the journal holds the request: delete the saved work of interrupted runs (it may hold
     the removed documents) and the files derived from the old shards, saying so."""
-    from transforms.tools.surgery import drop_derived_exports, purge_saved_work
-
     purged = purge_saved_work(output)  # the journal holds the request: a kill here is finished by a re-run
     if purged:
         print(f"deleted the saved work of interrupted runs ({', '.join(purged)}): it may hold the removed "
@@ -157,7 +152,7 @@ def _report_not_found(matches: Matches) -> None:
 
 
 def build(pipeline: beam.Pipeline, options: RemoveSettings, plan: RemovalPlan):
-    from transforms.tools.surgery import RemoveDocuments
+    from transforms.removal import RemoveDocuments
 
     itemsize = layout.DTYPES[DatasetStats.from_text(plan.stats_before).dtype].itemsize
     return pipeline | "RemoveDocuments" >> RemoveDocuments(options.output, plan, itemsize)
@@ -234,8 +229,6 @@ def _summary(plan: RemovalPlan) -> None:
 def _stopped(output: str, error: BaseException, interrupted: bool, dry_run: bool) -> BaseException:
     """What a removal that stopped says, in one line: a RunStopped for Ctrl-C, a full disk and an
     unreachable store (the error itself for anything else)."""
-    from transforms.tools.surgery import load_journal
-
     unasked = None
     try:
         pending = None if dry_run else load_journal(output)

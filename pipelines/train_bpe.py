@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from pipelines import errors, flags, launch, progress, run_mode, summary
 from shards import lock, storage, tree
-from shards.removal import (
+from shards.removal.lists import (
     check_id_field,
     is_tree_source,
     log_ids,
@@ -102,11 +102,11 @@ def build(pipeline: beam.Pipeline, options: TrainBpeSettings, run_id: str, mode:
 
     from transforms.bpe.count import STATS, WriteWordCounts
     from transforms.bucketed.filter import DROPPED
-    from transforms.bucketed.removal import MATCHED
     from transforms.core.drops import CountDrops
     from transforms.core.progress import Stage, announce_stages
     from transforms.core.steps import RunUnits
     from transforms.inputs.read import RECORDS, CountRecords, ReadDocuments, ReadUnitFn
+    from transforms.removal import MATCHED
 
     output = storage.normalize(options.output)
     counting = options.count_config(run_url(output, run_id))
@@ -146,7 +146,7 @@ def _count_steps(options: TrainBpeSettings, counting) -> list[beam.DoFn]:
     unreadable list fails here, at launch), the language filter, the word count."""
     from transforms.bpe.count import CountWordsFn
     from transforms.bucketed.filter import FilterLanguageFn
-    from transforms.bucketed.removal import DropRemovedFn
+    from transforms.removal import DropRemovedFn
 
     steps = []
     if options.removal_list:

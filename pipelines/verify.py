@@ -25,7 +25,8 @@ from pipelines.errors import launching
 from pipelines.flags import add_setting_flags, add_workers_flag, parse_settings, tool_parser
 from pipelines.run_mode import end_dry_run, is_dry_run, workers_here
 from shards import kinds, layout, lock, scaffold_verify, storage
-from shards.removal import (
+from shards.removal.journal import load_journal
+from shards.removal.lists import (
     DEFAULT_ID_FIELD,
     REMOVALS_NAME,
     iter_log_lines,
@@ -224,8 +225,6 @@ def check(args: VerifySettings, options: PipelineOptions) -> Verdict | None:
 def _unfinished_problem(output: str, error: IncompleteTreeError | UnreadableStatsError) -> str:
     """The report's line for a tree without readable stats; for one a removal left unfinished (its
     journal holds the plan), what finishes it, or why its journal cannot be read."""
-    from transforms.tools.surgery import load_journal
-
     if not isinstance(error, IncompleteTreeError):
         return error.problem
     try:
@@ -275,9 +274,15 @@ def _left_match_problems(output: str) -> list[str]:
 def _plan_checks(output: str, stats, args: VerifySettings):
     """What the launcher checks before the pipeline runs: the config, the files to check, the
     problems found already (checksums, removal log, index), and the removed ids."""
-    from transforms.tools.verify import VerifyConfig, files_holding_ids, index_problems, plan_units, read_checksums
+    from transforms.tools.verify import (
+        VerifyConfig,
+        checksums_and_problems,
+        files_holding_ids,
+        index_problems,
+        plan_units,
+    )
 
-    checksums, checksum_problems = read_checksums(output)
+    checksums, checksum_problems = checksums_and_problems(output)
     config = VerifyConfig(output, stats.dtype, stats.eos_id, stats.vocab_size, stats.partitions, args.sample,
                           checksums, eos_inside=stats.special_tokens == "tokenizer")
     removed, removal_problems = _removed_ids(output, args.removal_list,

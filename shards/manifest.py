@@ -11,9 +11,11 @@ and files per bucket. It is written last: its presence marks the tree as complet
 from __future__ import annotations
 
 import dataclasses
+import posixpath
 from collections.abc import Callable, Iterable, Iterator
 
-from shards.layout import BUCKET_NAMES
+from shards import storage
+from shards.layout import BUCKET_NAMES, CHECKSUMS_NAME
 
 MANIFEST_HEADER = "rel_path | original_id | processed_token_count"
 SEP = " | "
@@ -76,6 +78,21 @@ def parse_checksums(text: str, where: str | None = None) -> dict[str, str]:
                 raise ValueError(f"{place}not a sha256sum line: {line[:200]!r}")
             sums[rel] = digest
     return sums
+
+
+def read_checksums(output: str) -> dict[str, str] | None:
+    """The tree's checksums.sha256, parsed; None when it has none (a tree written before checksums
+    existed). A ValueError naming the file and its line when a line is damaged."""
+    fs, root = storage.filesystem(output)
+    path = posixpath.join(root, CHECKSUMS_NAME)
+    if not fs.exists(path):
+        return None
+    where = storage.join(output, CHECKSUMS_NAME)
+    try:
+        text = storage.read_bytes(fs, path).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{where} is not UTF-8 ({e})") from None
+    return parse_checksums(text, where)
 
 
 def parse_row(line: str) -> tuple[str, str, int]:

@@ -21,7 +21,7 @@ from conftest import REPO, SAMPLE_PARQUET, finepdfs_row, tree_hashes
 
 from pipelines import cli
 from shards import layout, manifest
-from shards.removal import REMOVALS_NAME, read_removal_log
+from shards.removal.lists import REMOVALS_NAME, read_removal_log
 
 LOCK_NAME = ".pretokenize-lock"  # the name the tree's lock has (shards.lock.LOCK_NAME)
 RUNNER = ["--runner=FnApiRunner"]
@@ -619,7 +619,7 @@ def test_a_rewrite_whose_lock_was_taken_during_its_copy_leaves_the_shard(out, tm
 
     from pipelines.remove import RemoveSettings, prepare
     from shards import lock
-    from transforms.tools import surgery
+    from shards.removal import rewrite
 
     settings = RemoveSettings(str(out), write_list(tmp_path / "a.txt", stored_ids(out)[:1]))
     awake = [time.clock_gettime(time.CLOCK_BOOTTIME)]
@@ -647,9 +647,9 @@ def test_a_rewrite_whose_lock_was_taken_during_its_copy_leaves_the_shard(out, tm
         before = shard.read_bytes()
         monkeypatch.setattr(time, "clock_gettime",
                             lambda clock: awake[0] if clock == time.CLOCK_BOOTTIME else real_clock(clock))
-        monkeypatch.setattr(surgery.hashlib, "sha256", TakenMidCopy)
+        monkeypatch.setattr(rewrite.hashlib, "sha256", TakenMidCopy)
         with pytest.raises(lock.LockLost):
-            surgery.rewrite_file(str(out), plan.file_plan(0), 4)
+            rewrite.rewrite_file(str(out), plan.file_plan(0), 4)
     assert shard.read_bytes() == before
 
 
@@ -657,7 +657,7 @@ def test_a_log_written_while_the_lock_was_taken_does_not_replace_the_tree_s(out,
     """removals.txt (or the manifest) streamed by a command stopped past its lease while the one
     that took the lock over added its own lines: the stale copy is not moved over the new log."""
     from shards import lock
-    from transforms.tools import surgery
+    from shards.removal import journal
 
     awake = [time.clock_gettime(time.CLOCK_BOOTTIME)]
     real_clock = time.clock_gettime
@@ -675,6 +675,6 @@ def test_a_log_written_while_the_lock_was_taken_does_not_replace_the_tree_s(out,
     with lock.scope("pretokenize remove"):
         lock.take(str(out), lease_seconds=60)
         with pytest.raises(lock.LockLost):
-            surgery.write_streamed(str(out), REMOVALS_NAME, chunks(), "removal log")
+            journal.write_streamed(str(out), REMOVALS_NAME, chunks(), "removal log")
     after = (out / REMOVALS_NAME).read_bytes() if (out / REMOVALS_NAME).exists() else None
     assert after == log_before

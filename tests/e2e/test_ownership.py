@@ -14,7 +14,7 @@ from conftest import finepdfs_row, tree_hashes
 
 from pipelines import cli
 from shards import layout, manifest, tree
-from shards.removal import REMOVALS_NAME
+from shards.removal.lists import REMOVALS_NAME
 
 RUNNER = ["--runner=FnApiRunner"]
 ROWS = [finepdfs_row(f"doc-{i:02d}", f"Line {i} of a short document. " * (3 + i % 9)) for i in range(30)]
@@ -213,7 +213,7 @@ def test_a_rerun_after_removing_everything_publishes_an_empty_tree(source, tmp_p
 
 
 def test_a_removal_list_run_records_its_ids_so_later_runs_keep_them_out(source, tmp_path):
-    from shards.removal import read_removal_log
+    from shards.removal.lists import read_removal_log
 
     out = tmp_path / "out"
     flagged = tmp_path / "flagged.txt"

@@ -20,8 +20,8 @@ from conftest import REPO, SAMPLE_PARQUET, finepdfs_row, tree_hashes
 
 from pipelines import cli, remove
 from shards import layout, manifest, tree
-from shards.removal import REMOVALS_NAME, read_removal_log
-from transforms.tools.surgery import journal_url, load_journal
+from shards.removal.journal import journal_url, load_journal
+from shards.removal.lists import REMOVALS_NAME, read_removal_log
 
 RUNNER = ["--runner=FnApiRunner"]
 ROWS = [finepdfs_row(f"doc-{i:02d}", f"Line {i} of a short document. " * (3 + i % 9)) for i in range(60)]
@@ -312,7 +312,7 @@ def test_verify_of_a_tree_a_removal_left_unfinished_says_what_finishes_it(source
                                     "plan_nested_deep", "file_plan_is_a_fifo"])
 def test_verify_of_a_tree_whose_removal_journal_is_damaged_is_one_line(source, tmp_path, capsys, damage):
     """No traceback and no wait: verify names the journal and what is wrong with it."""
-    from transforms.tools.surgery import PLAN_NAME
+    from shards.removal.journal import PLAN_NAME
 
     out = tmp_path / "out"
     assert bucketed(source, out) == 0

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from shards import idmatch
+from shards.removal import idmatch
 
 ODD = ["a\tb", "é€😀", "x y", "#tag", "\x85inside\x0b", "0", "ffff", "\ud7ff"]
 

@@ -240,7 +240,7 @@ def is_tree_source(url: str) -> bool:
         return fs.isdir(path)
 
 
-# A removal's journal (written by transforms/tools/surgery.py, read here without Beam): in the
+# A removal's journal (shards/removal/journal.py; read here as JSON only): in the
 # tree's journal directory (shards.tree.Tree.journal_url), plan.json, its commit point, and the
 # rows of each affected file in files/NNNNNN.json, in the order plan.json lists the files.
 JOURNAL_PLAN_NAME = "plan.json"
