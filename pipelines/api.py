@@ -67,8 +67,9 @@ class Unreachable(PretokenizeError):
 def job_error(job: str, error: BaseException) -> PretokenizeError | None:
     """The error of the API (and the line of the CLI) that ``error`` is, or None for a failure that
     is none of them (a bug: its traceback is kept)."""
-    from pipelines.cli import PUBLISHING, bad_input_message, unreachable_message
+    from pipelines.cli import PUBLISHING, bad_input_message
     from pipelines.errors import RunStopped as Stopped
+    from pipelines.errors import unreachable_message
     from transforms.core.records import UsageError as Usage
 
     published = "; nothing was published" if job in PUBLISHING else ""

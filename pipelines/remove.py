@@ -12,14 +12,18 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import functools
 import logging
 import tempfile
 import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from pipelines.errors import RunStopped, launching, no_space_message, noting_interrupts
+from pipelines.errors import launching, stopped_line
 from pipelines.flags import add_break_lock_flag, add_setting_flags, add_workers_flag, parse_settings, tool_parser
+from pipelines.job import stopping
+from pipelines.launch import new_run_id
+from pipelines.progress import showing_progress
 from pipelines.run_mode import end_dry_run, is_dry_run
 from shards import layout, lock, storage, tree
 from shards.manifest import DatasetStats
@@ -35,6 +39,7 @@ from shards.removal.plan import (
     make_plan,
     purge_saved_work,
 )
+from transforms.core.progress import Stage
 from transforms.core.records import BadInputError, UsageError
 from transforms.core.settings import REQUIRED, setting
 
@@ -177,11 +182,10 @@ def run_prepared(parse: Callable[[], tuple[RemoveSettings, PipelineOptions]], re
         tree.owned(options.output, "bucketed")  # never rewrite files this tool did not write
         if not dry_run:
             lock.take(options.output)  # one writer at a time: before the journal is read or anything changes
-    interrupted: list = []
     # A dry run's plan goes to a local scratch directory, deleted once the job is translated.
     scratch = tempfile.TemporaryDirectory(prefix="pretokenize-dry-run-") if dry_run else None
     try:
-        with noting_interrupts(interrupted):
+        with stopping(functools.partial(_stopped, options.output, dry_run), passing=(UsageError, BadInputError)):
             plan = prepare(options, write=not dry_run, plan_url=scratch.name if scratch else None)
             if plan is None:
                 # After an interrupted removal was finished (``resumed``), only this list's part is nothing.
@@ -191,18 +195,10 @@ def run_prepared(parse: Callable[[], tuple[RemoveSettings, PipelineOptions]], re
                 return None
             import apache_beam as beam
 
-            from pipelines.launch import new_run_id
-            from pipelines.progress import showing_progress
-            from transforms.core.progress import Stage
-
             stages = [Stage("rewrite", "rewrite", ("files",), "files", total=len(plan.files))]
             with showing_progress(pipeline_options, new_run_id(), stages), \
-                    beam.Pipeline(options=pipeline_options) as pipeline:
+                    beam.Pipeline(options=pipeline_options) as pipeline:  # run and waited for as it closes
                 build(pipeline, options, plan)
-    except (UsageError, BadInputError):
-        raise
-    except BaseException as e:
-        raise _stopped(options.output, e, bool(interrupted) or isinstance(e, KeyboardInterrupt), dry_run) from None
     finally:
         if scratch is not None:
             scratch.cleanup()
@@ -226,9 +222,20 @@ def _summary(plan: RemovalPlan) -> None:
     )
 
 
-def _stopped(output: str, error: BaseException, interrupted: bool, dry_run: bool) -> BaseException:
+def _stopped(output: str, dry_run: bool, error: BaseException, interrupted: bool) -> BaseException | None:
     """What a removal that stopped says, in one line: a RunStopped for Ctrl-C, a full disk and an
-    unreachable store (the error itself for anything else)."""
+    unreachable store, a UsageError for what was found while reading and checking, before any
+    change (None: the error itself for anything else)."""
+    state = _removal_state(output, dry_run)
+    stopped = stopped_line(error, output, interrupted, state)
+    if stopped is None and isinstance(error, (ValueError, OSError)):
+        return UsageError(f"{error}; {state}")
+    return stopped
+
+
+def _removal_state(output: str, dry_run: bool) -> str:
+    """What ``output`` holds once a removal stopped: a journalled removal the same command finishes,
+    nothing changed, or (a store that cannot be asked) that the same command finishes whatever began."""
     unasked = None
     try:
         pending = None if dry_run else load_journal(output)
@@ -237,23 +244,9 @@ def _stopped(output: str, error: BaseException, interrupted: bool, dry_run: bool
     except Exception as e:  # noqa: BLE001 - the store that stopped the removal: said, never instead of its line
         pending, unasked = None, storage.unreachable_problem(e) or storage.one_line(e)
     if unasked is not None:
-        state = (f"{output} could not be asked whether the removal began ({unasked}): run the same command again; "
-                 "it finishes whatever was begun")
-    elif pending is not None:
-        state = (f"the removal {pending.run} is journalled and {output} reads as unfinished until it is done: "
-                 "run the same command again to finish it")
-    else:
-        state = f"nothing in {output} was changed"
-    if interrupted:
-        return RunStopped(f"interrupted; {state}")
-    full = no_space_message(error)
-    if full is not None:
-        return RunStopped(f"{full} ({output}); {state}")
-    from pipelines.cli import unreachable_message
-
-    unreachable = unreachable_message(error)
-    if unreachable is not None:
-        return RunStopped(f"{unreachable}; {state}")
-    if isinstance(error, (ValueError, OSError)):  # found while reading and checking, before any change
-        return UsageError(f"{error}; {state}")
-    return error
+        return (f"{output} could not be asked whether the removal began ({unasked}): run the same command again; "
+                "it finishes whatever was begun")
+    if pending is not None:
+        return (f"the removal {pending.run} is journalled and {output} reads as unfinished until it is done: "
+                "run the same command again to finish it")
+    return f"nothing in {output} was changed"

@@ -25,14 +25,14 @@ Flags this job does not know go to Beam's PipelineOptions (--runner, --direct_nu
 from __future__ import annotations
 
 import argparse
-import contextlib
+import functools
 import hashlib
 import json
 import logging
 import time
 from typing import TYPE_CHECKING
 
-from pipelines import errors, flags, launch, progress, run_mode, summary
+from pipelines import errors, flags, job, launch, progress, run_mode, summary
 from shards import lock, storage, tree
 from shards.removal.lists import (
     check_id_field,
@@ -78,18 +78,13 @@ def parse_args(argv: list[str]) -> tuple[TrainBpeSettings, PipelineOptions]:
     return flags.parse_settings(make_parser(), argv, TrainBpeSettings)
 
 
-def _stopped(error: BaseException, output: str, run_id: str, interrupted: bool) -> errors.RunStopped | None:
+def _stopped(output: str, run_id: str, error: BaseException, interrupted: bool) -> errors.RunStopped | None:
     """A failed or interrupted run's temporary files deleted; a RunStopped saying what the output
     holds, or None: the error is raised as it is."""
     published, _ = launch.abandon_run(output, run_id)
     state = ("the tokenizer is unfinished (publishing had begun, so it has no training_stats.txt): run the "
              "same command again" if published else "the previous tokenizer is intact")
-    if interrupted:
-        return errors.RunStopped(f"interrupted; {state}; the run's temporary files were deleted")
-    full = errors.no_space_message(error)
-    if full is not None:
-        return errors.RunStopped(f"{full} ({output}); {state}; the run's temporary files were deleted")
-    return None
+    return errors.stopped_line(error, output, interrupted, f"{state}; the run's temporary files were deleted")
 
 
 def run_url(output: str, run_id: str) -> str:
@@ -335,33 +330,17 @@ def run(argv: list[str] | None = None, say_summary: bool = True) -> files.Traini
             build(pipeline, options, run_id, mode)
     output = storage.normalize(options.output)
     launch_seconds = time.monotonic() - start
-    result = None
-    interrupted: list = []
-    try:
-        with errors.noting_interrupts(interrupted):  # a runner may turn Ctrl-C into its own error
-            with progress.showing_progress(pipeline_options, run_id, ending=("counting", "counted")):
-                result = pipeline.run()
-                if dry_run:
-                    print(run_mode.end_dry_run(output, pipeline_options), flush=True)
-                    return None
-                try:
-                    result.wait_until_finish()
-                except BaseException as e:
-                    if interrupted or isinstance(e, KeyboardInterrupt):
-                        with contextlib.suppress(Exception):
-                            result.cancel()
-                    raise
-            if interrupted:  # Ctrl-C that a runner swallowed: stop before learning and publishing
-                raise KeyboardInterrupt
-            count_seconds = time.monotonic() - start - launch_seconds
-            stats, merge_seconds = learn_and_publish(options, run_id, argv, removal)
-    except BaseException as e:
-        if dry_run:
-            raise  # it wrote nothing into the output, and must remove nothing there (a real run may be writing)
-        stopped = _stopped(e, output, run_id, bool(interrupted) or isinstance(e, KeyboardInterrupt))
-        if stopped is None:
-            raise
-        raise stopped from None
+    with job.stopping(functools.partial(_stopped, output, run_id), dry_run=dry_run) as interrupted:
+        with progress.showing_progress(pipeline_options, run_id, ending=("counting", "counted")):
+            result = pipeline.run()
+            if dry_run:
+                print(run_mode.end_dry_run(output, pipeline_options), flush=True)
+                return None
+            job.wait_for(result, interrupted)
+        if interrupted:  # Ctrl-C that a runner swallowed: stop before learning and publishing
+            raise KeyboardInterrupt
+        count_seconds = time.monotonic() - start - launch_seconds
+        stats, merge_seconds = learn_and_publish(options, run_id, argv, removal)
     launch.abandon_run(output, run_id)
     if say_summary:
         print(summary_table(stats, output, (launch_seconds, count_seconds), merge_seconds), flush=True)
