@@ -58,6 +58,12 @@ def format_row(rel_path: str, doc_id: str, token_count: int) -> str:
     problem = id_problem(doc_id)
     if problem:
         raise ValueError(f"cannot write id {doc_id!r} to the manifest: {problem}")
+    return row_text(rel_path, doc_id, token_count)
+
+
+def row_text(rel_path: str, doc_id: str, token_count: int) -> str:
+    """A manifest line, the one place its layout is written: for an id already checked (``id_problem``,
+    as the job checks every id it reads); ``format_row`` checks it first."""
     return f"{rel_path}{SEP}{doc_id}{SEP}{token_count}\n"
 
 
