@@ -130,8 +130,8 @@ def _launch(pipeline: beam.Pipeline, options: BucketedSettings, run_id: str | No
                                  work=description, restart=options.restart, mode=mode)
     progress.announce_write_stages(progress_dir, read.units, work.done, "tokenize", "tokenize")
     sources = removals.stage(shards.run_id, mode.scratch)
-    shards = dataclasses.replace(shards, work_dir=work.dir_name, removal_list=removals.listed,
-                                 pending_removal=removals.pending_run)
+    shards = dataclasses.replace(shards, work_dir=work.dir_name, removal_list=(removals.lists or (None,))[0],
+                                 pending_removal=removals.pending.run if removals.pending else None)
     publish_format = BucketedFormat(
         options, encoder.eos_id, encoder.max_token_id + 1, shards, len(DropRemoved(*sources).ids) if sources else None,
         tokenizer_backend=encoder.library,

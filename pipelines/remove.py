@@ -27,18 +27,11 @@ from pipelines.progress import showing_progress
 from pipelines.run_mode import end_dry_run, is_dry_run
 from shards import layout, lock, storage, tree
 from shards.manifest import DatasetStats
+from shards.removal import journal
 from shards.removal.audit import scan_tree_log
 from shards.removal.idmatch import Matches
-from shards.removal.journal import RemovalPlan, load_journal, write_journal
+from shards.removal.journal import RemovalPlan
 from shards.removal.lists import REMOVALS_NAME, check_id_field, removal_source, tree_id_field
-from shards.removal.plan import (
-    check_checksums,
-    check_plan,
-    check_tree_files,
-    drop_derived_exports,
-    make_plan,
-    purge_saved_work,
-)
 from transforms.core.progress import Stage
 from transforms.core.records import BadInputError, UsageError
 from transforms.core.settings import REQUIRED, setting
@@ -82,24 +75,24 @@ def prepare(options: RemoveSettings, write: bool = True, plan_url: str | None = 
     dataset_stats.txt removed before any shard changes. Without ``write`` (a dry run) the same
     reading and checks, and nothing is written in the tree (the plan's rows go to ``plan_url``).
     """
-    check_tree_files(options.output)  # links included, before any of them is read
+    journal.check_tree_files(options.output)  # links included, before any of them is read
     audit = scan_tree_log(options.output)  # a log it cannot read stops the removal here, naming the line
-    check_checksums(options.output)  # and so do checksums it could not rewrite at the end
-    plan = load_journal(options.output)
+    journal.check_checksums(options.output)  # and so do checksums it could not rewrite at the end
+    plan = journal.load_journal(options.output)
     if plan is not None:
         print(
             f"resuming the interrupted removal {plan.run} (started {plan.utc_time}); once it is finished, "
             f"{options.removal_list} is applied",
             flush=True,
         )
-        check_plan(options.output, plan)
+        journal.check_plan(options.output, plan)
         plan = dataclasses.replace(plan, resumed=True)
     else:
         plan = _new_plan(options, audit, plan_url)
         if plan is None:
             return None
         if write:
-            write_journal(options.output, plan)
+            journal.write_journal(options.output, plan)
     if not write:
         return plan
     _delete_stale(options.output)
@@ -119,22 +112,22 @@ def _new_plan(options: RemoveSettings, audit, plan_url: str | None) -> RemovalPl
     if id_field is not None:
         check_id_field(list_field, f"--removal-list {options.removal_list}", id_field, flag="the tree's id field")
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    plan = make_plan(options.output, ids, run=uuid.uuid4().hex[:12], utc_time=now, plan_url=plan_url)
+    plan = journal.make_plan(options.output, ids, run=uuid.uuid4().hex[:12], utc_time=now, plan_url=plan_url)
     _report_not_found(plan.matches)
     if not plan.files:
         return None
-    check_plan(options.output, plan)
+    journal.check_plan(options.output, plan)
     return plan
 
 
 def _delete_stale(output: str) -> None:
     """Once the journal holds the request: delete the saved work of interrupted runs (it may hold
     the removed documents) and the files derived from the old shards, saying so."""
-    purged = purge_saved_work(output)  # the journal holds the request: a kill here is finished by a re-run
+    purged = journal.purge_saved_work(output)  # the journal holds the request: a kill here is finished by a re-run
     if purged:
         print(f"deleted the saved work of interrupted runs ({', '.join(purged)}): it may hold the removed "
               "documents; the next bucketed run starts afresh", flush=True)
-    derived = drop_derived_exports(output)  # stale once a shard changes; a re-run deletes them too
+    derived = journal.drop_derived_exports(output)  # stale once a shard changes; a re-run deletes them too
     if derived:
         tops = ", ".join(sorted({d.split("/")[0] for d in derived}))
         print(f"deleted {len(derived)} files derived from the old shards ({tops}): run export megatron / stats "
@@ -226,27 +219,22 @@ def _stopped(output: str, dry_run: bool, error: BaseException, interrupted: bool
     """What a removal that stopped says, in one line: a RunStopped for Ctrl-C, a full disk and an
     unreachable store, a UsageError for what was found while reading and checking, before any
     change (None: the error itself for anything else)."""
-    state = _removal_state(output, dry_run)
-    stopped = stopped_line(error, output, interrupted, state)
-    if stopped is None and isinstance(error, (ValueError, OSError)):
-        return UsageError(f"{error}; {state}")
-    return stopped
-
-
-def _removal_state(output: str, dry_run: bool) -> str:
-    """What ``output`` holds once a removal stopped: a journalled removal the same command finishes,
-    nothing changed, or (a store that cannot be asked) that the same command finishes whatever began."""
     unasked = None
     try:
-        pending = None if dry_run else load_journal(output)
+        pending = None if dry_run else journal.load_journal(output)
     except ValueError:  # a journal it refuses to read (a link in it): refused before anything changed
         pending = None
     except Exception as e:  # noqa: BLE001 - the store that stopped the removal: said, never instead of its line
         pending, unasked = None, storage.unreachable_problem(e) or storage.one_line(e)
     if unasked is not None:
-        return (f"{output} could not be asked whether the removal began ({unasked}): run the same command again; "
-                "it finishes whatever was begun")
-    if pending is not None:
-        return (f"the removal {pending.run} is journalled and {output} reads as unfinished until it is done: "
-                "run the same command again to finish it")
-    return f"nothing in {output} was changed"
+        state = (f"{output} could not be asked whether the removal began ({unasked}): run the same command again; "
+                 "it finishes whatever was begun")
+    elif pending is not None:
+        state = (f"the removal {pending.run} is journalled and {output} reads as unfinished until it is done: "
+                 "run the same command again to finish it")
+    else:
+        state = f"nothing in {output} was changed"
+    stopped = stopped_line(error, output, interrupted, state)
+    if stopped is None and isinstance(error, (ValueError, OSError)):  # found while reading and checking
+        return UsageError(f"{error}; {state}")
+    return stopped

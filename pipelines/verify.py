@@ -274,15 +274,9 @@ def _left_match_problems(output: str) -> list[str]:
 def _plan_checks(output: str, stats, args: VerifySettings):
     """What the launcher checks before the pipeline runs: the config, the files to check, the
     problems found already (checksums, removal log, index), and the removed ids."""
-    from transforms.tools.verify import (
-        VerifyConfig,
-        checksums_and_problems,
-        files_holding_ids,
-        index_problems,
-        plan_units,
-    )
+    from transforms.tools.verify import VerifyConfig, checksum_table, files_holding_ids, index_problems, plan_units
 
-    checksums, checksum_problems = checksums_and_problems(output)
+    checksums, checksum_problems = checksum_table(output)
     config = VerifyConfig(output, stats.dtype, stats.eos_id, stats.vocab_size, stats.partitions, args.sample,
                           checksums, eos_inside=stats.special_tokens == "tokenizer")
     removed, removal_problems = _removed_ids(output, args.removal_list,

@@ -1,16 +1,10 @@
-"""Removal's Beam steps; the rest of removal (lists, journal, id match, rewrite, audit log) is
-shards/removal/, which imports no Beam.
+"""Removal's Beam steps (the rest of removal is shards/removal/, without Beam).
 
-DropRemoved: documents whose id is on a removal list leave before they are tokenized (the jobs
-that read input: bucketed, train-bpe). The sources are removal lists (ids one per line, no comment
-syntax) and output trees, whose removals.txt is read as their audit log (the output's own among
-them, so a re-run into an output that had documents removed from it keeps them out). Each source
-is read by ``shards.removal.lists.read_removal_list``: a file is a list, a directory a tree, never
-guessed from content. Each is counted with the reason ``removed``; a digest of each id that
-matched goes to a second output so the job can count the listed ids that never appeared in the input.
-
-RemoveDocuments (``pretokenize remove``): the plan's files rewritten in parallel, then the removal
-finished once, in the order shards/removal/__init__.py gives.
+DropRemoved: in the jobs that read input, documents whose id a removal source lists (a list, or a
+tree's removals.txt: ``shards.removal.lists.read_removal_list``) leave before they are tokenized,
+counted as ``removed``; a digest of each id matched goes to a second output, so the job can count
+the listed ids the input never held. RemoveDocuments (``pretokenize remove``): the plan's files
+rewritten in parallel, then the removal finished once (shards/removal/__init__.py).
 """
 
 from __future__ import annotations
@@ -133,7 +127,7 @@ class RemoveDocuments(beam.PTransform):
 
     Example::
 
-        plan = shards.removal.plan.make_plan("out/", ids, run="r1", utc_time="2026-01-01T00:00:00Z")
+        plan = shards.removal.journal.make_plan("out/", ids, run="r1", utc_time="2026-01-01T00:00:00Z")
         shards.removal.journal.write_journal("out/", plan)
         pipeline | "RemoveDocuments" >> RemoveDocuments("out/", plan, itemsize=4)
     """

@@ -30,9 +30,8 @@ One module a concern, each importing only those above it in this list:
 
     lists.py     removal lists and the audit log's format, read strictly; a --removal-list's sources
     idmatch.py   a list of any length matched against the manifest and the log in bounded memory
-    journal.py   the plan's types, the journal written, read back and checked, deleted
+    journal.py   the plan made, journalled, read back and checked before any byte changes
     audit.py     removals.txt checked, counted and appended to
-    plan.py      the plan made and checked before any byte changes; what it makes stale deleted
     rewrite.py   one shard file rewritten; the removal finished
     sources.py   the removal requests a bucketed run honours (its lists, removals.txt, a journal)
 

@@ -13,16 +13,6 @@ from collections.abc import Callable, Iterable, Iterator
 from shards import layout, storage, tree
 from shards.manifest import DatasetStats
 from shards.removal import idmatch, journal, lists
-from shards.removal.lists import (
-    DEFAULT_ID_FIELD,
-    REMOVALS_NAME,
-    format_removal_line,
-    iter_log_lines,
-    log_ids,
-    read_removal_list,
-    scan_log,
-    tree_id_field,
-)
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +27,8 @@ def scan_tree_log(output: str, repairing: str | None = None) -> lists.LogHead | 
     or saying that the log is missing or shorter than the stats' count of removed ids. That last
     is only a warning for a bucketed run given a removal list (``repairing``: the list), which
     records the list's ids again (a tree written before runs logged their lists has no log)."""
-    url = storage.join(output, REMOVALS_NAME)
-    head = scan_log(url) if tree_log_exists(output) else None
+    url = storage.join(output, lists.REMOVALS_NAME)
+    head = lists.scan_log(url) if lists.tree_log_exists(output) else None
     problem = lists.shortened_log_problem(url, head.entries if head else None, _stats_removal_ids(output))
     if problem is not None and repairing is None:
         raise ValueError(problem)
@@ -61,32 +51,23 @@ def _stats_removal_ids(output: str) -> int | None:
         return None
 
 
-def tree_log_exists(output: str) -> bool:
-    fs, root = storage.filesystem(output)
-    with storage.reaching(output):
-        exists = fs.exists(posixpath.join(root, REMOVALS_NAME))
-    if exists:  # a log that is a link out of the tree is refused here, before any command changes a byte
-        tree.Tree(output).writable(REMOVALS_NAME, "removal log")
-    return exists
-
-
 def logged_count(output: str) -> int:
     """The distinct ids the tree's removals.txt lists, streamed (shards.idmatch.count_distinct,
     its partitions in the journal's directory): the stats' removal_list_ids."""
-    if not tree_log_exists(output):
+    if not lists.tree_log_exists(output):
         return 0
-    url = storage.join(output, REMOVALS_NAME)
-    return idmatch.count_distinct(lambda: log_ids(url), idmatch.Scratch(output, journal.journal_name(COUNT_DIR)))
+    url = storage.join(output, lists.REMOVALS_NAME)
+    return idmatch.count_distinct(lambda: lists.log_ids(url), idmatch.Scratch(output, journal.journal_name(COUNT_DIR)))
 
 
 def _existing_log(output: str) -> Callable[[], Iterator[str]] | None:
     """The tree's removals.txt (None without one), checked strictly before any change, as its
     lines afresh for each call: decoded as the launch check (scan_tree_log) decodes them."""
-    if not tree_log_exists(output):
+    if not lists.tree_log_exists(output):
         return None
-    url = storage.join(output, REMOVALS_NAME)
-    scan_log(url)  # strictly, before any change
-    return lambda: iter_log_lines(url)
+    url = storage.join(output, lists.REMOVALS_NAME)
+    lists.scan_log(url)  # strictly, before any change
+    return lambda: lists.iter_log_lines(url)
 
 
 def log_chunks(existing: Callable[[], Iterator[str]] | None, id_field: str, lines: Iterable[str]) -> Iterator[str]:
@@ -111,11 +92,12 @@ def append_audit_lines(output: str, plan: journal.RemovalPlan) -> None:
     """One removals.txt line per document the plan takes out, once per removal run; the old lines
     are copied and the new written as each affected file's rows are read, never gathered."""
     existing = _existing_log(output)
-    runs = set() if existing is None else scan_log(storage.join(output, REMOVALS_NAME)).runs
+    runs = set() if existing is None else lists.scan_log(storage.join(output, lists.REMOVALS_NAME)).runs
     if plan.run not in runs:
-        lines = (format_removal_line(plan.utc_time, plan.run, d, rel, n) for rel, d, n in plan.iter_removed_rows())
-        id_field = tree_id_field(plan.stats_before) or DEFAULT_ID_FIELD
-        journal.write_streamed(output, REMOVALS_NAME, log_chunks(existing, id_field, lines), "removal log")
+        rows = plan.iter_removed_rows()
+        lines = (lists.format_removal_line(plan.utc_time, plan.run, d, rel, n) for rel, d, n in rows)
+        id_field = lists.tree_id_field(plan.stats_before) or lists.DEFAULT_ID_FIELD
+        journal.write_streamed(output, lists.REMOVALS_NAME, log_chunks(existing, id_field, lines), "removal log")
 
 
 def record_removal_list(output: str, ids: list[str], run: str, utc_time: str, id_field: str) -> int:
@@ -123,11 +105,11 @@ def record_removal_list(output: str, ids: list[str], run: str, utc_time: str, id
     ``-``, tokens 0: left out before tokenizing), so that every later run keeps it out too; the
     ids are values of ``id_field``, the run's --id-field. Returns how many lines were added."""
     existing = _existing_log(output)
-    known = set() if existing is None else set(log_ids(storage.join(output, REMOVALS_NAME)))
+    known = set() if existing is None else set(lists.log_ids(storage.join(output, lists.REMOVALS_NAME)))
     new = [i for i in ids if i not in known]
     if new:
-        lines = [format_removal_line(utc_time, run, i, NOT_STORED, 0) for i in new]
-        tree.write_file(output, REMOVALS_NAME, "".join(log_chunks(existing, id_field, lines)).encode("utf-8"))
+        lines = [lists.format_removal_line(utc_time, run, i, NOT_STORED, 0) for i in new]
+        tree.write_file(output, lists.REMOVALS_NAME, "".join(log_chunks(existing, id_field, lines)).encode("utf-8"))
     return len(new)
 
 
@@ -143,4 +125,4 @@ def record_published_run(output: str, pending_run: str | None, removal_list: str
             journal.delete_journal(output)
     if removal_list is not None:
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        record_removal_list(output, read_removal_list(removal_list), run_id, now, id_field)
+        record_removal_list(output, lists.read_removal_list(removal_list), run_id, now, id_field)

@@ -64,22 +64,12 @@ class RemovalSources:
         sources = list(self.lists) + ([self.removals_txt] if self.removals_txt else [])
         ids = {i for url in sources for i in read_removal_list(url)}
         if self.pending is not None:
-            ids.update(i for _, i, _ in self.pending.removed_rows)
+            ids.update(i for _, i, _ in self.pending.iter_removed_rows())
         return ids
 
     def fingerprint(self) -> str:
         """The ids, as the work's description records them: a run with other ids resumes nothing."""
         return hashlib.sha256("\n".join(sorted(self.ids())).encode()).hexdigest()[:16]
-
-    @property
-    def listed(self) -> str | None:
-        """The --removal-list the stats record (None: none given)."""
-        return self.lists[0] if self.lists else None
-
-    @property
-    def pending_run(self) -> str | None:
-        """The run of the pending removal whose audit lines the run writes when it publishes."""
-        return self.pending.run if self.pending is not None else None
 
     def stage(self, run_id: str, scratch: str | None) -> tuple[str, ...]:
         """The sources DropRemovedFn reads. Called once the output is claimed: a pending removal's
@@ -97,7 +87,7 @@ class RemovalSources:
         return tuple(sources)
 
     def _write_pending_list(self, run_id: str, scratch: str | None) -> str:
-        ids = "".join(f"{i}\n" for _, i, _ in self.pending.removed_rows).encode()
+        ids = "".join(f"{i}\n" for _, i, _ in self.pending.iter_removed_rows()).encode()
         if scratch is not None:
             pending_list = os.path.join(scratch, tree.Tree.PENDING_REMOVAL_LIST)
             storage.write_atomic(pending_list, ids)

@@ -21,7 +21,7 @@ from conftest import REPO, SAMPLE_PARQUET, finepdfs_row, tree_hashes
 
 from pipelines import cli
 from shards import layout, manifest
-from shards.removal.lists import REMOVALS_NAME, read_removal_log
+from shards.removal.lists import REMOVALS_NAME, read_log
 
 LOCK_NAME = ".pretokenize-lock"  # the name the tree's lock has (shards.lock.LOCK_NAME)
 RUNNER = ["--runner=FnApiRunner"]
@@ -131,10 +131,10 @@ def test_remove_and_remove(out, tmp_path):
     code, _, err = first.finish()
     assert code == 0, err
     assert_verifies(out)
-    assert set(read_removal_log(str(out / REMOVALS_NAME))) == set(first_ids)
+    assert set(list(read_log(str(out / REMOVALS_NAME)).ids)) == set(first_ids)
     # The refused removal, asked again, is accepted; every line accepted before stays.
     assert pretokenize(*removal_args(out, str(tmp_path / "b.txt")))[0] == 0
-    assert set(read_removal_log(str(out / REMOVALS_NAME))) == set(first_ids + second_ids)
+    assert set(list(read_log(str(out / REMOVALS_NAME)).ids)) == set(first_ids + second_ids)
     assert_verifies(out)
 
 
@@ -153,11 +153,11 @@ def test_remove_and_a_bucketed_rerun(first_job, out, source, tmp_path):
     assert_verifies(out)
     if first_job == "bucketed":  # the refused removal, asked again now
         assert pretokenize(*remove)[0] == 0
-    assert set(read_removal_log(str(out / REMOVALS_NAME))) == set(flagged)
+    assert set(list(read_log(str(out / REMOVALS_NAME)).ids)) == set(flagged)
     assert not set(flagged) & set(stored_ids(out))
     # A later re-run keeps every accepted removal.
     assert pretokenize(*rerun)[0] == 0
-    assert set(read_removal_log(str(out / REMOVALS_NAME))) == set(flagged)
+    assert set(list(read_log(str(out / REMOVALS_NAME)).ids)) == set(flagged)
     assert not set(flagged) & set(stored_ids(out))
     assert_verifies(out)
 
@@ -193,7 +193,7 @@ def test_remove_and_export(out, tmp_path):
     assert files(out) == before
     code, _, err = first.finish()
     assert code == 0, err
-    assert set(read_removal_log(str(out / REMOVALS_NAME))) == set(flagged)
+    assert set(list(read_log(str(out / REMOVALS_NAME)).ids)) == set(flagged)
     assert_verifies(out)
 
 
@@ -223,7 +223,7 @@ def test_a_holder_killed_with_sigkill_is_found_dead_and_the_next_run_proceeds(ou
     freed = [line for line in err.splitlines() if "freed the lock of" in line]
     assert len(freed) == 1 and f"pid {first.proc.pid}," in freed[0], err
     assert "that process is no longer running on this host" in freed[0]
-    assert set(read_removal_log(str(out / REMOVALS_NAME))) == set(flagged)
+    assert set(list(read_log(str(out / REMOVALS_NAME)).ids)) == set(flagged)
     assert_verifies(out)
 
 

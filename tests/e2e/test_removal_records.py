@@ -448,9 +448,8 @@ def journal_removal(out, ids) -> None:
     journal, the saved work purged, dataset_stats.txt gone. The steps remove takes, called directly."""
     from shards import tree
     from shards.removal import journal
-    from shards.removal.plan import make_plan
 
-    plan = make_plan(str(out), ids, run="killedrun000", utc_time="2026-12-01T00:00:00Z")
+    plan = journal.make_plan(str(out), ids, run="killedrun000", utc_time="2026-12-01T00:00:00Z")
     assert plan.files, "the journalled ids are in the tree"
     journal.write_journal(str(out), plan)
     tree.delete_listed(str(out), [layout.STATS_NAME])

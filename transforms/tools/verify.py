@@ -171,7 +171,7 @@ def list_shard_files(output: str) -> set[str]:
     return found
 
 
-def checksums_and_problems(output: str) -> tuple[dict[str, str] | None, list[str]]:
+def checksum_table(output: str) -> tuple[dict[str, str] | None, list[str]]:
     """The tree's checksums (None when they cannot be read: shards.manifest.read_checksums) and
     their problems. A missing file is one: every finished tree has it, and without it no content
     check would run."""
