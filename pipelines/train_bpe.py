@@ -168,7 +168,7 @@ def removal_record(options: TrainBpeSettings) -> dict | None:
     fs, path = storage.filesystem(listed)
     digest = hashlib.sha256()
     with storage.reaching(listed):
-        # A tree's unfinished removal (shards.removal.pending_removal) may come before its first log.
+        # A tree's unfinished removal (shards.removal.lists.pending_removal) may come before its first log.
         logged = listed == url or fs.exists(path)
         if logged:
             with fs.open(path, "rb") as f:  # its bytes streamed, never held whole

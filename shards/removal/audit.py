@@ -52,7 +52,7 @@ def _stats_removal_ids(output: str) -> int | None:
 
 
 def logged_count(output: str) -> int:
-    """The distinct ids the tree's removals.txt lists, streamed (shards.idmatch.count_distinct,
+    """The distinct ids the tree's removals.txt lists, streamed (idmatch.count_distinct,
     its partitions in the journal's directory): the stats' removal_list_ids."""
     if not lists.tree_log_exists(output):
         return 0

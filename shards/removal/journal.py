@@ -303,7 +303,7 @@ def make_plan(output: str, removal_ids: Iterable[str] | Callable[[], Iterable[st
     to ``plan_url`` (the journal's directory unless given: a dry run's is a scratch directory) as
     soon as its rows are read, so only one file's rows are ever held. ``removal_ids`` (or a
     callable giving them afresh: a list longer than the bound is read more than once) are matched
-    through shards.idmatch, in memory bounded whatever their number; its partition files, if any,
+    through idmatch.py, in memory bounded whatever their number; its partition files, if any,
     live beside the plan and are gone before this returns. The tree must be a finished bucketed one
     whose stats parse (IncompleteTreeError, UnreadableStatsError otherwise): they are rewritten
     when the removal finishes."""

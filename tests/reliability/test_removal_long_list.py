@@ -2,7 +2,7 @@
 
 PRETOKENIZE_ID_BOUND set small makes every list here longer than the bound: the list, the tree's
 log and the manifest rows are hash-partitioned into the journal's directory and joined one
-partition at a time (shards/idmatch.py). The documents removed, every byte of the tree, the report
+partition at a time (shards/removal/idmatch.py). The documents removed, every byte of the tree, the report
 and the audit lines (but their run id and time) must be those of the same removal held in memory,
 also when the removal is killed at any step and the same command run again.
 """

@@ -1,4 +1,4 @@
-"""shards/idmatch.py: a list longer than the bound matches exactly what the in-memory set matches."""
+"""shards/removal/idmatch.py: a list longer than the bound matches exactly what the in-memory set matches."""
 
 from __future__ import annotations
 
