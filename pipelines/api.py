@@ -27,6 +27,7 @@ import difflib
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from pipelines.errors import unreachable_message
 from shards import lock, storage
 
 if TYPE_CHECKING:
@@ -69,7 +70,6 @@ def job_error(job: str, error: BaseException) -> PretokenizeError | None:
     is none of them (a bug: its traceback is kept)."""
     from pipelines.cli import PUBLISHING, bad_input_message
     from pipelines.errors import RunStopped as Stopped
-    from pipelines.errors import unreachable_message
     from transforms.core.records import UsageError as Usage
 
     published = "; nothing was published" if job in PUBLISHING else ""
