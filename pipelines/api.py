@@ -27,6 +27,7 @@ import difflib
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from pipelines.errors import unreachable_message
 from shards import lock, storage
 
 if TYPE_CHECKING:
@@ -67,7 +68,7 @@ class Unreachable(PretokenizeError):
 def job_error(job: str, error: BaseException) -> PretokenizeError | None:
     """The error of the API (and the line of the CLI) that ``error`` is, or None for a failure that
     is none of them (a bug: its traceback is kept)."""
-    from pipelines.cli import PUBLISHING, bad_input_message, unreachable_message
+    from pipelines.cli import PUBLISHING, bad_input_message
     from pipelines.errors import RunStopped as Stopped
     from transforms.core.records import UsageError as Usage
 

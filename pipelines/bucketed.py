@@ -13,9 +13,9 @@ import logging
 from typing import TYPE_CHECKING
 
 from pipelines import flags, job, launch, progress, run_mode, summary
-from pipelines.removal_sources import RemovalSources
 from shards import layout, lock, storage
 from shards.manifest import DatasetStats
+from shards.removal.sources import RemovalSources
 from transforms.bucketed.settings import DOCUMENT_FILTER_FLAGS, BucketedSettings
 from transforms.core.settings import CARD_FLAGS
 
@@ -56,12 +56,12 @@ def build(pipeline: beam.Pipeline, options: BucketedSettings, run_id: str | None
     import apache_beam as beam
 
     from transforms.bucketed.filter import DROPPED, filter_steps
-    from transforms.bucketed.removal import MATCHED, DropRemovedFn
     from transforms.bucketed.tokenize import TokenizeFn
     from transforms.bucketed.write import WriteShards, spill_fn
     from transforms.core import resume
     from transforms.core.publish import PublishOutput
     from transforms.inputs.read import RECORDS, CountRecords
+    from transforms.removal import MATCHED, DropRemovedFn
 
     run = _launch(pipeline, options, run_id, mode)
     steps = [DropRemovedFn(run.removal_sources)] if run.removal_sources else []
@@ -103,12 +103,12 @@ def _launch(pipeline: beam.Pipeline, options: BucketedSettings, run_id: str | No
     dtype, every input file exists and has the columns the job reads, and the removal sources'
     ids are values of --id-field. Then the output is claimed (launch.prepare_output): input units
     an interrupted run with the same input and settings finished are not redone (transforms.core.resume),
-    and the removal requests the output accepted stay honoured (pipelines/removal_sources.py)."""
+    and the removal requests the output accepted stay honoured (shards/removal/sources.py)."""
     from transforms.bucketed.format import BucketedFormat
-    from transforms.bucketed.removal import DropRemoved
     from transforms.core import resume
     from transforms.core.provenance import launch_provenance
     from transforms.inputs.read import ReadDocuments, ReadUnitFn
+    from transforms.removal import DropRemoved
 
     output = storage.normalize(options.output)
     shards = options.shard_config(run_id or launch.new_run_id())
@@ -121,7 +121,7 @@ def _launch(pipeline: beam.Pipeline, options: BucketedSettings, run_id: str | No
     encoder = tokenizer.load()
     tokenizer = tokenizer.pinned(encoder)  # each worker checks it loads these very files
     read.log_planned()
-    removals = RemovalSources.read(output, options)
+    removals = RemovalSources.read(output, options.removal_list, options.id_field)
     description = resume.WorkDescription.of("bucketed", options, read.units, {
         "tokenizer_probe": resume.tokenizer_probe(encoder),
         "removal_ids": removals.fingerprint(),
@@ -129,7 +129,9 @@ def _launch(pipeline: beam.Pipeline, options: BucketedSettings, run_id: str | No
     work = launch.prepare_output(output, "bucketed", inputs=[u.path for u in read.units], keep=removals.keep,
                                  work=description, restart=options.restart, mode=mode)
     progress.announce_write_stages(progress_dir, read.units, work.done, "tokenize", "tokenize")
-    sources, shards = removals.stage(dataclasses.replace(shards, work_dir=work.dir_name), mode.scratch)
+    sources = removals.stage(shards.run_id, mode.scratch)
+    shards = dataclasses.replace(shards, work_dir=work.dir_name, removal_list=(removals.lists or (None,))[0],
+                                 pending_removal=removals.pending.run if removals.pending else None)
     publish_format = BucketedFormat(
         options, encoder.eos_id, encoder.max_token_id + 1, shards, len(DropRemoved(*sources).ids) if sources else None,
         tokenizer_backend=encoder.library,

@@ -19,7 +19,6 @@ freeze_at_exit()
 # tool cannot act on; drop that one message (the filter must be in place before the import).
 logging.getLogger().addFilter(lambda record: "apitools not found" not in record.getMessage())
 
-from shards.storage import Unreachable  # noqa: E402
 from transforms.core.records import BadInputError  # noqa: E402
 
 JOBS = {
@@ -44,12 +43,6 @@ PLAIN_TOOLS = {"decode", "export", "stats"}
 SUBMITTABLE = ("bucketed", "scaffold")
 
 _BAD_INPUT = re.compile(re.escape(BadInputError.PREFIX) + r"(.+?)(?: \[while running |\\n|\n|$)")
-# A store a worker could not reach: "cannot reach URL: connection failed: ..." (storage.reaching).
-_UNREACHABLE = re.compile(re.escape(Unreachable.PREFIX)
-                          + r"(\S+: (?:connection failed|access refused|the store failed).+?)"
-                          r"(?: \[while running |\\n|\n|$)")
-
-
 def _usage() -> str:
     lines = ["usage: pretokenize JOB [flags]   (pretokenize JOB --help for a job's flags; pretokenize --version)", "",
              "jobs:"]
@@ -71,22 +64,6 @@ def bad_input_message(error: BaseException) -> str | None:
         m = _BAD_INPUT.search(str(e))
         if m:
             return BadInputError.PREFIX + m.group(1)
-    return None
-
-
-def unreachable_message(error: BaseException) -> str | None:
-    """The one line of a store that could not be reached (storage.Unreachable) inside ``error``,
-    even when a runner has wrapped it in its own error."""
-    seen = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        # The text, even of an Unreachable: a runner may raise it again with its step appended.
-        m = _UNREACHABLE.search(str(error))
-        if m:
-            return Unreachable.PREFIX + m.group(1)
-        if isinstance(error, Unreachable):
-            return str(error)
-        error = error.__cause__ or error.__context__
     return None
 
 

@@ -106,22 +106,22 @@ def render(tokens: np.ndarray, token_bytes: Callable[[Sequence[int]], bytes], ma
     return " ".join(parts)
 
 
-class ShardFile(NamedTuple):
+class ScaffoldShard(NamedTuple):
     path: str
     index: int  # -1 when the name is not shard_NNN.bin
     width: int
 
 
-def _shard_file(path: str) -> ShardFile:
+def _scaffold_shard(path: str) -> ScaffoldShard:
     name = posixpath.basename(path.replace(os.sep, "/"))
     try:
         index = llmc.parse_shard_name(name)
     except ValueError:
-        return ShardFile(path, -1, 0)
-    return ShardFile(path, index, len(name) - len("shard_.bin"))
+        return ScaffoldShard(path, -1, 0)
+    return ScaffoldShard(path, index, len(name) - len("shard_.bin"))
 
 
-def _beside(f: ShardFile, index: int) -> str | None:
+def _beside(f: ScaffoldShard, index: int) -> str | None:
     """The path of shard ``index`` in the directory of ``f`` (same number width), if it exists."""
     if f.index < 0 or index < 0:
         return None
@@ -173,7 +173,7 @@ def expand_paths(paths: Sequence[str]) -> list[str]:
     return out
 
 
-def _starts_inside_document(f: ShardFile, stream: TokenStore) -> bool:
+def _starts_inside_document(f: ScaffoldShard, stream: TokenStore) -> bool:
     """Whether ``stream``, which begins with the shard ``f``, begins inside a document."""
     if f.index == 0:
         return False
@@ -186,9 +186,9 @@ def _starts_inside_document(f: ShardFile, stream: TokenStore) -> bool:
     return len(first) > 0 and first[0] < llmc.FF_BASE and first[0] != llmc.GPT2_EOT
 
 
-def _runs(files: Sequence[ShardFile]) -> list[list[ShardFile]]:
+def _runs(files: Sequence[ScaffoldShard]) -> list[list[ScaffoldShard]]:
     """The files in runs of consecutive shards of one directory: each run is one stream."""
-    runs: list[list[ShardFile]] = []
+    runs: list[list[ScaffoldShard]] = []
     for f in files:
         previous = runs[-1][-1] if runs else None
         if previous is not None and previous.index >= 0 and f.index == previous.index + 1 and (
@@ -201,7 +201,7 @@ def _runs(files: Sequence[ShardFile]) -> list[list[ShardFile]]:
 
 def iter_documents(paths: Sequence[str], log: TextIO = sys.stderr) -> Iterator[np.ndarray]:
     """The documents of shard files read as streams (see the module docstring), EOT included."""
-    runs = _runs([_shard_file(p) for p in expand_paths(paths)])
+    runs = _runs([_scaffold_shard(p) for p in expand_paths(paths)])
     pending: list[np.ndarray] = []
     for k, run in enumerate(runs):
         if pending:
@@ -225,7 +225,7 @@ def iter_documents(paths: Sequence[str], log: TextIO = sys.stderr) -> Iterator[n
             print(f"note: the last document of {last.path} does not end with EOT", file=log)
             yield np.concatenate(pending)
             return
-        last = _shard_file(nxt)
+        last = _scaffold_shard(nxt)
         stream = shard_stream([nxt])
         eot = _first_eot(stream)
         pending.append(np.asarray(stream.read(0, stream.total if eot is None else eot + 1)))

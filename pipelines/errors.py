@@ -8,6 +8,7 @@ import contextlib
 import errno
 import re
 
+from shards.storage import Unreachable
 from transforms.core.records import UsageError
 
 
@@ -31,6 +32,10 @@ class RunStopped(Exception):
     input units it finished (transforms.core.resume), which the line mentions."""
 
 
+# A store a worker could not reach: "cannot reach URL: connection failed: ..." (storage.reaching).
+_UNREACHABLE = re.compile(re.escape(Unreachable.PREFIX)
+                          + r"(\S+: (?:connection failed|access refused|the store failed).+?)"
+                          r"(?: \[while running |\\n|\n|$)")
 _NO_SPACE = re.compile(r"\[Errno 28\] No space left on device(?:: '([^']*)')?")
 
 
@@ -47,6 +52,37 @@ def no_space_message(error: BaseException) -> str | None:
         if m:
             return "no space left on device" + (f" writing {m.group(1)}" if m.group(1) else "")
         error = error.__cause__ or error.__context__
+    return None
+
+
+def unreachable_message(error: BaseException) -> str | None:
+    """The one line of a store that could not be reached (storage.Unreachable) inside ``error``,
+    even when a runner has wrapped it in its own error."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        # The text, even of an Unreachable: a runner may raise it again with its step appended.
+        m = _UNREACHABLE.search(str(error))
+        if m:
+            return Unreachable.PREFIX + m.group(1)
+        if isinstance(error, Unreachable):
+            return str(error)
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def stopped_line(error: BaseException, output: str, interrupted: bool, state: str) -> RunStopped | None:
+    """What a run that stopped says in one line, what stopped it (Ctrl-C, a full disk, a store it
+    could not reach) and then ``state``, what ``output`` holds now; None for any other error, which
+    is raised as it is."""
+    if interrupted:
+        return RunStopped(f"interrupted; {state}")
+    full = no_space_message(error)
+    if full is not None:
+        return RunStopped(f"{full} ({output}); {state}")
+    unreachable = unreachable_message(error)
+    if unreachable is not None:
+        return RunStopped(f"{unreachable}; {state}")
     return None
 
 

@@ -1,19 +1,22 @@
 """Runs a writing job: parse, build, run the pipeline, read back the stats the job published and
 print its summary; a failure deletes the run's temporary files and says what the output holds.
 
-Each job module keeps its own settings, ``build`` and summary, and hands them to ``run_job``.
+Each job module keeps its own settings, ``build`` and summary, and hands them to ``run_job``. The
+run loop's guard (``stopping``) and its wait (``wait_for``) are every pipeline command's: the jobs',
+train-bpe's and remove's; each says only what its output holds once it stopped.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from pipelines.errors import RunStopped, launching, no_space_message, noting_interrupts
+from pipelines.errors import RunStopped, launching, noting_interrupts, stopped_line
 from pipelines.flags import wants_plan
 from pipelines.launch import abandon_run, kept_work_note, new_run_id
 from pipelines.progress import remove_progress, showing_progress
@@ -54,23 +57,13 @@ def run_job(
         mode = RunMode(dry_run=is_dry_run(pipeline_options), wait=wait)
         pipeline = _built(build, options, pipeline_options, run_id, mode)
     output = storage.normalize(options.output)
-    result = None
-    interrupted = []
-    try:
-        with noting_interrupts(interrupted), showing_progress(pipeline_options, run_id):
-            result = pipeline.run()
-            if not mode.wait or mode.dry_run:
-                print(_not_waiting(mode, result, output, pipeline_options), flush=True)
-                return None
-            result.wait_until_finish()
-    except BaseException as e:
-        if mode.dry_run:
-            raise  # it wrote nothing into the output, and must remove nothing there (a real run may be writing)
-        remove_progress(pipeline_options, run_id)
-        stopped = _stopped(e, result, output, run_id, bool(interrupted) or isinstance(e, KeyboardInterrupt))
-        if stopped is None:
-            raise
-        raise stopped from None
+    on_stop = functools.partial(_stopped, output, run_id, pipeline_options)
+    with stopping(on_stop, dry_run=mode.dry_run) as interrupted, showing_progress(pipeline_options, run_id):
+        result = pipeline.run()
+        if not mode.wait or mode.dry_run:
+            print(_not_waiting(mode, result, output, pipeline_options), flush=True)
+            return None
+        wait_for(result, interrupted)
     remove_progress(pipeline_options, run_id)
     seconds = time.monotonic() - start
     stats = read_stats(options.output)
@@ -105,28 +98,51 @@ def _not_waiting(mode: RunMode, result, output: str, pipeline_options: PipelineO
             f"{layout.STATS_NAME} appears, start no other command that writes there")
 
 
-def _stopped(error: BaseException, result, output: str, run_id: str, interrupted: bool) -> RunStopped | None:
-    """A failed or interrupted run's temporary files deleted (its job cancelled if Ctrl-C stopped
-    it); a RunStopped saying what the output holds, or None: the error is raised as it is. Deleting
-    them may fail too (the store that failed the run): that is said in the same line, never
-    instead of it."""
-    if result is not None and interrupted:
-        with contextlib.suppress(Exception):
-            result.cancel()
-    state, kept_note, kept = _abandoned(output, run_id)
-    if interrupted:
-        return RunStopped(f"interrupted; {state}; {kept_note}")
-    full = no_space_message(error)
-    if full is not None:
-        return RunStopped(f"{full} ({output}); {state}; {kept_note}")
-    from pipelines.cli import unreachable_message
+@contextlib.contextmanager
+def stopping(on_stop: Callable[[BaseException, bool], BaseException | None], dry_run: bool = False,
+             passing: tuple[type[BaseException], ...] = ()) -> Iterator[list]:
+    """The run loop's guard, one for every command that runs a pipeline. Ctrl-C is noted in the list
+    it yields even when a runner turns it into its own error; a run that fails or is interrupted
+    becomes ``on_stop(error, interrupted)``, or is raised as it is when that says None. A dry run's
+    error, and ``passing`` errors, are raised as they are: a dry run wrote nothing into the output,
+    and must remove nothing there (a real run may be writing)."""
+    interrupted: list = []
+    try:
+        with noting_interrupts(interrupted):
+            yield interrupted
+    except passing:
+        raise
+    except BaseException as e:
+        if dry_run:
+            raise
+        stopped = on_stop(e, bool(interrupted) or isinstance(e, KeyboardInterrupt))
+        if stopped is None:
+            raise
+        raise stopped from None
 
-    unreachable = unreachable_message(error)
-    if unreachable is not None:
-        return RunStopped(f"{unreachable}; {state}; {kept_note}")
-    if kept:
+
+def wait_for(result, interrupted: list) -> None:
+    """Waits until the runner's job is done; Ctrl-C cancels the job too (when the runner can)."""
+    try:
+        result.wait_until_finish()
+    except BaseException as e:
+        if interrupted or isinstance(e, KeyboardInterrupt):
+            with contextlib.suppress(Exception):
+                result.cancel()
+        raise
+
+
+def _stopped(output: str, run_id: str, pipeline_options: PipelineOptions, error: BaseException,
+             interrupted: bool) -> RunStopped | None:
+    """A failed or interrupted run's progress and temporary files deleted; a RunStopped saying what
+    the output holds, or None: the error is raised as it is. Deleting them may fail too (the store
+    that failed the run): that is said in the same line, never instead of it."""
+    remove_progress(pipeline_options, run_id)
+    state, kept_note, kept = _abandoned(output, run_id)
+    stopped = stopped_line(error, output, interrupted, f"{state}; {kept_note}")
+    if stopped is None and kept:
         log.warning("the run failed; %s", kept_note)
-    return None
+    return stopped
 
 
 def _abandoned(output: str, run_id: str) -> tuple[str, str, int]:

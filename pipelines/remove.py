@@ -3,7 +3,7 @@ shards that hold them.
 
     pretokenize remove --output out/ --removal-list flagged.txt [--runner FnApiRunner ...]
 
-See transforms/tools/surgery.py for the order of the steps and why a crash at any point is finished by
+See shards/removal/__init__.py for the order of the steps and why a crash at any point is finished by
 running the same command again.
 """
 
@@ -12,27 +12,33 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import functools
 import logging
 import tempfile
 import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from pipelines.errors import RunStopped, launching, no_space_message, noting_interrupts
+from pipelines.errors import launching, stopped_line
 from pipelines.flags import add_break_lock_flag, add_setting_flags, add_workers_flag, parse_settings, tool_parser
+from pipelines.job import stopping
+from pipelines.launch import new_run_id
+from pipelines.progress import showing_progress
 from pipelines.run_mode import end_dry_run, is_dry_run
 from shards import layout, lock, storage, tree
 from shards.manifest import DatasetStats
-from shards.removal import REMOVALS_NAME, check_id_field, removal_source, tree_id_field
+from shards.removal import journal
+from shards.removal.audit import scan_tree_log
+from shards.removal.idmatch import Matches
+from shards.removal.journal import RemovalPlan
+from shards.removal.lists import REMOVALS_NAME, check_id_field, removal_source, tree_id_field
+from transforms.core.progress import Stage
 from transforms.core.records import BadInputError, UsageError
 from transforms.core.settings import REQUIRED, setting
 
 if TYPE_CHECKING:  # Beam and the steps are imported once the flags are read: --help imports none of it
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
-
-    from shards.idmatch import Matches
-    from transforms.tools.surgery import RemovalPlan
 
 log = logging.getLogger(__name__)
 
@@ -69,33 +75,24 @@ def prepare(options: RemoveSettings, write: bool = True, plan_url: str | None = 
     dataset_stats.txt removed before any shard changes. Without ``write`` (a dry run) the same
     reading and checks, and nothing is written in the tree (the plan's rows go to ``plan_url``).
     """
-    from transforms.tools.surgery import (
-        check_checksums,
-        check_plan,
-        check_tree_files,
-        load_journal,
-        scan_tree_log,
-        write_journal,
-    )
-
-    check_tree_files(options.output)  # links included, before any of them is read
+    journal.check_tree_files(options.output)  # links included, before any of them is read
     audit = scan_tree_log(options.output)  # a log it cannot read stops the removal here, naming the line
-    check_checksums(options.output)  # and so do checksums it could not rewrite at the end
-    plan = load_journal(options.output)
+    journal.check_checksums(options.output)  # and so do checksums it could not rewrite at the end
+    plan = journal.load_journal(options.output)
     if plan is not None:
         print(
             f"resuming the interrupted removal {plan.run} (started {plan.utc_time}); once it is finished, "
             f"{options.removal_list} is applied",
             flush=True,
         )
-        check_plan(options.output, plan)
+        journal.check_plan(options.output, plan)
         plan = dataclasses.replace(plan, resumed=True)
     else:
         plan = _new_plan(options, audit, plan_url)
         if plan is None:
             return None
         if write:
-            write_journal(options.output, plan)
+            journal.write_journal(options.output, plan)
     if not write:
         return plan
     _delete_stale(options.output)
@@ -106,8 +103,6 @@ def prepare(options: RemoveSettings, write: bool = True, plan_url: str | None = 
 def _new_plan(options: RemoveSettings, audit, plan_url: str | None) -> RemovalPlan | None:
     """A new plan for the list's ids, checked against the files; None when no listed id is in the
     tree. A list or log of ids of another field than the tree's is refused."""
-    from transforms.tools.surgery import check_plan, make_plan
-
     ids, list_field = removal_source(options.removal_list)
     out = tree.OutputTree.open(options.output)
     id_field = tree_id_field(out.stats_text)
@@ -117,24 +112,22 @@ def _new_plan(options: RemoveSettings, audit, plan_url: str | None) -> RemovalPl
     if id_field is not None:
         check_id_field(list_field, f"--removal-list {options.removal_list}", id_field, flag="the tree's id field")
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    plan = make_plan(options.output, ids, run=uuid.uuid4().hex[:12], utc_time=now, plan_url=plan_url)
+    plan = journal.make_plan(options.output, ids, run=uuid.uuid4().hex[:12], utc_time=now, plan_url=plan_url)
     _report_not_found(plan.matches)
     if not plan.files:
         return None
-    check_plan(options.output, plan)
+    journal.check_plan(options.output, plan)
     return plan
 
 
 def _delete_stale(output: str) -> None:
     """Once the journal holds the request: delete the saved work of interrupted runs (it may hold
     the removed documents) and the files derived from the old shards, saying so."""
-    from transforms.tools.surgery import drop_derived_exports, purge_saved_work
-
-    purged = purge_saved_work(output)  # the journal holds the request: a kill here is finished by a re-run
+    purged = journal.purge_saved_work(output)  # the journal holds the request: a kill here is finished by a re-run
     if purged:
         print(f"deleted the saved work of interrupted runs ({', '.join(purged)}): it may hold the removed "
               "documents; the next bucketed run starts afresh", flush=True)
-    derived = drop_derived_exports(output)  # stale once a shard changes; a re-run deletes them too
+    derived = journal.drop_derived_exports(output)  # stale once a shard changes; a re-run deletes them too
     if derived:
         tops = ", ".join(sorted({d.split("/")[0] for d in derived}))
         print(f"deleted {len(derived)} files derived from the old shards ({tops}): run export megatron / stats "
@@ -157,7 +150,7 @@ def _report_not_found(matches: Matches) -> None:
 
 
 def build(pipeline: beam.Pipeline, options: RemoveSettings, plan: RemovalPlan):
-    from transforms.tools.surgery import RemoveDocuments
+    from transforms.removal import RemoveDocuments
 
     itemsize = layout.DTYPES[DatasetStats.from_text(plan.stats_before).dtype].itemsize
     return pipeline | "RemoveDocuments" >> RemoveDocuments(options.output, plan, itemsize)
@@ -182,11 +175,10 @@ def run_prepared(parse: Callable[[], tuple[RemoveSettings, PipelineOptions]], re
         tree.owned(options.output, "bucketed")  # never rewrite files this tool did not write
         if not dry_run:
             lock.take(options.output)  # one writer at a time: before the journal is read or anything changes
-    interrupted: list = []
     # A dry run's plan goes to a local scratch directory, deleted once the job is translated.
     scratch = tempfile.TemporaryDirectory(prefix="pretokenize-dry-run-") if dry_run else None
     try:
-        with noting_interrupts(interrupted):
+        with stopping(functools.partial(_stopped, options.output, dry_run), passing=(UsageError, BadInputError)):
             plan = prepare(options, write=not dry_run, plan_url=scratch.name if scratch else None)
             if plan is None:
                 # After an interrupted removal was finished (``resumed``), only this list's part is nothing.
@@ -196,18 +188,10 @@ def run_prepared(parse: Callable[[], tuple[RemoveSettings, PipelineOptions]], re
                 return None
             import apache_beam as beam
 
-            from pipelines.launch import new_run_id
-            from pipelines.progress import showing_progress
-            from transforms.core.progress import Stage
-
             stages = [Stage("rewrite", "rewrite", ("files",), "files", total=len(plan.files))]
             with showing_progress(pipeline_options, new_run_id(), stages), \
-                    beam.Pipeline(options=pipeline_options) as pipeline:
+                    beam.Pipeline(options=pipeline_options) as pipeline:  # run and waited for as it closes
                 build(pipeline, options, plan)
-    except (UsageError, BadInputError):
-        raise
-    except BaseException as e:
-        raise _stopped(options.output, e, bool(interrupted) or isinstance(e, KeyboardInterrupt), dry_run) from None
     finally:
         if scratch is not None:
             scratch.cleanup()
@@ -231,14 +215,13 @@ def _summary(plan: RemovalPlan) -> None:
     )
 
 
-def _stopped(output: str, error: BaseException, interrupted: bool, dry_run: bool) -> BaseException:
+def _stopped(output: str, dry_run: bool, error: BaseException, interrupted: bool) -> BaseException | None:
     """What a removal that stopped says, in one line: a RunStopped for Ctrl-C, a full disk and an
-    unreachable store (the error itself for anything else)."""
-    from transforms.tools.surgery import load_journal
-
+    unreachable store, a UsageError for what was found while reading and checking, before any
+    change (None: the error itself for anything else)."""
     unasked = None
     try:
-        pending = None if dry_run else load_journal(output)
+        pending = None if dry_run else journal.load_journal(output)
     except ValueError:  # a journal it refuses to read (a link in it): refused before anything changed
         pending = None
     except Exception as e:  # noqa: BLE001 - the store that stopped the removal: said, never instead of its line
@@ -251,16 +234,7 @@ def _stopped(output: str, error: BaseException, interrupted: bool, dry_run: bool
                  "run the same command again to finish it")
     else:
         state = f"nothing in {output} was changed"
-    if interrupted:
-        return RunStopped(f"interrupted; {state}")
-    full = no_space_message(error)
-    if full is not None:
-        return RunStopped(f"{full} ({output}); {state}")
-    from pipelines.cli import unreachable_message
-
-    unreachable = unreachable_message(error)
-    if unreachable is not None:
-        return RunStopped(f"{unreachable}; {state}")
-    if isinstance(error, (ValueError, OSError)):  # found while reading and checking, before any change
+    stopped = stopped_line(error, output, interrupted, state)
+    if stopped is None and isinstance(error, (ValueError, OSError)):  # found while reading and checking
         return UsageError(f"{error}; {state}")
-    return error
+    return stopped

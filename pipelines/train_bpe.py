@@ -25,7 +25,7 @@ Flags this job does not know go to Beam's PipelineOptions (--runner, --direct_nu
 from __future__ import annotations
 
 import argparse
-import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -33,9 +33,9 @@ import shlex
 import time
 from typing import TYPE_CHECKING
 
-from pipelines import errors, flags, launch, progress, run_mode, summary
+from pipelines import errors, flags, job, launch, progress, run_mode, summary
 from shards import lock, storage, tree
-from shards.removal import (
+from shards.removal.lists import (
     check_id_field,
     is_tree_source,
     log_ids,
@@ -79,18 +79,13 @@ def parse_args(argv: list[str]) -> tuple[TrainBpeSettings, PipelineOptions]:
     return flags.parse_settings(make_parser(), argv, TrainBpeSettings)
 
 
-def _stopped(error: BaseException, output: str, run_id: str, interrupted: bool) -> errors.RunStopped | None:
+def _stopped(output: str, run_id: str, error: BaseException, interrupted: bool) -> errors.RunStopped | None:
     """A failed or interrupted run's temporary files deleted; a RunStopped saying what the output
     holds, or None: the error is raised as it is."""
     published, _ = launch.abandon_run(output, run_id)
     state = ("the tokenizer is unfinished (publishing had begun, so it has no training_stats.txt): run the "
              "same command again" if published else "the previous tokenizer is intact")
-    if interrupted:
-        return errors.RunStopped(f"interrupted; {state}; the run's temporary files were deleted")
-    full = errors.no_space_message(error)
-    if full is not None:
-        return errors.RunStopped(f"{full} ({output}); {state}; the run's temporary files were deleted")
-    return None
+    return errors.stopped_line(error, output, interrupted, f"{state}; the run's temporary files were deleted")
 
 
 def run_url(output: str, run_id: str) -> str:
@@ -103,11 +98,11 @@ def build(pipeline: beam.Pipeline, options: TrainBpeSettings, run_id: str, mode:
 
     from transforms.bpe.count import STATS, WriteWordCounts
     from transforms.bucketed.filter import DROPPED
-    from transforms.bucketed.removal import MATCHED
     from transforms.core.drops import CountDrops
     from transforms.core.progress import Stage, announce_stages
     from transforms.core.steps import RunUnits
     from transforms.inputs.read import RECORDS, CountRecords, ReadDocuments, ReadUnitFn
+    from transforms.removal import MATCHED
 
     output = storage.normalize(options.output)
     counting = options.count_config(run_url(output, run_id))
@@ -147,7 +142,7 @@ def _count_steps(options: TrainBpeSettings, counting) -> list[beam.DoFn]:
     unreadable list fails here, at launch), the filter's conditions, the word count."""
     from transforms.bpe.count import CountWordsFn
     from transforms.bucketed.filter import FilterDocumentsFn
-    from transforms.bucketed.removal import DropRemovedFn
+    from transforms.removal import DropRemovedFn
 
     steps = []
     if options.removal_list:
@@ -174,7 +169,7 @@ def removal_record(options: TrainBpeSettings) -> dict | None:
     fs, path = storage.filesystem(listed)
     digest = hashlib.sha256()
     with storage.reaching(listed):
-        # A tree's unfinished removal (shards.removal.pending_removal) may come before its first log.
+        # A tree's unfinished removal (shards.removal.lists.pending_removal) may come before its first log.
         logged = listed == url or fs.exists(path)
         if logged:
             with fs.open(path, "rb") as f:  # its bytes streamed, never held whole
@@ -336,33 +331,17 @@ def run(argv: list[str] | None = None, say_summary: bool = True) -> files.Traini
             build(pipeline, options, run_id, mode)
     output = storage.normalize(options.output)
     launch_seconds = time.monotonic() - start
-    result = None
-    interrupted: list = []
-    try:
-        with errors.noting_interrupts(interrupted):  # a runner may turn Ctrl-C into its own error
-            with progress.showing_progress(pipeline_options, run_id, ending=("counting", "counted")):
-                result = pipeline.run()
-                if dry_run:
-                    print(run_mode.end_dry_run(output, pipeline_options), flush=True)
-                    return None
-                try:
-                    result.wait_until_finish()
-                except BaseException as e:
-                    if interrupted or isinstance(e, KeyboardInterrupt):
-                        with contextlib.suppress(Exception):
-                            result.cancel()
-                    raise
-            if interrupted:  # Ctrl-C that a runner swallowed: stop before learning and publishing
-                raise KeyboardInterrupt
-            count_seconds = time.monotonic() - start - launch_seconds
-            stats, merge_seconds = learn_and_publish(options, run_id, argv, removal)
-    except BaseException as e:
-        if dry_run:
-            raise  # it wrote nothing into the output, and must remove nothing there (a real run may be writing)
-        stopped = _stopped(e, output, run_id, bool(interrupted) or isinstance(e, KeyboardInterrupt))
-        if stopped is None:
-            raise
-        raise stopped from None
+    with job.stopping(functools.partial(_stopped, output, run_id), dry_run=dry_run) as interrupted:
+        with progress.showing_progress(pipeline_options, run_id, ending=("counting", "counted")):
+            result = pipeline.run()
+            if dry_run:
+                print(run_mode.end_dry_run(output, pipeline_options), flush=True)
+                return None
+            job.wait_for(result, interrupted)
+        if interrupted:  # Ctrl-C that a runner swallowed: stop before learning and publishing
+            raise KeyboardInterrupt
+        count_seconds = time.monotonic() - start - launch_seconds
+        stats, merge_seconds = learn_and_publish(options, run_id, argv, removal)
     launch.abandon_run(output, run_id)
     if say_summary:
         print(summary_table(stats, output, (launch_seconds, count_seconds), merge_seconds), flush=True)

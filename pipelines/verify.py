@@ -25,7 +25,8 @@ from pipelines.errors import launching
 from pipelines.flags import add_setting_flags, add_workers_flag, parse_settings, tool_parser
 from pipelines.run_mode import end_dry_run, is_dry_run, workers_here
 from shards import kinds, layout, lock, scaffold_verify, storage
-from shards.removal import (
+from shards.removal.journal import load_journal
+from shards.removal.lists import (
     DEFAULT_ID_FIELD,
     REMOVALS_NAME,
     iter_log_lines,
@@ -224,8 +225,6 @@ def check(args: VerifySettings, options: PipelineOptions) -> Verdict | None:
 def _unfinished_problem(output: str, error: IncompleteTreeError | UnreadableStatsError) -> str:
     """The report's line for a tree without readable stats; for one a removal left unfinished (its
     journal holds the plan), what finishes it, or why its journal cannot be read."""
-    from transforms.tools.surgery import load_journal
-
     if not isinstance(error, IncompleteTreeError):
         return error.problem
     try:
@@ -278,14 +277,14 @@ def _plan_checks(output: str, stats, args: VerifySettings):
     from transforms.bucketed.filter import token_conditions
     from transforms.tools.verify import (
         VerifyConfig,
+        checksum_table,
         files_holding_ids,
         index_problems,
         job_settings,
         plan_units,
-        read_checksums,
     )
 
-    checksums, checksum_problems = read_checksums(output)
+    checksums, checksum_problems = checksum_table(output)
     config = VerifyConfig(output, stats.dtype, stats.eos_id, stats.vocab_size, stats.partitions, args.sample,
                           checksums, eos_inside=stats.special_tokens == "tokenizer",
                           length_conditions=tuple(token_conditions(job_settings(stats).conditions())))

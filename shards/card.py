@@ -14,12 +14,15 @@ Nothing here imports Beam.
 
 from __future__ import annotations
 
+import logging
 import shlex
 
-from shards import conditions, kinds, layout, llmc
+from shards import conditions, kinds, layout, llmc, storage, tree
+from shards.layout import REMOVALS_NAME
 from shards.provenance import STATS_JSON_NAME, to_bytes
-from shards.removal import REMOVALS_NAME
 from shards.tokenizer_spec import parse_spec
+
+log = logging.getLogger(__name__)
 
 CARD_NAME = "README.md"
 # Input files named one by one in the card; all of them are in dataset_stats.json.
@@ -665,3 +668,26 @@ def _scaffold_decode_snippet(split: str) -> list[str]:
 
 # The card of each kind of tree (shards/kinds.py), by the job named in its dataset_stats.json.
 TEMPLATES = {kinds.BUCKETED.name: _bucketed, kinds.SCAFFOLD.name: _scaffold}
+
+
+def write_description(output: str, kind: str, files: dict[str, bytes]) -> None:
+    """Write the files that describe a tree (dataset_stats.json, README.md), each listed in the
+    ownership record as derived before it is written: a later publish deletes them with the other
+    files derived from the old shards, and writes its own. A file of that name the record does not
+    list (a user's README.md in a tree an older version wrote) is left as it is, and not written."""
+    if not files:
+        return
+    out = tree.Tree(output)
+    record = tree.owned(output, kind)
+    theirs = {rel for rel in files if rel not in record.derived and out.lexists(rel)}
+    for rel in sorted(theirs):
+        log.warning("%s is not the tool's (its record does not list it): left as it is, not rewritten",
+                    storage.join(output, rel))
+    ours = {rel: data for rel, data in files.items() if rel not in theirs}
+    tree.record_files(output, record, add_derived=sorted(ours))
+    for rel, data in sorted(ours.items()):
+        tree.write_file(output, rel, data)
+
+
+# The description files every publish writes anew (write_description): a re-run rewrites them.
+DESCRIPTION_NAMES = frozenset({STATS_JSON_NAME, CARD_NAME})

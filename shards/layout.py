@@ -38,7 +38,7 @@ DERIVED_NAMES = ("megatron", "length_stats.txt", "length_histogram.png")
 TEMP_DIR_NAME = ".pretokenize-tmp"
 # The ownership record: which files of the tree are the tool's (shards/tree.py).
 RECORD_NAME = ".pretokenize-tree.json"
-# The audit log of the documents `remove` took out of a tree (shards/removal.py).
+# The audit log of the documents `remove` took out of a tree (shards/removal/lists.py, shards/removal/audit.py).
 REMOVALS_NAME = "removals.txt"
 
 # Little-endian on every machine: the files must read the same everywhere.

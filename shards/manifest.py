@@ -11,10 +11,11 @@ and files per bucket. It is written last: its presence marks the tree as complet
 from __future__ import annotations
 
 import dataclasses
+import posixpath
 from collections.abc import Callable, Iterable, Iterator
 
-from shards import conditions
-from shards.layout import BUCKET_NAMES
+from shards import conditions, storage
+from shards.layout import BUCKET_NAMES, CHECKSUMS_NAME
 
 MANIFEST_HEADER = "rel_path | original_id | processed_token_count"
 SEP = " | "
@@ -57,6 +58,12 @@ def format_row(rel_path: str, doc_id: str, token_count: int) -> str:
     problem = id_problem(doc_id)
     if problem:
         raise ValueError(f"cannot write id {doc_id!r} to the manifest: {problem}")
+    return row_text(rel_path, doc_id, token_count)
+
+
+def row_text(rel_path: str, doc_id: str, token_count: int) -> str:
+    """A manifest line, the one place its layout is written: for an id already checked (``id_problem``,
+    as the job checks every id it reads); ``format_row`` checks it first."""
     return f"{rel_path}{SEP}{doc_id}{SEP}{token_count}\n"
 
 
@@ -77,6 +84,21 @@ def parse_checksums(text: str, where: str | None = None) -> dict[str, str]:
                 raise ValueError(f"{place}not a sha256sum line: {line[:200]!r}")
             sums[rel] = digest
     return sums
+
+
+def read_checksums(output: str) -> dict[str, str] | None:
+    """The tree's checksums.sha256, parsed; None when it has none (a tree written before checksums
+    existed). A ValueError naming the file and its line when a line is damaged."""
+    fs, root = storage.filesystem(output)
+    path = posixpath.join(root, CHECKSUMS_NAME)
+    if not fs.exists(path):
+        return None
+    where = storage.join(output, CHECKSUMS_NAME)
+    try:
+        text = storage.read_bytes(fs, path).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{where} is not UTF-8 ({e})") from None
+    return parse_checksums(text, where)
 
 
 def parse_row(line: str) -> tuple[str, str, int]:

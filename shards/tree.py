@@ -178,11 +178,11 @@ class Tree:
     """
 
     TEMP_DIR = layout.TEMP_DIR_NAME  # work in progress, on the tree's own filesystem
-    JOURNAL_DIR = "removal"  # a pending removal's journal (transforms/tools/surgery.py)
+    JOURNAL_DIR = "removal"  # a pending removal's journal (shards/removal/journal.py)
     STAGED_DIR = "staged"  # a run's files before they are published
     SPILL_DIR = "spill"  # a run's (or its saved work's) token spill files
     REWRITE_DIR = "rewrite"  # a removal's partial rewrites, inside its journal
-    MATCH_DIR = "match"  # inside the journal: the partition files of a long list's id match (shards/idmatch.py)
+    MATCH_DIR = "match"  # inside the journal: the partition files of a long list's id match (shards/removal/idmatch.py)
     WORK_PREFIX = "work-"  # saved work a re-run resumes from: work-<key> (transforms/core/resume.py)
     PUBLISHING_MARK = "publishing"  # in a run's directory once it began publishing
     PENDING_REMOVAL_LIST = "pending-removal.txt"  # in a run's directory: a pending removal's ids

@@ -21,7 +21,7 @@ from conftest import REPO, SAMPLE_PARQUET, finepdfs_row, tree_hashes
 
 from pipelines import cli
 from shards import layout, manifest
-from shards.removal import REMOVALS_NAME, read_removal_log
+from shards.removal.lists import REMOVALS_NAME, read_log
 
 LOCK_NAME = ".pretokenize-lock"  # the name the tree's lock has (shards.lock.LOCK_NAME)
 RUNNER = ["--runner=FnApiRunner"]
@@ -131,10 +131,10 @@ def test_remove_and_remove(out, tmp_path):
     code, _, err = first.finish()
     assert code == 0, err
     assert_verifies(out)
-    assert set(read_removal_log(str(out / REMOVALS_NAME))) == set(first_ids)
+    assert set(list(read_log(str(out / REMOVALS_NAME)).ids)) == set(first_ids)
     # The refused removal, asked again, is accepted; every line accepted before stays.
     assert pretokenize(*removal_args(out, str(tmp_path / "b.txt")))[0] == 0
-    assert set(read_removal_log(str(out / REMOVALS_NAME))) == set(first_ids + second_ids)
+    assert set(list(read_log(str(out / REMOVALS_NAME)).ids)) == set(first_ids + second_ids)
     assert_verifies(out)
 
 
@@ -153,11 +153,11 @@ def test_remove_and_a_bucketed_rerun(first_job, out, source, tmp_path):
     assert_verifies(out)
     if first_job == "bucketed":  # the refused removal, asked again now
         assert pretokenize(*remove)[0] == 0
-    assert set(read_removal_log(str(out / REMOVALS_NAME))) == set(flagged)
+    assert set(list(read_log(str(out / REMOVALS_NAME)).ids)) == set(flagged)
     assert not set(flagged) & set(stored_ids(out))
     # A later re-run keeps every accepted removal.
     assert pretokenize(*rerun)[0] == 0
-    assert set(read_removal_log(str(out / REMOVALS_NAME))) == set(flagged)
+    assert set(list(read_log(str(out / REMOVALS_NAME)).ids)) == set(flagged)
     assert not set(flagged) & set(stored_ids(out))
     assert_verifies(out)
 
@@ -193,7 +193,7 @@ def test_remove_and_export(out, tmp_path):
     assert files(out) == before
     code, _, err = first.finish()
     assert code == 0, err
-    assert set(read_removal_log(str(out / REMOVALS_NAME))) == set(flagged)
+    assert set(list(read_log(str(out / REMOVALS_NAME)).ids)) == set(flagged)
     assert_verifies(out)
 
 
@@ -223,7 +223,7 @@ def test_a_holder_killed_with_sigkill_is_found_dead_and_the_next_run_proceeds(ou
     freed = [line for line in err.splitlines() if "freed the lock of" in line]
     assert len(freed) == 1 and f"pid {first.proc.pid}," in freed[0], err
     assert "that process is no longer running on this host" in freed[0]
-    assert set(read_removal_log(str(out / REMOVALS_NAME))) == set(flagged)
+    assert set(list(read_log(str(out / REMOVALS_NAME)).ids)) == set(flagged)
     assert_verifies(out)
 
 
@@ -619,7 +619,7 @@ def test_a_rewrite_whose_lock_was_taken_during_its_copy_leaves_the_shard(out, tm
 
     from pipelines.remove import RemoveSettings, prepare
     from shards import lock
-    from transforms.tools import surgery
+    from shards.removal import rewrite
 
     settings = RemoveSettings(str(out), write_list(tmp_path / "a.txt", stored_ids(out)[:1]))
     awake = [time.clock_gettime(time.CLOCK_BOOTTIME)]
@@ -647,9 +647,9 @@ def test_a_rewrite_whose_lock_was_taken_during_its_copy_leaves_the_shard(out, tm
         before = shard.read_bytes()
         monkeypatch.setattr(time, "clock_gettime",
                             lambda clock: awake[0] if clock == time.CLOCK_BOOTTIME else real_clock(clock))
-        monkeypatch.setattr(surgery.hashlib, "sha256", TakenMidCopy)
+        monkeypatch.setattr(rewrite.hashlib, "sha256", TakenMidCopy)
         with pytest.raises(lock.LockLost):
-            surgery.rewrite_file(str(out), plan.file_plan(0), 4)
+            rewrite.rewrite_file(str(out), plan.file_plan(0), 4)
     assert shard.read_bytes() == before
 
 
@@ -657,7 +657,7 @@ def test_a_log_written_while_the_lock_was_taken_does_not_replace_the_tree_s(out,
     """removals.txt (or the manifest) streamed by a command stopped past its lease while the one
     that took the lock over added its own lines: the stale copy is not moved over the new log."""
     from shards import lock
-    from transforms.tools import surgery
+    from shards.removal import journal
 
     awake = [time.clock_gettime(time.CLOCK_BOOTTIME)]
     real_clock = time.clock_gettime
@@ -675,6 +675,6 @@ def test_a_log_written_while_the_lock_was_taken_does_not_replace_the_tree_s(out,
     with lock.scope("pretokenize remove"):
         lock.take(str(out), lease_seconds=60)
         with pytest.raises(lock.LockLost):
-            surgery.write_streamed(str(out), REMOVALS_NAME, chunks(), "removal log")
+            journal.write_streamed(str(out), REMOVALS_NAME, chunks(), "removal log")
     after = (out / REMOVALS_NAME).read_bytes() if (out / REMOVALS_NAME).exists() else None
     assert after == log_before

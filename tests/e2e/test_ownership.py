@@ -14,7 +14,7 @@ from conftest import finepdfs_row, tree_hashes
 
 from pipelines import cli
 from shards import layout, manifest, tree
-from shards.removal import REMOVALS_NAME
+from shards.removal.lists import REMOVALS_NAME
 
 RUNNER = ["--runner=FnApiRunner"]
 ROWS = [finepdfs_row(f"doc-{i:02d}", f"Line {i} of a short document. " * (3 + i % 9)) for i in range(30)]
@@ -213,17 +213,17 @@ def test_a_rerun_after_removing_everything_publishes_an_empty_tree(source, tmp_p
 
 
 def test_a_removal_list_run_records_its_ids_so_later_runs_keep_them_out(source, tmp_path):
-    from shards.removal import read_removal_log
+    from shards.removal.lists import read_log
 
     out = tmp_path / "out"
     flagged = tmp_path / "flagged.txt"
     flagged.write_text("doc-03\ndoc-07\nnever-seen\n")
     assert bucketed(source, out, "--removal-list", str(flagged)) == 0
-    assert read_removal_log(str(out / REMOVALS_NAME)) == ["doc-03", "doc-07", "never-seen"]
+    assert list(read_log(str(out / REMOVALS_NAME)).ids) == ["doc-03", "doc-07", "never-seen"]
     assert bucketed(source, out) == 0  # no flag: the log keeps them out
     assert not {"doc-03", "doc-07"} & set(stored_ids(out))
     assert bucketed(source, out, "--removal-list", str(flagged)) == 0  # again: nothing added twice
-    assert read_removal_log(str(out / REMOVALS_NAME)) == ["doc-03", "doc-07", "never-seen"]
+    assert list(read_log(str(out / REMOVALS_NAME)).ids) == ["doc-03", "doc-07", "never-seen"]
     assert len((out / REMOVALS_NAME).read_text().splitlines()) == 5  # the header, the id field, three ids
     assert cli.main(["verify", "--output", str(out), "--input", str(source), *RUNNER]) == 0
 

@@ -13,9 +13,9 @@ from shards import layout, manifest, tree
 from shards.card import CARD_NAME
 from shards.manifest import DatasetStats
 from shards.provenance import STATS_JSON_NAME
-from shards.removal import REMOVALS_NAME, parse_removal_line, read_removal_list
+from shards.removal.lists import REMOVALS_NAME, parse_removal_line, read_removal_list
+from shards.removal.rewrite import rewrite_file
 from transforms.core.records import UsageError
-from transforms.tools.surgery import rewrite_file
 
 RUNNER = ["--runner=FnApiRunner"]
 # 40 short documents, and one long enough to sit alone in the 2048 bucket.
@@ -163,12 +163,12 @@ def test_a_rerun_after_surgery_keeps_the_removed_documents_out(original, source,
 def test_remove_rewrites_the_manifest_holding_one_affected_files_rows_at_a_time(original, tmp_path, monkeypatch):
     """finish_removal streams: an affected file's rows are read from the plan's directory when the
     manifest reaches that file, never all of them first (which held every removed pair at once)."""
-    from transforms.tools import surgery
+    from shards.removal import journal, rewrite
 
     out = tmp_path / "out"
     shutil.copytree(original, out)
     events: list[tuple[str, str]] = []
-    real_file_plan, real_rows, real_finish = surgery.RemovalPlan.file_plan, manifest.read_rows, surgery.finish_removal
+    real_file_plan, real_rows, real_finish = journal.RemovalPlan.file_plan, manifest.read_rows, rewrite.finish_removal
 
     def file_plan(self, k):
         events.append(("plan", self.files[k].rel_path))
@@ -183,9 +183,9 @@ def test_remove_rewrites_the_manifest_holding_one_affected_files_rows_at_a_time(
         events.clear()  # only the finish step is watched
         return real_finish(*args, **kwargs)
 
-    monkeypatch.setattr(surgery.RemovalPlan, "file_plan", file_plan)
+    monkeypatch.setattr(journal.RemovalPlan, "file_plan", file_plan)
     monkeypatch.setattr(manifest, "read_rows", read_rows)
-    monkeypatch.setattr(surgery, "finish_removal", finish)
+    monkeypatch.setattr(rewrite, "finish_removal", finish)
     removal_list = write_list(tmp_path / "flagged.txt", flagged_ids(original))
     assert cli.main(["remove", "--output", str(out), "--removal-list", removal_list, *RUNNER]) == 0
     last_row = max(k for k, (kind, _) in enumerate(events) if kind == "row")
@@ -200,7 +200,7 @@ def test_removal_list_ids_is_the_number_of_ids_removals_txt_lists_after_every_co
     """dataset_stats.txt's removal_list_ids counts the ids the tree's log records as removed, after
     remove (which left the count of the tree's first run), a re-run with a list, and a re-run that
     finishes a pending removal."""
-    from shards.removal import read_log
+    from shards.removal.lists import read_log
 
     def counts(out):
         stats = DatasetStats.from_text((out / layout.STATS_NAME).read_text())

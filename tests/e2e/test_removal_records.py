@@ -24,7 +24,7 @@ from conftest import REPO, finepdfs_row, tree_hashes
 
 from pipelines import cli
 from shards import layout, manifest
-from shards.removal import REMOVALS_NAME
+from shards.removal.lists import REMOVALS_NAME
 
 RUNNER = ["--runner=FnApiRunner"]
 # Each document has two id fields: "id" and "doc_key", as a corpus with a second key would.
@@ -175,14 +175,14 @@ def test_a_hand_appended_log_line_stops_remove_before_it_changes_a_byte(source, 
 def _slow_remove_script(seconds: float) -> str:
     return f"""
 import sys, time
-import transforms.tools.surgery as surgery
-real = surgery.rewrite_file
+import shards.removal.rewrite as rewrite_module
+real = rewrite_module.rewrite_file
 def rewrite(*a, **k):
     result = real(*a, **k)
     open(sys.argv[1], "a").write("rewritten\\n")
     time.sleep({seconds})
     return result
-surgery.rewrite_file = rewrite
+rewrite_module.rewrite_file = rewrite
 from pipelines import cli
 sys.exit(cli.main(sys.argv[2:]))
 """
@@ -213,14 +213,14 @@ def test_ctrl_c_during_remove_is_one_line_and_the_same_command_finishes(source, 
 
 
 def test_a_full_disk_during_remove_is_one_line_and_the_same_command_finishes(source, tmp_path, monkeypatch, capsys):
-    from transforms.tools import surgery
+    from shards.removal import journal
 
     out = tmp_path / "out"
     assert bucketed(source, out) == 0
     flagged = tmp_path / "flagged.txt"
     ids = sorted(stored(out))[1::5]
     flagged.write_text("\n".join(ids) + "\n")
-    real_open_partial = surgery.open_partial
+    real_open_partial = journal.open_partial
 
     class FullDisk:  # the disk fills while a shard's new copy is written
         def __init__(self, f, path):
@@ -239,7 +239,7 @@ def test_a_full_disk_during_remove_is_one_line_and_the_same_command_finishes(sou
         path, f = real_open_partial(output, name)
         return (path, FullDisk(f, path)) if name.startswith("rewrite/") else (path, f)
 
-    monkeypatch.setattr(surgery, "open_partial", open_partial)
+    monkeypatch.setattr(journal, "open_partial", open_partial)
     capsys.readouterr()
     args = ["remove", "--output", str(out), "--removal-list", str(flagged), *RUNNER]
     assert cli.main(args) == 2
@@ -447,11 +447,11 @@ def journal_removal(out, ids) -> None:
     """What an interrupted `remove` leaves (killed once plan.json, its commit point, is written): the
     journal, the saved work purged, dataset_stats.txt gone. The steps remove takes, called directly."""
     from shards import tree
-    from transforms.tools import surgery
+    from shards.removal import journal
 
-    plan = surgery.make_plan(str(out), ids, run="killedrun000", utc_time="2026-12-01T00:00:00Z")
+    plan = journal.make_plan(str(out), ids, run="killedrun000", utc_time="2026-12-01T00:00:00Z")
     assert plan.files, "the journalled ids are in the tree"
-    surgery.write_journal(str(out), plan)
+    journal.write_journal(str(out), plan)
     tree.delete_listed(str(out), [layout.STATS_NAME])
     assert (out / ".pretokenize-tmp" / "removal" / "plan.json").exists()
 

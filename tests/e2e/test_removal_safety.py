@@ -20,8 +20,8 @@ from conftest import REPO, SAMPLE_PARQUET, finepdfs_row, tree_hashes
 
 from pipelines import cli, remove
 from shards import layout, manifest, tree
-from shards.removal import REMOVALS_NAME, read_removal_log
-from transforms.tools.surgery import journal_url, load_journal
+from shards.removal.journal import journal_url, load_journal
+from shards.removal.lists import REMOVALS_NAME, read_log
 
 RUNNER = ["--runner=FnApiRunner"]
 ROWS = [finepdfs_row(f"doc-{i:02d}", f"Line {i} of a short document. " * (3 + i % 9)) for i in range(60)]
@@ -59,7 +59,7 @@ def test_a_rerun_over_a_pending_removal_keeps_its_documents_out_and_records_them
     assert bucketed(source, out, "--partitions", "2") == 0
     stored = {doc_id for _, doc_id, _ in rows_of(out)}
     assert not stored & set(flagged) and len(stored) == len(ROWS) - 3
-    assert read_removal_log(str(out / REMOVALS_NAME)) == flagged
+    assert list(read_log(str(out / REMOVALS_NAME)).ids) == flagged
     assert all(plan.run in line for line in (out / REMOVALS_NAME).read_text().splitlines()[2:])
     assert load_journal(str(out)) is None and not (out / layout.TEMP_DIR_NAME).exists()
     assert cli.main(["verify", "--output", str(out), "--input", str(source), *RUNNER]) == 0
@@ -87,7 +87,7 @@ def test_a_rerun_that_fails_keeps_the_pending_journal(source, tmp_path, monkeypa
     # `remove` finishes it from there.
     assert cli.main(["remove", "--output", str(out), "--removal-list", str(tmp_path / "flagged.txt"), *RUNNER]) == 0
     assert not {doc_id for _, doc_id, _ in rows_of(out)} & set(flagged)
-    assert read_removal_log(str(out / REMOVALS_NAME)) == flagged
+    assert list(read_log(str(out / REMOVALS_NAME)).ids) == flagged
 
 
 # 7. A kill while remove rewrites a shard leaves nothing beside the shards, locally.
@@ -312,7 +312,7 @@ def test_verify_of_a_tree_a_removal_left_unfinished_says_what_finishes_it(source
                                     "plan_nested_deep", "file_plan_is_a_fifo"])
 def test_verify_of_a_tree_whose_removal_journal_is_damaged_is_one_line(source, tmp_path, capsys, damage):
     """No traceback and no wait: verify names the journal and what is wrong with it."""
-    from transforms.tools.surgery import PLAN_NAME
+    from shards.removal.journal import PLAN_NAME
 
     out = tmp_path / "out"
     assert bucketed(source, out) == 0
@@ -392,5 +392,5 @@ def test_a_removal_log_shortened_by_hand_is_said_and_nothing_comes_back(source, 
     assert bucketed(source, out, "--removal-list", str(flagged)) == 0
     assert "the log was deleted or cut by hand" in capsys.readouterr().err
     assert gone not in {doc_id for _, doc_id, _ in rows_of(out)}
-    assert gone in read_removal_log(str(log))
+    assert gone in list(read_log(str(log)).ids)
     assert cli.main(["verify", "--output", str(out), *RUNNER]) == 0

@@ -200,12 +200,12 @@ def test_remove_never_writes_through_links_planted_in_a_journal_without_a_plan(t
 
 
 def test_remove_refuses_a_resumed_journal_holding_a_link(tree_copy, victim, tmp_path, capsys):
-    from transforms.tools import surgery
+    from shards.removal import journal
 
     out = tree_copy
     doc = shared_file_doc(out)
-    plan = surgery.make_plan(str(out), [doc], run="r1", utc_time="2026-01-01T00:00:00Z")
-    surgery.write_journal(str(out), plan)  # a removal journalled, as a run killed right after its plan leaves it
+    removal = journal.make_plan(str(out), [doc], run="r1", utc_time="2026-01-01T00:00:00Z")
+    journal.write_journal(str(out), removal)  # a removal journalled, as a run killed right after its plan leaves it
     os.symlink(victim, out / JOURNAL / "rewrite")
     outside, inside = snapshot(victim), snapshot(out)
     line = remove(capsys, out, tmp_path, [doc]).refusal

@@ -14,7 +14,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from pipelines import verify
 from shards import layout, manifest
-from shards.removal import REMOVALS_HEADER, REMOVALS_NAME, format_removal_line
+from shards.removal.lists import REMOVALS_HEADER, REMOVALS_NAME, format_removal_line
 from transforms.core.records import UsageError
 
 RUNNER = ["--runner=FnApiRunner"]

@@ -256,7 +256,7 @@ def test_a_dry_run_over_a_pending_removal_writes_nothing_and_keeps_the_journal(t
     keeps those documents out, and the output, journal included, is left as it was."""
     from pipelines import cli, remove
     from shards import layout, manifest
-    from transforms.tools.surgery import load_journal
+    from shards.removal.journal import load_journal
 
     out = tmp_path / "out"
     assert cli.main(["bucketed", "--input", str(SAMPLE_PARQUET), "--output", str(out), "--runner=FnApiRunner"]) == 0

@@ -21,7 +21,7 @@ from engine_setup import ENGINES, tree_hashes
 
 from pipelines import cli
 from shards import layout, manifest
-from shards.removal import REMOVALS_NAME
+from shards.removal.lists import REMOVALS_NAME
 
 pytestmark = pytest.mark.engines
 

@@ -20,7 +20,7 @@ from test_object_storage import s3_endpoint as moto_endpoint  # noqa: F401 - the
 
 from pipelines import cli
 from shards import lock
-from shards.removal import REMOVALS_NAME, parse_removal_line
+from shards.removal.lists import REMOVALS_NAME, parse_removal_line
 
 FLAGS = ["--partitions", "2"]
 _REFERENCE: dict[str, dict] = {}

@@ -2,7 +2,7 @@
 
 PRETOKENIZE_ID_BOUND set small makes every list here longer than the bound: the list, the tree's
 log and the manifest rows are hash-partitioned into the journal's directory and joined one
-partition at a time (shards/idmatch.py). The documents removed, every byte of the tree, the report
+partition at a time (shards/removal/idmatch.py). The documents removed, every byte of the tree, the report
 and the audit lines (but their run id and time) must be those of the same removal held in memory,
 also when the removal is killed at any step and the same command run again.
 """
@@ -18,8 +18,9 @@ import pytest
 from conftest import REPO, finepdfs_row, tree_hashes
 
 from pipelines import cli
-from shards import idmatch, layout
-from shards.removal import REMOVALS_NAME, parse_removal_line
+from shards import layout
+from shards.removal import idmatch
+from shards.removal.lists import REMOVALS_NAME, parse_removal_line
 
 RUNNER = ["--runner=FnApiRunner"]
 ROWS = [finepdfs_row(f"doc-{i:02d}", f"Line {i} of a short document. " * (3 + i % 9)) for i in range(40)]
@@ -106,7 +107,7 @@ def test_a_list_longer_than_the_bound_removes_the_same_documents(removed_once, i
 KILLER = """
 import os, re, sys
 from fsspec.implementations.local import LocalFileSystem
-from shards import idmatch
+from shards.removal import idmatch
 left, notes = [int(sys.argv[1])], sys.argv[2]
 def step(label):
     if notes != "-":

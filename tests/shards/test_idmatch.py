@@ -1,4 +1,4 @@
-"""shards/idmatch.py: a list longer than the bound matches exactly what the in-memory set matches."""
+"""shards/removal/idmatch.py: a list longer than the bound matches exactly what the in-memory set matches."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from shards import idmatch
+from shards.removal import idmatch
 
 ODD = ["a\tb", "é€😀", "x y", "#tag", "\x85inside\x0b", "0", "ffff", "\ud7ff"]
 

@@ -178,7 +178,7 @@ def test_remove_refuses_a_scaffold_tree_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err == f"pretokenize remove: {out} is a scaffold tree, not a bucketed tree; nothing was published\n"
     assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == before
-    from transforms.tools import surgery  # the removal's own check asks the kind too
+    from shards.removal import journal  # the removal's own check asks the kind too
 
     with pytest.raises(ValueError, match="is a scaffold tree; documents are removed from bucketed trees only"):
-        surgery.make_plan(str(out), ["a"], "run-x", "2026-01-01T00:00:00Z", plan_url=str(tmp_path / "plan"))
+        journal.make_plan(str(out), ["a"], "run-x", "2026-01-01T00:00:00Z", plan_url=str(tmp_path / "plan"))

@@ -19,9 +19,9 @@ from doc_batches import doc_batches, documents_of
 
 from pipelines import cli, summary
 from shards import layout, manifest
-from shards.removal import REMOVALS_HEADER, REMOVALS_NAME, format_removal_line, read_removal_list
-from transforms.bucketed.removal import DropRemoved, matched_key
+from shards.removal.lists import REMOVALS_HEADER, REMOVALS_NAME, format_removal_line, read_removal_list
 from transforms.core.records import DROPPED, Document
+from transforms.removal import DropRemoved, matched_key
 
 RUNNER = "--runner=FnApiRunner"
 # Ids the job accepts: '#' is an ordinary character of an id.

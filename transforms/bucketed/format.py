@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import posixpath
-import time
 
 from fsspec.asyn import AsyncFileSystem
 
@@ -20,6 +19,7 @@ from shards import layout, storage, tree
 from shards.card import description_files
 from shards.manifest import MANIFEST_HEADER, BucketStats, DatasetStats
 from shards.provenance import Provenance, bucketed_document
+from shards.removal import audit
 from transforms.bucketed.settings import BucketedSettings
 from transforms.bucketed.write import ShardConfig, ShardGroup
 
@@ -120,9 +120,6 @@ class BucketedFormat:
         fs.mv(tmp, staged_manifest)
 
     def finish(self, groups: list[ShardGroup], config: ShardConfig) -> None:
-        from shards.removal import read_removal_list
-        from transforms.tools.surgery import append_audit_lines, delete_journal, load_journal, record_removal_list
-
         out = tree.Tree(config.output)
         staged_manifest = tree.Tree.temp_name(config.run_id, tree.Tree.STAGED_DIR, layout.MANIFEST_NAME)
         staged_index = tree.Tree.temp_name(config.run_id, tree.Tree.STAGED_DIR, reader_index.INDEX_NAME)
@@ -135,17 +132,8 @@ class BucketedFormat:
             out.rename(staged_manifest, layout.MANIFEST_NAME)
         if out.lexists(staged_index):
             out.rename(staged_index, reader_index.INDEX_NAME)
-        if config.pending_removal is not None:
-            # Its documents were kept out of this run (its ids were a removal source): what is
-            # left is its audit lines; then its journal goes.
-            plan = load_journal(config.output)
-            if plan is not None and plan.run == config.pending_removal:
-                append_audit_lines(config.output, plan)
-                delete_journal(config.output)
-        if config.removal_list is not None:
-            now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-            record_removal_list(config.output, read_removal_list(config.removal_list), config.run_id, now,
-                                self.settings.id_field)
+        audit.record_published_run(config.output, config.pending_removal, config.removal_list, config.run_id,
+                                   self.settings.id_field)
 
 
 def _group_order(group: ShardGroup) -> tuple[int, int]:

@@ -34,7 +34,7 @@ from typing import NamedTuple
 import apache_beam as beam
 import numpy as np
 
-from shards import layout, storage
+from shards import layout, manifest, storage
 from transforms.core.batches import RefBatch, Refs, TokenBatch, first_copies, stream_order
 from transforms.core.drops import DUPLICATE_ID, Drops
 from transforms.core.progress import Progress
@@ -139,7 +139,7 @@ def write_group(bucket: str, partition: int, refs: Refs, order: np.ndarray, conf
                 raise
             lengths = refs.lengths[index]
             # Ids were checked when read (manifest.id_problem): no row is checked again here.
-            rows.extend(f"{rel_path} | {doc_id} | {n}\n"
+            rows.extend(manifest.row_text(rel_path, doc_id, n)
                         for doc_id, n in zip(refs.ids[index].tolist(), lengths.tolist(), strict=True))
             files.append(ShardFile(rel_path, len(index), int(lengths.sum()), out.sha256))
     finally:

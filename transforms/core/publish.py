@@ -34,9 +34,8 @@ import apache_beam as beam
 from fsspec.asyn import AsyncFileSystem
 
 from shards import layout, storage, tree
-from shards.card import CARD_NAME
+from shards.card import DESCRIPTION_NAMES, write_description
 from shards.manifest import format_checksums
-from shards.provenance import STATS_JSON_NAME
 from transforms.core.drops import CountDrops
 
 log = logging.getLogger(__name__)
@@ -138,28 +137,6 @@ def publish(staged: list, raw_documents: int, drops: dict[str, int], extras: dic
     log.info("published %d files, %d documents to %s", len(files), stats.kept_documents, config.output)
     return stats
 
-
-def write_description(output: str, kind: str, files: dict[str, bytes]) -> None:
-    """Write the files that describe a tree (dataset_stats.json, README.md), each listed in the
-    ownership record as derived before it is written: a later publish deletes them with the other
-    files derived from the old shards, and writes its own. A file of that name the record does not
-    list (a user's README.md in a tree an older version wrote) is left as it is, and not written."""
-    if not files:
-        return
-    out = tree.Tree(output)
-    record = tree.owned(output, kind)
-    theirs = {rel for rel in files if rel not in record.derived and out.lexists(rel)}
-    for rel in sorted(theirs):
-        log.warning("%s is not the tool's (its record does not list it): left as it is, not rewritten",
-                    storage.join(output, rel))
-    ours = {rel: data for rel, data in files.items() if rel not in theirs}
-    tree.record_files(output, record, add_derived=sorted(ours))
-    for rel, data in sorted(ours.items()):
-        tree.write_file(output, rel, data)
-
-
-# The description files every publish writes anew (write_description): a re-run rewrites them.
-DESCRIPTION_NAMES = frozenset({STATS_JSON_NAME, CARD_NAME})
 
 PUBLISHING_NAME = tree.Tree.PUBLISHING_MARK
 

@@ -327,7 +327,7 @@ def decode_marker(data: bytes, root: str) -> UnitOutputs:
 SIDE_SHAPES = {
     "dropped": ("str", "count"),  # transforms.core.drops: (reason, documents)
     "records": "count",  # transforms.inputs.read: records read
-    "matched": "str",  # transforms.bucketed.removal: a listed id seen
+    "matched": "str",  # transforms.removal: a listed id seen
     "counts": ("str", ("count", "count", "count", "count", "count")),  # transforms.scaffold.encode
 }
 

@@ -47,7 +47,6 @@ from shards.index import INDEX_NAME
 from shards.manifest import DatasetStats
 from shards.provenance import STATS_JSON_NAME
 from transforms.bucketed.filter import batch_masks, drop_masks, keep_tokens
-from transforms.bucketed.removal import REMOVED
 from transforms.bucketed.settings import BucketedSettings
 from transforms.bucketed.tokenize import TokenizeDocuments, TokenizerConfig
 from transforms.core.batches import DocBatch, TokenBatch
@@ -55,6 +54,7 @@ from transforms.core.drops import DUPLICATE_ID
 from transforms.core.progress import Progress
 from transforms.core.records import DROPPED
 from transforms.inputs.read import ReadDocuments
+from transforms.removal import REMOVED
 from transforms.tokenizers.backends import other_backend
 
 MAX_REPORTED = 1000
@@ -172,17 +172,17 @@ def list_shard_files(output: str) -> set[str]:
     return found
 
 
-def read_checksums(output: str) -> tuple[dict[str, str] | None, list[str]]:
-    """The tree's checksums (None when they cannot be read) and their problems. A missing file is
-    one: every finished tree has it, and without it no content check would run."""
-    fs, root = storage.filesystem(output)
-    path = posixpath.join(root, layout.CHECKSUMS_NAME)
-    if not fs.exists(path):
-        return None, [f"{layout.CHECKSUMS_NAME}: missing: the shards' contents cannot be checked"]
+def checksum_table(output: str) -> tuple[dict[str, str] | None, list[str]]:
+    """The tree's checksums (None when they cannot be read: shards.manifest.read_checksums) and
+    their problems. A missing file is one: every finished tree has it, and without it no content
+    check would run."""
     try:
-        return manifest.parse_checksums(storage.read_bytes(fs, path).decode("utf-8")), []
-    except (ValueError, UnicodeDecodeError) as e:
+        table = manifest.read_checksums(output)
+    except ValueError as e:
         return None, [f"{layout.CHECKSUMS_NAME}: unreadable: {e}"]
+    if table is None:
+        return None, [f"{layout.CHECKSUMS_NAME}: missing: the shards' contents cannot be checked"]
+    return table, []
 
 
 def index_problems(output: str) -> list[str]:

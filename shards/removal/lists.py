@@ -33,11 +33,15 @@ import io
 import itertools
 import json
 import os
+import posixpath
+import stat
 from collections.abc import Callable, Iterable, Iterator
 
 import fsspec
 
+from shards import storage, tree
 from shards.layout import REMOVALS_NAME
+from shards.manifest import DatasetStats
 
 REMOVALS_HEADER = "utc_time | removal_run | original_id | rel_path | tokens"
 ID_FIELD_PREFIX = "# id_field: "
@@ -158,13 +162,12 @@ def log_ids(url: str) -> Iterator[str]:
 
 
 def iter_log_lines(url: str) -> Iterator[str]:
-    """The audit log's lines decoded as read_log_lines decodes them, one at a time."""
+    """The audit log's lines, one at a time, decoded the one way every reader of it uses (UTF-8, a
+    BOM dropped, universal newlines), not yet parsed."""
     return _iter_lines(url, "removal log")
 
 
 def _iter_lines(url: str, what: str) -> Iterator[str]:
-    from shards import storage
-
     try:
         _refuse_pipe(url, what)  # before it is opened: opening a pipe no one writes to would wait forever
         with storage.reaching(url), fsspec.open(url, "rt", encoding="utf-8-sig", compression="infer",
@@ -185,10 +188,6 @@ def _iter_lines(url: str, what: str) -> Iterator[str]:
 
 def _refuse_pipe(url: str, what: str) -> None:
     """A ValueError for a local path that is a pipe (a FIFO, /dev/stdin fed by one) or a socket."""
-    import stat
-
-    from shards import storage
-
     fs, path = storage.filesystem(url)
     if not storage.renames_atomically(fs):
         return
@@ -205,42 +204,23 @@ def _pipe_message(url: str, what: str) -> str:
             "give its path")
 
 
-def _read_lines(url: str, what: str) -> list[str]:
-    return list(_iter_lines(url, what))
-
-
 def log_url_of(tree_url: str) -> str:
-    from shards import storage
-
     return storage.join(tree_url, REMOVALS_NAME)
-
-
-def read_log_lines(url: str) -> list[str]:
-    """The lines of the audit log at ``url``, decoded the one way every reader of it uses (UTF-8,
-    a BOM dropped, universal newlines), not yet parsed."""
-    return _read_lines(url, "removal log")
 
 
 def read_log(url: str) -> RemovalLog:
     """The audit log at ``url`` (a tree's removals.txt), strictly; ValueError naming the file and line."""
-    return parse_removal_log(read_log_lines(url), where=url)
-
-
-def read_removal_log(url: str) -> list[str]:
-    """The ids an output tree's own removals.txt records as removed; a ValueError if it is not an audit log."""
-    return list(read_log(url).ids)
+    return parse_removal_log(iter_log_lines(url), where=url)
 
 
 def is_tree_source(url: str) -> bool:
     """Whether a --removal-list names a directory (an output tree: its removals.txt is the list)."""
-    from shards import storage
-
     fs, path = storage.filesystem(url)
     with storage.reaching(url):
         return fs.isdir(path)
 
 
-# A removal's journal (written by transforms/tools/surgery.py, read here without Beam): in the
+# A removal's journal (shards/removal/journal.py; read here as JSON only): in the
 # tree's journal directory (shards.tree.Tree.journal_url), plan.json, its commit point, and the
 # rows of each affected file in files/NNNNNN.json, in the order plan.json lists the files.
 JOURNAL_PLAN_NAME = "plan.json"
@@ -251,8 +231,6 @@ def pending_removal(tree_url: str) -> tuple[list[str], str | None] | None:
     """The ids an accepted but unfinished removal in the tree at ``tree_url`` takes out (its
     journal: plan.json written), and the id field of the tree's stats before it; None when the
     tree has no pending removal. Read as JSON only; a ValueError naming the file if it is damaged."""
-    from shards import storage, tree
-
     journal = tree.Tree(tree_url).journal_url()
     plan_url = storage.join(journal, JOURNAL_PLAN_NAME)
     fs, path = storage.filesystem(plan_url)
@@ -301,7 +279,7 @@ def read_removal_source(url: str) -> tuple[list[str], str | None]:
                 raise ValueError(f"{url}: its {REMOVALS_NAME} lists ids of the field {log.id_field!r}, its unfinished "
                                  f"removal ids of {pending[1]!r}; run pretokenize verify")
         return ids, log.id_field or (pending[1] if pending is not None else None)
-    return parse_removal_list(_read_lines(url, "removal list"), where=url), None
+    return parse_removal_list(_iter_lines(url, "removal list"), where=url), None
 
 
 def removal_source(url: str) -> tuple[Callable[[], Iterator[str]], str | None]:
@@ -325,9 +303,18 @@ def removal_source(url: str) -> tuple[Callable[[], Iterator[str]], str | None]:
     return (lambda: itertools.chain(log_ids(log_url), pending[0])), head.id_field or pending[1]
 
 
-def _log_exists(tree_url: str) -> bool:
-    from shards import storage
+def tree_log_exists(output: str) -> bool:
+    """Whether the tree at ``output`` has a removals.txt: one that is a link out of the tree is
+    refused here, before any command changes a byte (shards.tree.Tree.writable)."""
+    fs, root = storage.filesystem(output)
+    with storage.reaching(output):
+        exists = fs.exists(posixpath.join(root, REMOVALS_NAME))
+    if exists:
+        tree.Tree(output).writable(REMOVALS_NAME, "removal log")
+    return exists
 
+
+def _log_exists(tree_url: str) -> bool:
     url = log_url_of(tree_url)
     fs, path = storage.filesystem(url)
     with storage.reaching(url):
@@ -370,8 +357,6 @@ def tree_id_field(stats_text: str | None) -> str | None:
     """The --id-field a bucketed tree's stats (or a removal journal's stats before) record; None without stats."""
     if stats_text is None:
         return None
-    from shards.manifest import DatasetStats
-
     try:
         return DatasetStats.from_text(stats_text).field_settings.get("id_field", DEFAULT_ID_FIELD)
     except (ValueError, KeyError):
