@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from pipelines.errors import RunStopped, launching, no_space_message, noting_interrupts
+from pipelines.errors import RunStopped, launching, no_space_message, noting_interrupts, unreachable_message
 from pipelines.flags import wants_plan
 from pipelines.launch import abandon_run, kept_work_note, new_run_id
 from pipelines.progress import remove_progress, showing_progress
@@ -119,7 +119,6 @@ def _stopped(error: BaseException, result, output: str, run_id: str, interrupted
     full = no_space_message(error)
     if full is not None:
         return RunStopped(f"{full} ({output}); {state}; {kept_note}")
-    from pipelines.cli import unreachable_message
 
     unreachable = unreachable_message(error)
     if unreachable is not None:

@@ -18,12 +18,15 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from pipelines.errors import RunStopped, launching, no_space_message, noting_interrupts
+from pipelines.errors import RunStopped, launching, no_space_message, noting_interrupts, unreachable_message
 from pipelines.flags import add_break_lock_flag, add_setting_flags, add_workers_flag, parse_settings, tool_parser
+from pipelines.launch import new_run_id
+from pipelines.progress import showing_progress
 from pipelines.run_mode import end_dry_run, is_dry_run
 from shards import layout, lock, storage, tree
 from shards.manifest import DatasetStats
 from shards.removal import REMOVALS_NAME, check_id_field, removal_source, tree_id_field
+from transforms.core.progress import Stage
 from transforms.core.records import BadInputError, UsageError
 from transforms.core.settings import REQUIRED, setting
 
@@ -196,10 +199,6 @@ def run_prepared(parse: Callable[[], tuple[RemoveSettings, PipelineOptions]], re
                 return None
             import apache_beam as beam
 
-            from pipelines.launch import new_run_id
-            from pipelines.progress import showing_progress
-            from transforms.core.progress import Stage
-
             stages = [Stage("rewrite", "rewrite", ("files",), "files", total=len(plan.files))]
             with showing_progress(pipeline_options, new_run_id(), stages), \
                     beam.Pipeline(options=pipeline_options) as pipeline:
@@ -256,7 +255,6 @@ def _stopped(output: str, error: BaseException, interrupted: bool, dry_run: bool
     full = no_space_message(error)
     if full is not None:
         return RunStopped(f"{full} ({output}); {state}")
-    from pipelines.cli import unreachable_message
 
     unreachable = unreachable_message(error)
     if unreachable is not None:

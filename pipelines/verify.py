@@ -21,8 +21,11 @@ import tempfile
 import uuid
 from typing import TYPE_CHECKING
 
+from pipelines.beam_flags import view
 from pipelines.errors import launching
 from pipelines.flags import add_setting_flags, add_workers_flag, parse_settings, tool_parser
+from pipelines.launch import new_run_id
+from pipelines.progress import showing_progress
 from pipelines.run_mode import end_dry_run, is_dry_run, workers_here
 from shards import kinds, layout, lock, scaffold_verify, storage
 from shards.removal import (
@@ -33,7 +36,8 @@ from shards.removal import (
     read_removal_list,
     shortened_log_problem,
 )
-from shards.tree import IncompleteTreeError, OutputTree, UnreadableStatsError, inside
+from shards.tree import IncompleteTreeError, OutputTree, Tree, UnreadableStatsError, inside
+from transforms.core.progress import Stage
 from transforms.core.records import UsageError
 from transforms.core.settings import REQUIRED, setting
 
@@ -125,17 +129,15 @@ def _report_place(report: str | None, options: PipelineOptions, output: str) -> 
 
 
 def _report_url(report: str | None, options: PipelineOptions) -> tuple[str, str | None]:
-    from apache_beam.options.pipeline_options import GoogleCloudOptions, StandardOptions
-
     if report:
         return storage.normalize(report), None
     name = f"pretokenize-verify-{uuid.uuid4().hex[:12]}"
-    temp_location = options.view_as(GoogleCloudOptions).temp_location
+    temp_location = view(options, "GoogleCloudOptions").temp_location
     if temp_location:
         scratch = storage.join(storage.normalize(temp_location), name)
         return storage.join(scratch, "report.json"), scratch
     if not workers_here(options):  # they could not write this machine's temporary directory
-        runner = options.view_as(StandardOptions).runner
+        runner = view(options, "StandardOptions").runner
         raise UsageError(
             f"--runner {runner}: its workers cannot write this machine's temporary directory; pass "
             "--temp_location (a URL they and this launcher both reach, e.g. s3://bucket/tmp) or --report"
@@ -207,9 +209,6 @@ def check(args: VerifySettings, options: PipelineOptions) -> Verdict | None:
         pipeline.run()
         print(end_dry_run(output, options), flush=True)
         return None
-    from pipelines.launch import new_run_id
-    from pipelines.progress import showing_progress
-    from transforms.core.progress import Stage
 
     stages = [Stage("verify", "verify", ("files",), "files", total=len(units))]
     try:
@@ -259,8 +258,6 @@ def _open_tree(args: VerifySettings) -> tuple[str, OutputTree, str | None]:
 def _left_match_problems(output: str) -> list[str]:
     """A line when a killed ``remove`` left its id match's files (the ids it was given, encoded)
     and no live writer holds the tree: that they are there, never what they hold."""
-    from shards.tree import Tree
-
     out = Tree(output)
     found = lock.holder(output)
     writing = found is not None and lock.why_free(found, break_lock=False) is None

@@ -14,6 +14,7 @@ Nothing here imports Beam.
 
 from __future__ import annotations
 
+import json
 import shlex
 
 from shards import conditions, kinds, layout, llmc
@@ -99,8 +100,6 @@ def _front_matter(doc: dict, pretty_name: str, tags: list[str]) -> list[str]:
 
 def _yaml_scalar(value: str) -> str:
     """``value`` as a YAML scalar: plain when it reads back as the same string, else quoted."""
-    import json
-
     plain = str(value)
     if plain and all(c.isalnum() or c in "-_./" for c in plain) and plain[0] not in "-." and \
             plain.lower() not in ("yes", "no", "true", "false", "null", "on", "off", "~"):

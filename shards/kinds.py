@@ -22,7 +22,7 @@ import dataclasses
 import posixpath
 from collections.abc import Callable
 
-from shards import layout, llmc, manifest
+from shards import layout, llmc, manifest, tokenizer_files
 
 
 def _is_bucketed_file(name: str) -> bool:
@@ -43,9 +43,7 @@ def _is_scaffold_file(name: str) -> bool:
 
 
 def _is_tokenizer_file(name: str) -> bool:
-    from transforms.bpe import files as bpe_files  # the tokenizer's fixed names (no Beam there, nothing of shards)
-
-    return name in bpe_files.FILES
+    return name in tokenizer_files.FILES
 
 
 @dataclasses.dataclass(frozen=True)

@@ -33,11 +33,14 @@ import io
 import itertools
 import json
 import os
+import stat
 from collections.abc import Callable, Iterable, Iterator
 
 import fsspec
 
+from shards import storage, tree
 from shards.layout import REMOVALS_NAME
+from shards.manifest import DatasetStats
 
 REMOVALS_HEADER = "utc_time | removal_run | original_id | rel_path | tokens"
 ID_FIELD_PREFIX = "# id_field: "
@@ -163,8 +166,6 @@ def iter_log_lines(url: str) -> Iterator[str]:
 
 
 def _iter_lines(url: str, what: str) -> Iterator[str]:
-    from shards import storage
-
     try:
         _refuse_pipe(url, what)  # before it is opened: opening a pipe no one writes to would wait forever
         with storage.reaching(url), fsspec.open(url, "rt", encoding="utf-8-sig", compression="infer",
@@ -185,10 +186,6 @@ def _iter_lines(url: str, what: str) -> Iterator[str]:
 
 def _refuse_pipe(url: str, what: str) -> None:
     """A ValueError for a local path that is a pipe (a FIFO, /dev/stdin fed by one) or a socket."""
-    import stat
-
-    from shards import storage
-
     fs, path = storage.filesystem(url)
     if not storage.renames_atomically(fs):
         return
@@ -210,8 +207,6 @@ def _read_lines(url: str, what: str) -> list[str]:
 
 
 def log_url_of(tree_url: str) -> str:
-    from shards import storage
-
     return storage.join(tree_url, REMOVALS_NAME)
 
 
@@ -233,8 +228,6 @@ def read_removal_log(url: str) -> list[str]:
 
 def is_tree_source(url: str) -> bool:
     """Whether a --removal-list names a directory (an output tree: its removals.txt is the list)."""
-    from shards import storage
-
     fs, path = storage.filesystem(url)
     with storage.reaching(url):
         return fs.isdir(path)
@@ -251,8 +244,6 @@ def pending_removal(tree_url: str) -> tuple[list[str], str | None] | None:
     """The ids an accepted but unfinished removal in the tree at ``tree_url`` takes out (its
     journal: plan.json written), and the id field of the tree's stats before it; None when the
     tree has no pending removal. Read as JSON only; a ValueError naming the file if it is damaged."""
-    from shards import storage, tree
-
     journal = tree.Tree(tree_url).journal_url()
     plan_url = storage.join(journal, JOURNAL_PLAN_NAME)
     fs, path = storage.filesystem(plan_url)
@@ -326,8 +317,6 @@ def removal_source(url: str) -> tuple[Callable[[], Iterator[str]], str | None]:
 
 
 def _log_exists(tree_url: str) -> bool:
-    from shards import storage
-
     url = log_url_of(tree_url)
     fs, path = storage.filesystem(url)
     with storage.reaching(url):
@@ -370,7 +359,6 @@ def tree_id_field(stats_text: str | None) -> str | None:
     """The --id-field a bucketed tree's stats (or a removal journal's stats before) record; None without stats."""
     if stats_text is None:
         return None
-    from shards.manifest import DatasetStats
 
     try:
         return DatasetStats.from_text(stats_text).field_settings.get("id_field", DEFAULT_ID_FIELD)

@@ -328,7 +328,7 @@ def test_a_readme_the_record_does_not_list_is_left_alone(small_source, tmp_path)
 
 
 def test_tokenizer_files_of_each_kind_of_spec(tmp_path):
-    from transforms.core.provenance import tokenizer_files
+    from transforms.run.provenance import tokenizer_files
 
     gpt2 = ("gpt2.tiktoken", sha256(gpt2_ranks_path()))
     assert tokenizer_files("gpt2") == [gpt2]

@@ -18,7 +18,7 @@ from conftest import REPO, SAMPLE_PARQUET, tree_hashes
 from crash_tools import has_files, kill_when
 
 from shards import layout
-from transforms.core import resume
+from transforms.run import resume
 
 FILES = 6
 JOBS = {

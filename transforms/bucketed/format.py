@@ -20,8 +20,10 @@ from shards import layout, storage, tree
 from shards.card import description_files
 from shards.manifest import MANIFEST_HEADER, BucketStats, DatasetStats
 from shards.provenance import Provenance, bucketed_document
+from shards.removal import read_removal_list
 from transforms.bucketed.settings import BucketedSettings
 from transforms.bucketed.write import ShardConfig, ShardGroup
+from transforms.tools.surgery import append_audit_lines, delete_journal, load_journal, record_removal_list
 
 # Groups' manifest parts fetched at once when assembling the manifest on an object store: each part
 # is ~60 bytes a document (a few MB for a group of the full corpus), so a batch holds ~100 MB at most.
@@ -120,9 +122,6 @@ class BucketedFormat:
         fs.mv(tmp, staged_manifest)
 
     def finish(self, groups: list[ShardGroup], config: ShardConfig) -> None:
-        from shards.removal import read_removal_list
-        from transforms.tools.surgery import append_audit_lines, delete_journal, load_journal, record_removal_list
-
         out = tree.Tree(config.output)
         staged_manifest = tree.Tree.temp_name(config.run_id, tree.Tree.STAGED_DIR, layout.MANIFEST_NAME)
         staged_index = tree.Tree.temp_name(config.run_id, tree.Tree.STAGED_DIR, reader_index.INDEX_NAME)

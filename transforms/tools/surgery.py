@@ -36,14 +36,19 @@ import json
 import logging
 import os
 import posixpath
+import stat
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 
 import apache_beam as beam
 
 from shards import idmatch, layout, manifest, storage, tree
+from shards import index as reader_index
 from shards import removal as removal_names
+from shards.card import CARD_NAME, description_files
+from shards.index import INDEX_NAME
 from shards.manifest import DatasetStats
+from shards.provenance import STATS_JSON_NAME, Provenance, bucketed_document, read_document
 from shards.removal import (
     DEFAULT_ID_FIELD,
     REMOVALS_NAME,
@@ -54,6 +59,7 @@ from shards.removal import (
     tree_id_field,
 )
 from transforms.core.progress import Progress
+from transforms.core.publish import PUBLISHING_NAME, write_description
 
 log = logging.getLogger(__name__)
 
@@ -220,9 +226,6 @@ def shard_path(output: str, rel: str) -> str:
 def read_journal_file(url: str) -> str:
     """A journal file's text; a ValueError for one that is not a regular file (a directory, a FIFO,
     which opened would wait for a writer forever) or not UTF-8: the journal is damaged."""
-    import os
-    import stat
-
     fs, path = storage.filesystem(url)
     if storage.renames_atomically(fs):
         try:
@@ -260,10 +263,6 @@ def load_journal(output: str) -> RemovalPlan | None:
 def tree_files_read_or_rewritten() -> tuple[str, ...]:
     """The tree's own files a removal reads or rewrites besides the shards: each is checked
     (``check_tree_files``) before it changes a byte."""
-    from shards.card import CARD_NAME
-    from shards.index import INDEX_NAME
-    from shards.provenance import STATS_JSON_NAME
-
     return (tree.RECORD_NAME, layout.MANIFEST_NAME, layout.STATS_NAME, STATS_JSON_NAME, CARD_NAME,
             layout.CHECKSUMS_NAME, INDEX_NAME, REMOVALS_NAME)
 
@@ -384,8 +383,6 @@ def check_recorded(output: str, recorded: set[str], rel: str) -> None:
 def publishing_runs(output: str) -> list[str]:
     """The runs whose directory under the tree's temporary directory says they began publishing
     and did not finish (a killed bucketed re-run): until one finishes, the tree is theirs."""
-    from transforms.core.publish import PUBLISHING_NAME
-
     fs, root = storage.filesystem(output)
     temp_root = posixpath.join(root, layout.TEMP_DIR_NAME)
     if not fs.isdir(temp_root):
@@ -664,8 +661,6 @@ def stats_after(plan: RemovalPlan, logged_ids: int) -> DatasetStats:
 def rewrite_index(output: str) -> None:
     """The reader index built again from the rewritten manifest, when the record lists one (until
     then a reader sees the manifest's new size and parses the manifest instead). Repeatable."""
-    from shards import index as reader_index
-
     record = tree.read_record(output)
     if record is None or reader_index.INDEX_NAME not in record.derived:
         return
@@ -679,10 +674,6 @@ def rewrite_description(output: str, stats: DatasetStats) -> None:
     """dataset_stats.json and the README.md card from the new stats and the provenance the old
     dataset_stats.json holds (a removal changes the counts, never what made the tree). Repeating it
     writes the same bytes. A tree written before dataset_stats.json existed gets neither."""
-    from shards.card import CARD_NAME, description_files
-    from shards.provenance import STATS_JSON_NAME, Provenance, bucketed_document, read_document
-    from transforms.core.publish import write_description
-
     try:
         doc = read_document(output)
         provenance = None if doc is None else Provenance.from_dict(doc)
