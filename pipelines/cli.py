@@ -25,7 +25,7 @@ from pipelines.jobs import JOBS, PLAIN_TOOLS, PUBLISHING, SUBMITTABLE  # noqa: E
 def _usage() -> str:
     lines = ["usage: pretokenize JOB [flags]   (pretokenize JOB --help for a job's flags; pretokenize --version)", "",
              "jobs:"]
-    lines += [f"  {name:<10} {help_}" for name, (_, help_) in JOBS.items()]
+    lines += [f"  {name:<10} {job.help}" for name, job in JOBS.items()]
     return "\n".join(lines)
 
 

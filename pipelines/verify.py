@@ -27,7 +27,7 @@ from pipelines.flags import add_setting_flags, add_workers_flag, parse_settings,
 from pipelines.launch import new_run_id
 from pipelines.progress import showing_progress
 from pipelines.run_mode import end_dry_run, is_dry_run, workers_here
-from shards import kinds, layout, lock, scaffold_verify, storage
+from shards import kinds, layout, lock, storage
 from shards.removal import (
     DEFAULT_ID_FIELD,
     REMOVALS_NAME,
@@ -78,19 +78,16 @@ def _problems(n: int) -> str:
     return f"{n} problem" if n == 1 else f"{n} problems"
 
 
-def _verify_scaffold(output: str, args: VerifySettings) -> Verdict:
-    """The llm.c checks, split by split (each split is one token stream, read once in order)."""
+def _verify_in_process(output: str, args: VerifySettings, kind: kinds.TreeKind) -> Verdict:
+    """The kind's own checks (its ``checks`` in shards/kinds.py: the scaffold kind's read each split
+    once, in order), run here; a kind without them, or a tree nothing says the kind of, is checked by
+    the Beam job of transforms/tools/verify.py (check, below)."""
     if args.input:
-        print("verify: --input is not supported for scaffold trees; checking the format only", flush=True)
+        print(f"verify: --input is not supported for {kind.name} trees; checking the format only", flush=True)
     from transforms.tools.verify import MAX_REPORTED
 
-    problems = scaffold_verify.check_scaffold_tree(output)
-    return Verdict(output, len(problems), tuple(problems[:MAX_REPORTED]), "scaffold llm.c shards", more=False)
-
-
-# The kinds (shards/kinds.py) whose trees are checked in this process; a bucketed tree, and a tree
-# nothing says the kind of, is checked by the Beam job of transforms/tools/verify.py (run below).
-IN_PROCESS = {kinds.SCAFFOLD.name: _verify_scaffold}
+    problems = kind.part("checks")(output)
+    return Verdict(output, len(problems), tuple(problems[:MAX_REPORTED]), kind.checked_as, more=False)
 
 
 def _removed_ids(output: str, removal_list: str | None, id_field: str) -> tuple[dict[str, str], list[str]]:
@@ -184,8 +181,9 @@ def check(args: VerifySettings, options: PipelineOptions) -> Verdict | None:
         output, tree, held = _open_tree(args)
     if held is not None:
         print(f"verify: {held}", flush=True)
-    if tree.kind in IN_PROCESS:
-        return IN_PROCESS[tree.kind](output, args)
+    kind = tree.tree_kind
+    if kind is not None and kind.checks is not None:
+        return _verify_in_process(output, args, kind)
     try:
         stats = tree.stats()
     except (IncompleteTreeError, UnreadableStatsError) as e:

@@ -34,7 +34,7 @@ def description_files(doc: dict) -> dict[str, bytes]:
 
 def render(doc: dict) -> str:
     """The card of the tree dataset_stats.json ``doc`` describes."""
-    parts = TEMPLATES[doc["job"]](doc)
+    parts = kinds.get(doc["job"]).part("card")(doc)  # the template of the kind named in it
     return "\n".join(parts).rstrip("\n") + "\n"
 
 
@@ -180,7 +180,7 @@ _NO_DOCUMENTS = ["## Reading it", "", "This tree holds no documents.", ""]
 _AT_A_GLANCE = ["## At a glance", "", "| | |", "|---|---|"]
 
 
-def _bucketed(doc: dict) -> list[str]:
+def bucketed_card(doc: dict) -> list[str]:
     return _card(doc, _bucketed_top, _bucketed_making, _bucketed_statistics, _bucketed_layout,
                  _bucketed_reading_it, _bucketed_removal)
 
@@ -450,7 +450,7 @@ def _bucketed_removal(doc: dict) -> list[str]:
 # --- the scaffold (llm.c) layout -------------------------------------------------------------------
 
 
-def _scaffold(doc: dict) -> list[str]:
+def scaffold_card(doc: dict) -> list[str]:
     return _card(doc, _scaffold_top, _scaffold_making, _scaffold_statistics, _scaffold_layout,
                  _scaffold_reading_it, _scaffold_removal)
 
@@ -660,7 +660,3 @@ def _scaffold_decode_snippet(split: str) -> list[str]:
         "```",
         "",
     ]
-
-
-# The card of each kind of tree (shards/kinds.py), by the job named in its dataset_stats.json.
-TEMPLATES = {kinds.BUCKETED.name: _bucketed, kinds.SCAFFOLD.name: _scaffold}

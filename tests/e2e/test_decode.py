@@ -84,7 +84,6 @@ def test_document_words_handles_malformed_documents():
 
 
 def test_the_cli_prints_documents(split_dir, gpt2_spec, capsys, monkeypatch):
-    monkeypatch.setitem(cli.JOBS, "decode", ("pipelines.decode", "decode"))
     d, _ = split_dir
     assert cli.main(["decode", str(d), "--docs", "1", "--markers", "--tokenizer", gpt2_spec]) == 0
     out = capsys.readouterr().out

@@ -335,7 +335,6 @@ def test_a_failed_run_leaves_the_previous_output_whole(tmp_path, gpt2_spec):
 
 
 def test_bad_input_exits_2_naming_the_file(tmp_path, capsys, monkeypatch, gpt2_spec):
-    monkeypatch.setitem(cli.JOBS, "scaffold", ("pipelines.scaffold", "scaffold"))
     bad = write_jsonl(tmp_path / "rows.jsonl", [{"id": "a", "content-ff": "<ff_0> x"}, {"id": "b", "text": "t"}])
     code = cli.main(["scaffold", "--input", str(bad), "--output", str(tmp_path / "out"), "--tokenizer", gpt2_spec,
                      *RUNNER])
