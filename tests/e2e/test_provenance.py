@@ -16,7 +16,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import DEFAULT_FILTER, REPO, SAMPLE_PARQUET, finepdfs_row, tree_hashes
+from conftest import DEFAULT_FILTER, REPO, SAMPLE_PARQUET, bucketed_sample, finepdfs_row, tree_hashes
 
 from pipelines import cli
 from shards import layout, llmc, manifest, tree
@@ -73,9 +73,7 @@ def run_card_snippets(card: str, cwd) -> str:
 
 @pytest.fixture(scope="module")
 def sample_tree(tmp_path_factory):
-    out = tmp_path_factory.mktemp("prov") / "sample"
-    assert cli.main(["bucketed", "--input", str(SAMPLE_PARQUET), "--output", str(out), *RUNNER]) == 0
-    return out
+    return bucketed_sample(tmp_path_factory.mktemp("prov") / "sample", *RUNNER)
 
 
 @pytest.fixture(scope="module")
