@@ -1,7 +1,8 @@
 """The house's shape, measured with `ast` over pipelines/, transforms/, shards/ and deploy/: no module
 import cycle, no two sub-packages importing each other, no arrow up the floors (deploy/ > pipelines/ >
 transforms/ > shards/; shards/ imports no Beam), no function over 50 lines, and an import inside a
-function only where `FUNCTION_IMPORTS` below says why. Run as a script it prints today's numbers."""
+function only for the one reason said below (LAZY_LIBRARIES). A package and one nested in it count as one
+(shards/reader.py is the face of shards/reading/). Run as a script it prints today's numbers."""
 
 from __future__ import annotations
 
@@ -25,9 +26,10 @@ MAX_FUNCTION_IMPORTS = 84
 KNOWN_TIES = {("transforms.bucketed", "transforms.tools")}
 
 # The one rule for an import inside a function: it imports a library below (or one of our modules that imports
-# one as it loads), which `pretokenize --help`, a job's --help and a flag's error must not wait for (Beam and
-# pyarrow take seconds), or which is an optional extra only the command that uses it needs (torch, matplotlib,
-# transformers, ...). Anything else is imported at the top of its module. The console script itself
+# one as it loads) that the module it sits in does not load already, which `pretokenize --help`, a job's --help
+# and a flag's error must not wait for (Beam and pyarrow take seconds), or which is an optional extra only the
+# command that uses it needs (torch, matplotlib, transformers, ...). Anything else is imported at the top of its
+# module. The console script itself
 # (pipelines/cli.py) loads only what a job it runs needs, so its own lazy imports are the rule's one exception.
 LAZY_LIBRARIES = frozenset({
     "apache_beam", "pyarrow", "grpc",  # Beam and what it brings: seconds to import
