@@ -39,6 +39,7 @@ import time
 from collections.abc import Iterator, Sequence
 
 import numpy as np
+import pyarrow.compute as pc
 
 from shards import layout, llmc, storage
 from shards import tree as ownership
@@ -269,8 +270,6 @@ def _record_weights(item, by_bytes: bool) -> np.ndarray:
         return np.zeros(1) if by_bytes else np.ones(1)
     if not by_bytes:
         return np.ones(item.size)
-    import pyarrow.compute as pc
-
     return pc.binary_length(item.table.column("text")).fill_null(0).to_numpy(zero_copy_only=False) + 1.0
 
 
