@@ -23,6 +23,7 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent import futures
 from pathlib import Path
 
 import loopback_shim  # deploy/loopback_shim.py, beside this file (the scripts put deploy/ on sys.path)
@@ -236,8 +237,6 @@ def serve_worker_pool(port: int) -> None:
     """Run Beam's worker pool service bound to 127.0.0.1 (Beam's own entry point,
     worker_pool_main, binds every interface); SDK workers it starts are processes (`python -c`
     from PATH, which start_worker_pool puts this Python first on)."""
-    from concurrent import futures
-
     import grpc
     from apache_beam.portability.api import beam_fn_api_pb2_grpc
     from apache_beam.runners.worker.worker_pool_main import BeamFnExternalWorkerPoolServicer

@@ -24,11 +24,27 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
+import os
+import sys
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pipelines.errors import unreachable_message
+from pipelines import jobs
+from pipelines.beam_flags import beam_options
+from pipelines.errors import RunStopped as Stopped
+from pipelines.errors import bad_input_message, launching, unreachable_message
+from pipelines.flags import check_beam_flags, check_input, worker_flags
+from pipelines.job import run_job
+from pipelines.jobs import PUBLISHING
 from shards import lock, storage
+from shards import tokenizer_files as files
+from shards.layout import CHECKSUMS_NAME
+from shards.manifest import parse_checksums
+from transforms.bpe.settings import TrainBpeSettings
+from transforms.bucketed.settings import BucketedSettings
+from transforms.core.records import UsageError as Usage
+from transforms.core.settings import spelled_as_float
+from transforms.scaffold.settings import ScaffoldSettings
 
 if TYPE_CHECKING:
     import argparse
@@ -68,10 +84,6 @@ class Unreachable(PretokenizeError):
 def job_error(job: str, error: BaseException) -> PretokenizeError | None:
     """The error of the API (and the line of the CLI) that ``error`` is, or None for a failure that
     is none of them (a bug: its traceback is kept)."""
-    from pipelines.cli import PUBLISHING, bad_input_message
-    from pipelines.errors import RunStopped as Stopped
-    from transforms.core.records import UsageError as Usage
-
     published = "; nothing was published" if job in PUBLISHING else ""
     if isinstance(error, PretokenizeError):
         return error
@@ -110,9 +122,6 @@ def check_values(parser: argparse.ArgumentParser, settings_cls, values: dict[str
     """Keyword arguments ``values`` named as the parser's flags (with underscores), checked as
     argparse checks the flags: an unknown name, a missing required one, a value of the wrong type
     or not among the flag's choices is a UsageError saying what argparse says."""
-    from transforms.core.records import UsageError as Usage
-    from transforms.core.settings import spelled_as_float
-
     actions = {a.dest: a for a in parser._actions if a.dest not in _RUN_FLAGS}
     for name in values:
         if name not in actions:
@@ -131,8 +140,6 @@ def check_values(parser: argparse.ArgumentParser, settings_cls, values: dict[str
 def _check_groups(parser: argparse.ArgumentParser, values: dict[str, Any]) -> None:
     """A UsageError saying what argparse says of flags that exclude each other given together, or
     of none given of a group that needs one (train-bpe's --vocab-size or --merges)."""
-    from transforms.core.records import UsageError as Usage
-
     for group in parser._mutually_exclusive_groups:
         given = [a.option_strings[0] for a in group._group_actions if values.get(a.dest) not in (None, False)]
         if len(given) > 1:
@@ -147,8 +154,6 @@ def command_line(parser: argparse.ArgumentParser, settings_cls, values: dict[str
     ``--flag=VALUE`` (many values: ``--flag V1 V2``), a switch alone when on; a value of None and
     a switch off left out (the flag's default); then ``--workers=N``, ``--break-lock``,
     ``beam_args`` and ``--runner=R``. A job that records its command line (train-bpe) records this."""
-    from transforms.core.settings import spelled_as_float
-
     floats = spelled_as_float(settings_cls)
     actions = {a.dest: a for a in parser._actions}
     argv: list[str] = []
@@ -172,16 +177,12 @@ def command_line(parser: argparse.ArgumentParser, settings_cls, values: dict[str
 
 def build_settings(settings_cls, values: dict[str, Any]):
     """``settings_cls`` from checked ``values`` (check_values), through the settings' own checks."""
-    from transforms.core.settings import spelled_as_float
-
     floats = spelled_as_float(settings_cls)
     return settings_cls(**{k: int(v) if k in floats else _plain(v) for k, v in values.items()})
 
 
 def _plain(value):
     """A path given as a ``pathlib.Path`` is its text, as the flag's would be; many values a tuple."""
-    import os
-
     if isinstance(value, os.PathLike):
         return os.fspath(value)
     if isinstance(value, list):
@@ -191,10 +192,6 @@ def _plain(value):
 
 def _check_value(action, value, spelled_as_float: bool) -> None:
     """A UsageError saying what argparse says of a bad value of ``action``'s flag."""
-    import os
-
-    from transforms.core.records import UsageError as Usage
-
     flag = action.option_strings[0] if action.option_strings else action.dest
     many = action.nargs == "+" or isinstance(action.default, list)  # --paths A B; a repeatable --keep A --keep B
     values = value if isinstance(value, (list, tuple)) and many else [value]
@@ -216,13 +213,9 @@ def _check_value(action, value, spelled_as_float: bool) -> None:
 def pipeline_options(parser: argparse.ArgumentParser, runner: str | None, workers: int | None,
                      beam_args: Sequence[str]) -> PipelineOptions:
     """Beam's options: ``runner``, ``workers`` (--workers) and ``beam_args``, checked as the flags are."""
-    from apache_beam.options.pipeline_options import PipelineOptions
-
-    from pipelines.flags import check_beam_flags, worker_flags
-
     args = list(beam_args) + ([f"--runner={runner}"] if runner else [])
     check_beam_flags(args, sorted({s for a in parser._actions for s in a.option_strings}))
-    return PipelineOptions(args + worker_flags(workers, args))
+    return beam_options("PipelineOptions")(args + worker_flags(workers, args))
 
 
 def _lock_scope(job: str, output: str, break_lock: bool):
@@ -246,9 +239,6 @@ def _prepared(job: str, module, settings_cls, values: dict[str, Any], run: Run, 
     """The settings and Beam's options of ``job`` from keyword arguments, checked in the order and
     with the words of its flags (pipelines/flags.py parse_settings): the values, then that a local
     input names files, then Beam's flags, then the settings' own checks."""
-    from pipelines.errors import launching
-    from pipelines.flags import check_input
-
     with launching():  # a ValueError or OSError here is about how the job was asked: a UsageError
         parser = module.make_parser()
         check_values(parser, settings_cls, values)
@@ -289,9 +279,6 @@ class JobResult:
 
 
 def _written(output: str) -> tuple[str, ...]:
-    from shards.layout import CHECKSUMS_NAME
-    from shards.manifest import parse_checksums
-
     url = storage.join(output, CHECKSUMS_NAME)
     fs, path = storage.filesystem(url)
     if not fs.exists(path):
@@ -300,9 +287,8 @@ def _written(output: str) -> tuple[str, ...]:
         return tuple(sorted(parse_checksums(f.read().decode("utf-8"), url)))
 
 
-def _writing_job(job: str, module, settings_cls, values: dict[str, Any], run: Run) -> JobResult:
-    from pipelines.job import run_job
-
+def _writing_job(job: str, settings_cls, values: dict[str, Any], run: Run) -> JobResult:
+    module = jobs.load(job)
     with _said_as(job), _lock_scope(job, str(values.get("output")), run.break_lock):
         settings, options = _prepared(job, module, settings_cls, values, run)
         stats = run_job([], lambda _argv: (settings, options), module.build, module.summary_table,
@@ -316,22 +302,17 @@ def bucketed(input: str, output: str, *, runner: str | None = None, workers: int
     """``pretokenize bucketed``: documents to length-bucketed token shards. ``settings``: the job's
     flags as keyword arguments (``tokenizer="gpt2"``, ``batch_docs=32``, ``restart=True``, ...;
     transforms.bucketed.settings.BucketedSettings)."""
-    from pipelines import bucketed as module
-    from transforms.bucketed.settings import BucketedSettings
-
     values = {"input": input, "output": output, **settings}
-    return _writing_job("bucketed", module, BucketedSettings, values, Run(runner, workers, beam_args, break_lock))
+    return _writing_job("bucketed", BucketedSettings, values, Run(runner, workers, beam_args, break_lock))
 
 
 def scaffold(input: str, output: str, *, runner: str | None = None, workers: int | None = None,
              beam_args: Sequence[str] = (), break_lock: bool = False, **settings: Any) -> JobResult:
     """``pretokenize scaffold``: documents to countdown-token shards in llm.c's format (train/, val/).
     ``settings``: its flags as keyword arguments (transforms.scaffold.settings.ScaffoldSettings)."""
-    from pipelines import scaffold as module
-    from transforms.scaffold.settings import ScaffoldSettings
 
     values = {"input": input, "output": output, **settings}
-    return _writing_job("scaffold", module, ScaffoldSettings, values, Run(runner, workers, beam_args, break_lock))
+    return _writing_job("scaffold", ScaffoldSettings, values, Run(runner, workers, beam_args, break_lock))
 
 
 def verify(output: str, *, runner: str | None = None, workers: int | None = None, beam_args: Sequence[str] = (),
@@ -339,7 +320,7 @@ def verify(output: str, *, runner: str | None = None, workers: int | None = None
     """``pretokenize verify``: the tree's problems, as a pipelines.verify.Verdict (``ok``,
     ``problems``, ``shown``, ``checked``); None for a dry run. ``settings``: ``input``, ``sample``,
     ``removal_list``, ``report`` (pipelines.verify.VerifySettings)."""
-    from pipelines import verify as module
+    module = jobs.load("verify")
 
     with _said_as("verify"):
         args, options = _prepared("verify", module, module.VerifySettings, {"output": output, **settings},
@@ -364,7 +345,7 @@ class RemoveResult:
 def remove(output: str, removal_list: str, *, runner: str | None = None, workers: int | None = None,
            beam_args: Sequence[str] = (), break_lock: bool = False) -> RemoveResult:
     """``pretokenize remove``: the documents ``removal_list`` names taken out of a bucketed tree."""
-    from pipelines import remove as module
+    module = jobs.load("remove")
 
     values = {"output": output, "removal_list": removal_list}
     run = Run(runner, workers, beam_args, break_lock)
@@ -383,8 +364,7 @@ def stats(output: str, *, break_lock: bool = False, **settings: Any) -> StatsWri
     histogram PNG (written, by default in the tree); returns pipelines.stats.StatsWritten: ``table``,
     ``png`` (their URLs), ``text`` (the table) and ``summary`` (what --json prints). ``settings``:
     ``png``, ``table``, ``split``, ``val_fraction``, ``bins`` (pipelines.stats.StatsSettings)."""
-    from pipelines import stats as module
-    from pipelines.errors import launching
+    module = jobs.load("stats")
 
     values = {"output": output, **settings}
     with _said_as("stats"), _lock_scope("stats", str(output), break_lock), launching():
@@ -416,8 +396,7 @@ class ExportResult:
 def export(output: str, target: str = "megatron", *, break_lock: bool = False, **settings: Any) -> ExportResult:
     """``pretokenize export megatron``: a Megatron-LM index and a .bin link per shard, under the
     tree's ``megatron/``. ``settings``: ``mount``, ``check`` (pipelines.export.ExportSettings)."""
-    from pipelines import export as module
-    from pipelines.errors import launching
+    module = jobs.load("export")
 
     values = {"target": target, "output": output, **settings}
     with _said_as("export"), _lock_scope("export", str(output), break_lock), launching():
@@ -438,11 +417,7 @@ def decode(paths: str | Sequence[str], **settings: Any) -> list[Decoded]:
     bucketed tree's original id, None in llm.c shards; ``text``). ``paths``: a bucketed tree, or
     llm.c shard files (in order) or split directories, one or a list. ``settings``: ``docs``,
     ``doc_id`` (``--id``), ``markers``, ``tokenizer`` (pipelines.decode.DecodeSettings)."""
-    import os
-    import sys
-
-    from pipelines import decode as module
-    from pipelines.errors import launching
+    module = jobs.load("decode")
 
     values = {"paths": [paths] if isinstance(paths, (str, os.PathLike)) else list(paths), **settings}
     with _said_as("decode"), launching():
@@ -454,7 +429,7 @@ def decode(paths: str | Sequence[str], **settings: Any) -> list[Decoded]:
 class TrainBpeResult:
     """What ``train_bpe`` published: ``output``, the tokenizer's directory (``AutoTokenizer.
     from_pretrained`` loads it; ``--tokenizer trained:DIR`` of the jobs); ``stats``, its
-    training_stats.txt (transforms.bpe.files.TrainingStats); ``files``, the files it is; ``argv``,
+    training_stats.txt (shards.tokenizer_files.TrainingStats); ``files``, the files it is; ``argv``,
     the command line its files record: ``pretokenize train-bpe`` given it writes the same bytes."""
 
     output: str
@@ -469,10 +444,7 @@ def train_bpe(input: str, output: str, *, runner: str | None = None, workers: in
     ``settings``: ``vocab_size`` or ``merges``, and its other flags (transforms.bpe.settings.
     TrainBpeSettings). The files record the command line the keywords are twin to (command_line:
     the flags in the order given). None: a dry run (``--dry_run`` in ``beam_args``) ran nothing."""
-    from pipelines import train_bpe as module
-    from pipelines.errors import launching
-    from transforms.bpe import files
-    from transforms.bpe.settings import TrainBpeSettings
+    module = jobs.load("train-bpe")
 
     values = {"input": input, "output": output, **settings}
     with _said_as("train-bpe"):

@@ -59,3 +59,16 @@ def beam_flag_names() -> tuple[str, ...]:
     """The flags Beam's options module declares, for a did-you-mean (empty without its source)."""
     found = _source_flags()
     return () if found is None else found[1]
+
+
+def beam_options(name: str) -> type:
+    """Beam's options class ``name`` (``StandardOptions``, ``PipelineOptions``, ...). Imported here, when a
+    job has flags to read: a module that reads them (run_mode, progress, verify) stays free of Beam for --help."""
+    from apache_beam.options import pipeline_options
+
+    return getattr(pipeline_options, name)
+
+
+def view(pipeline_options, name: str):
+    """``pipeline_options`` seen as Beam's options class ``name``: ``view(options, "StandardOptions").runner``."""
+    return pipeline_options.view_as(beam_options(name))

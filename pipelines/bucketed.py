@@ -18,6 +18,7 @@ from shards.manifest import DatasetStats
 from shards.removal.sources import RemovalSources
 from transforms.bucketed.settings import DOCUMENT_FILTER_FLAGS, BucketedSettings
 from transforms.core.settings import CARD_FLAGS
+from transforms.run.provenance import launch_provenance
 
 if TYPE_CHECKING:  # Beam and the steps are imported by build(): --help and a flag's error import none of it
     import apache_beam as beam
@@ -26,8 +27,8 @@ if TYPE_CHECKING:  # Beam and the steps are imported by build(): --help and a fl
     from transforms.bucketed.format import BucketedFormat
     from transforms.bucketed.tokenize import TokenizerConfig
     from transforms.bucketed.write import ShardConfig
-    from transforms.core import resume
     from transforms.inputs.read import ReadUnitFn
+    from transforms.run import resume
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +59,10 @@ def build(pipeline: beam.Pipeline, options: BucketedSettings, run_id: str | None
     from transforms.bucketed.filter import DROPPED, filter_steps
     from transforms.bucketed.tokenize import TokenizeFn
     from transforms.bucketed.write import WriteShards, spill_fn
-    from transforms.core import resume
     from transforms.core.publish import PublishOutput
     from transforms.inputs.read import RECORDS, CountRecords
     from transforms.removal import MATCHED, DropRemovedFn
+    from transforms.run import resume
 
     run = _launch(pipeline, options, run_id, mode)
     steps = [DropRemovedFn(run.removal_sources)] if run.removal_sources else []
@@ -102,13 +103,12 @@ def _launch(pipeline: beam.Pipeline, options: BucketedSettings, run_id: str | No
     """Everything checkable, checked before the pipeline runs: the tokenizer loads and fits the
     dtype, every input file exists and has the columns the job reads, and the removal sources'
     ids are values of --id-field. Then the output is claimed (launch.prepare_output): input units
-    an interrupted run with the same input and settings finished are not redone (transforms.core.resume),
+    an interrupted run with the same input and settings finished are not redone (transforms.run.resume),
     and the removal requests the output accepted stay honoured (shards/removal/sources.py)."""
     from transforms.bucketed.format import BucketedFormat
-    from transforms.core import resume
-    from transforms.core.provenance import launch_provenance
     from transforms.inputs.read import ReadDocuments, ReadUnitFn
     from transforms.removal import DropRemoved
+    from transforms.run import resume
 
     output = storage.normalize(options.output)
     shards = options.shard_config(run_id or launch.new_run_id())

@@ -7,7 +7,6 @@ of a runner's traceback; any other failure keeps its traceback and exits 1.
 from __future__ import annotations
 
 import logging
-import re
 import sys
 
 from transforms.core.process_exit import freeze_at_exit
@@ -19,52 +18,15 @@ freeze_at_exit()
 # tool cannot act on; drop that one message (the filter must be in place before the import).
 logging.getLogger().addFilter(lambda record: "apitools not found" not in record.getMessage())
 
-from transforms.core.records import BadInputError  # noqa: E402
+from pipelines import jobs  # noqa: E402
+from pipelines.jobs import JOBS, PLAIN_TOOLS, PUBLISHING, SUBMITTABLE  # noqa: E402
 
-JOBS = {
-    "bucketed": ("pipelines.bucketed", "documents to length-bucketed token shards (FinePDFs-Edu layout)"),
-    "scaffold": ("pipelines.scaffold", "documents to countdown-token shards in llm.c's format (train/, val/)"),
-    "decode": ("pipelines.decode", "print a bucketed tree's documents, or llm.c scaffold shards, back as text"),
-    "remove": ("pipelines.remove", "take flagged ids out of a bucketed output, rewriting only their shards"),
-    "verify": ("pipelines.verify", "check an output tree against its format (and its source with --input)"),
-    "export": ("pipelines.export", "zero-copy indexes for other trainers: export megatron (.idx and .bin link)"),
-    "stats": ("pipelines.stats", "document lengths per bucket: a table and a histogram PNG, for mixing weights"),
-    "train-bpe": ("pipelines.train_bpe", "learn a BPE tokenizer from documents (words counted on Beam)"),
-}
 
-# A runner may keep only the text of a worker's exception: "bad input: FILE: PROBLEM [while running
-# 'Step']", perhaps inside the repr of another error. The message ends at the runner's suffix, a
-# line break, or the end of the text.
-# Jobs that publish an output tree: a failure leaves the previous output as it was.
-PUBLISHING = {"bucketed", "scaffold", "remove", "train-bpe"}
-# Plain tools without a pipeline: any ValueError or OSError they raise is about how they were asked.
-PLAIN_TOOLS = {"decode", "export", "stats"}
-# Jobs that can return once the runner has them, without waiting (main's ``wait``).
-SUBMITTABLE = ("bucketed", "scaffold")
-
-_BAD_INPUT = re.compile(re.escape(BadInputError.PREFIX) + r"(.+?)(?: \[while running |\\n|\n|$)")
 def _usage() -> str:
     lines = ["usage: pretokenize JOB [flags]   (pretokenize JOB --help for a job's flags; pretokenize --version)", "",
              "jobs:"]
-    lines += [f"  {name:<10} {help_}" for name, (_, help_) in JOBS.items()]
+    lines += [f"  {name:<10} {job.help}" for name, job in JOBS.items()]
     return "\n".join(lines)
-
-
-def bad_input_message(error: BaseException) -> str | None:
-    """The bad-input message inside ``error``, even when a runner has wrapped it in its own error."""
-    chain, seen = [], set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        chain.append(error)
-        error = error.__cause__ or error.__context__
-    for e in chain:  # the error itself, when it travelled as an object
-        if isinstance(e, BadInputError):
-            return str(e)
-    for e in chain:  # else its text, inside a runner's error
-        m = _BAD_INPUT.search(str(e))
-        if m:
-            return BadInputError.PREFIX + m.group(1)
-    return None
 
 
 def _unknown_job(job: str) -> str:
@@ -135,7 +97,7 @@ def main(argv: list[str] | None = None, wait: bool = True) -> int:
     from pipelines.errors import launching
     from shards.lock import unfreed_note
 
-    module = __import__(JOBS[job][0], fromlist=["run"])
+    module = jobs.load(job)
     published = "; nothing was published" if job in PUBLISHING else ""
     try:
         if job in PLAIN_TOOLS:

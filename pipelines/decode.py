@@ -46,8 +46,11 @@ from shards import layout, llmc, storage
 from shards.reading.opening import open_tree
 from shards.reading.shard_tree import ShardTree
 from shards.reading.store import TokenStore
+from shards.tokenizer_spec import parse_spec
 from transforms.core.records import BadInputError, UsageError
 from transforms.core.settings import REQUIRED, setting
+from transforms.tokenizers.load import load_encoder
+from transforms.tokenizers.ranks import gpt2_ranks_path, load_ranks
 
 # Tokens read at a time from a stream: memory stays small, and --docs N reads little more than N documents.
 _BLOCK_TOKENS = 1 << 20
@@ -55,15 +58,11 @@ _BLOCK_TOKENS = 1 << 20
 
 def load_token_bytes(spec: str) -> Callable[[Sequence[int]], bytes]:
     """The bytes of BPE ids for a tokenizer spec: gpt2, tiktoken:PATH or hf:NAME_OR_PATH."""
-    from shards.tokenizer_spec import parse_spec
-
     try:
         parsed = parse_spec(spec)
     except ValueError:
         parsed = None
     if parsed is not None and parsed.kind in ("gpt2", "tiktoken"):
-        from transforms.tokenizers.ranks import gpt2_ranks_path, load_ranks  # the job's own reader of ranks files
-
         ranks = load_ranks(gpt2_ranks_path() if parsed.packaged else parsed.arg)  # packaged: offline
         table = [b""] * len(ranks)
         for token, rank in ranks.items():
@@ -294,8 +293,6 @@ def tree_token_bytes(spec: str, eos_id: int, where: str) -> Callable[[Sequence[i
 
     tiktoken-backed tokenizers (jet-nemotron, qwen2.5, gpt2, tiktoken:, trained:) decode offline
     from their ranks; hf: ones through Hugging Face tokenizers."""
-    from transforms.tokenizers.load import load_encoder
-
     try:
         encoder = load_encoder(spec)
     except (ImportError, OSError, ValueError) as e:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import threading
 from pathlib import Path
 
 from transforms.core.records import UsageError
@@ -180,8 +181,6 @@ _HANGUP_FILTER = _HangupFilter()
 def quiet_end_of_job_hangup() -> None:
     """Drop the hang-up's log record and thread tracebacks (above); any other goes on as before.
     The thread hook wraps the one in place when called (a test runner's, say)."""
-    import threading
-
     logging.getLogger("apache_beam.runners.worker.data_plane").addFilter(_HANGUP_FILTER)
     previous = threading.excepthook
     if getattr(previous, "quiets_hangup", False):

@@ -7,17 +7,17 @@ from __future__ import annotations
 import contextlib
 import errno
 import re
+import signal
+import threading
 
 from shards.storage import Unreachable
-from transforms.core.records import UsageError
+from transforms.core.records import BadInputError, UsageError
 
 
 @contextlib.contextmanager
 def launching():
     """Errors of the launch (settings checked, input planned, output prepared) as UsageErrors;
     bad input found there stays a BadInputError."""
-    from transforms.core.records import BadInputError
-
     try:
         yield
     except (UsageError, BadInputError):
@@ -29,7 +29,7 @@ def launching():
 class RunStopped(Exception):
     """A run that failed or was interrupted, said in one line: what happened and what the output
     holds now. The run's temporary files are gone by the time it is raised, but the work of the
-    input units it finished (transforms.core.resume), which the line mentions."""
+    input units it finished (transforms.run.resume), which the line mentions."""
 
 
 # A store a worker could not reach: "cannot reach URL: connection failed: ..." (storage.reaching).
@@ -90,9 +90,6 @@ def stopped_line(error: BaseException, output: str, interrupted: bool, state: st
 def noting_interrupts(noted: list):
     """Ctrl-C still raises KeyboardInterrupt, but is also noted in ``noted``: a runner may turn the
     exception into its own error (RuntimeError: KeyboardInterrupt [while running ...])."""
-    import signal
-    import threading
-
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -106,3 +103,27 @@ def noting_interrupts(noted: list):
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+# A runner may keep only the text of a worker's exception: "bad input: FILE: PROBLEM [while running
+# 'Step']", perhaps inside the repr of another error. The message ends at the runner's suffix, a
+# line break, or the end of the text.
+_BAD_INPUT = re.compile(re.escape(BadInputError.PREFIX) + r"(.+?)(?: \[while running |\\n|\n|$)")
+
+
+def bad_input_message(error: BaseException) -> str | None:
+    """The bad-input message inside ``error``, even when a runner has wrapped it in its own error."""
+    chain, seen = [], set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        chain.append(error)
+        error = error.__cause__ or error.__context__
+    for e in chain:  # the error itself, when it travelled as an object
+        if isinstance(e, BadInputError):
+            return str(e)
+    for e in chain:  # else its text, inside a runner's error
+        m = _BAD_INPUT.search(str(e))
+        if m:
+            return BadInputError.PREFIX + m.group(1)
+    return None
+

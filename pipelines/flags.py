@@ -12,11 +12,26 @@ import argparse
 import difflib
 from typing import TYPE_CHECKING
 
+from pipelines.beam_flags import beam_flag_names, beam_options, surely_unknown
 from pipelines.engines import engine_flags
 from pipelines.help_format import DefaultsHelpFormatter
 from pipelines.run_mode import is_local_runner
 from shards import lock
 from transforms.core.records import UsageError
+from transforms.core.settings import (
+    CHOICES,
+    FLAGS,
+    HELP,
+    MANY,
+    METAVAR,
+    REPEATED,
+    REQUIRED,
+    SPELLED,
+    flag_fields,
+    spelled_as_float,
+)
+from transforms.inputs.discover import expand_pattern
+from transforms.inputs.registry import input_help
 
 if TYPE_CHECKING:
     from apache_beam.options.pipeline_options import PipelineOptions  # noqa: F401
@@ -70,8 +85,6 @@ def _beam_args(known: argparse.Namespace, rest: list[str]) -> list[str]:
 def check_beam_flags(args: list[str], job_flags: list[str]) -> None:
     """A UsageError naming the arguments in ``args`` that neither the job (``job_flags``) nor Beam
     knows. A flag no Beam source spells is refused before Beam is imported (pipelines/beam_flags.py)."""
-    from pipelines.beam_flags import beam_flag_names, surely_unknown
-
     unknown = surely_unknown(args)
     if unknown:
         _refuse_unknown(unknown, job_flags + list(beam_flag_names()))
@@ -104,8 +117,6 @@ def job_parser(job: str, description: str, read_options: tuple[str, ...] = (),
     that run through run_job and save their work per input unit) --plan and --restart; the job adds
     its own flags. --input's help lists the formats the input registry reads with the job's
     ReadConfig ``read_options`` set (transforms.inputs.registry.input_help)."""
-    from transforms.inputs.registry import input_help
-
     inputs = input_help(read_options)
     p = argparse.ArgumentParser(
         prog=f"pretokenize {job}",
@@ -194,8 +205,6 @@ def add_setting_flags(parser: argparse.ArgumentParser, settings_cls, names: tupl
     """The flags of the fields ``names`` of a settings dataclass (all that have one, in their order,
     without ``names``), generated from the fields (transforms.core.settings): read off the class, so
     that ``--help`` builds no settings object (whose checks import the steps, and Beam)."""
-    from transforms.core.settings import flag_fields
-
     fields = flag_fields(settings_cls)
     for name in names if names is not None else tuple(fields):
         spellings, kwargs = _flag_of(name, fields[name])
@@ -204,8 +213,6 @@ def add_setting_flags(parser: argparse.ArgumentParser, settings_cls, names: tupl
 
 def _flag_of(name: str, field) -> tuple[tuple[str, ...], dict]:
     """The spellings of the flag of settings field ``name`` and add_argument's other arguments."""
-    from transforms.core.settings import CHOICES, FLAGS, HELP, MANY, METAVAR, REPEATED, REQUIRED, SPELLED
-
     meta, default = field.metadata, field.default
     kwargs = {"help": meta[HELP]}
     if meta[METAVAR] is not None:
@@ -245,13 +252,10 @@ def parse_settings(parser: argparse.ArgumentParser, argv: list[str], settings_cl
         check_input(values["input"])
     check_beam_flags(beam_args, _long_flags(parser))
     beam_args = _beam_args(ours, beam_args)
-    from transforms.core.settings import spelled_as_float
 
     for name in spelled_as_float(settings_cls):
         values[name] = int(values[name])
-    from apache_beam.options.pipeline_options import PipelineOptions
-
-    return settings_cls(**values), PipelineOptions(beam_args)
+    return settings_cls(**values), beam_options("PipelineOptions")(beam_args)
 
 
 def check_input(pattern: str) -> None:
@@ -260,7 +264,6 @@ def check_input(pattern: str) -> None:
     the flags never touches the network (a template's launcher parses them offline first)."""
     if "://" in pattern:
         return
-    from transforms.inputs.discover import expand_pattern
 
     expand_pattern(pattern)
 

@@ -18,7 +18,7 @@ from shards import lock, storage, tree
 from transforms.core.records import UsageError
 
 if TYPE_CHECKING:
-    from transforms.core import resume
+    from transforms.run import resume
 
 log = logging.getLogger("pipelines")
 
@@ -38,12 +38,12 @@ def prepare_output(output: str, kind: str, inputs: list[str] = (), keep: tuple[s
     into anything else is refused, naming a file that is not ours), and no input file may lie
     inside it. Leftovers are the entries of the tree's temporary directory, but those named in
     ``keep`` (a pending removal's journal) and the saved work made for the same description
-    (transforms.core.resume), unless ``restart``. Saved work made for another description is
+    (transforms.run.resume), unless ``restart``. Saved work made for another description is
     removed with a one-line warning saying what changed. Before anything changes, the output's
     lock is taken (shards.lock): a second command writing into it is refused, naming the first. A
     dry run (``mode``) takes no lock and changes nothing.
     """
-    from transforms.core import resume
+    from transforms.run import resume
 
     for path in inputs:
         if tree.inside(path, output):
@@ -97,7 +97,7 @@ def _claim(out: tree.Tree, output: str, kind: str, dry_run: bool) -> list[str]:
 def _remove_leftover(out: tree.Tree, name: str, leftover: str, saved: resume.SavedWork | None,
                      work: resume.WorkDescription | None) -> None:
     """Remove the temporary entry ``name`` (at ``leftover``), with a warning saying why it goes."""
-    from transforms.core import resume
+    from transforms.run import resume
 
     if not name.startswith(resume.WORK_PREFIX):
         log.warning("removing %s, left by an interrupted run", leftover)
@@ -132,7 +132,7 @@ def abandon_run(output: str, run_id: str) -> tuple[bool, int]:
     is unfinished, no longer the previous output), and how many finished input units its saved
     work keeps for a re-run to resume from (saved work with none is deleted too, and in saved work
     kept, every spill file no finished unit points into)."""
-    from transforms.core import resume
+    from transforms.run import resume
 
     out = tree.Tree(output)
     run_dir = out.writable(out.temp_name(run_id), "temporary entry")

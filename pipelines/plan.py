@@ -39,11 +39,14 @@ import time
 from collections.abc import Iterator, Sequence
 
 import numpy as np
+import pyarrow.compute as pc
 
 from shards import layout, llmc, storage
 from shards import tree as ownership
 from shards.card import CARD_NAME
 from shards.provenance import STATS_JSON_NAME
+from transforms.bucketed.filter import batch_masks, keep_tokens
+from transforms.bucketed.tokenize import encode_batch
 from transforms.core.batches import DocBatch
 from transforms.core.records import BadRecord, Document
 from transforms.inputs.compression import compression_of
@@ -51,6 +54,7 @@ from transforms.inputs.fields import ReadConfig
 from transforms.inputs.read import plan_input, read_batches
 from transforms.inputs.registry import format_of
 from transforms.inputs.units import InputUnit
+from transforms.scaffold.encode import WordEncoder, encode_document
 
 SAMPLE_DOCS = 256  # rows in the sample
 SAMPLE_UNITS = 32  # draws of an input unit
@@ -266,8 +270,6 @@ def _record_weights(item, by_bytes: bool) -> np.ndarray:
         return np.zeros(1) if by_bytes else np.ones(1)
     if not by_bytes:
         return np.ones(item.size)
-    import pyarrow.compute as pc
-
     return pc.binary_length(item.table.column("text")).fill_null(0).to_numpy(zero_copy_only=False) + 1.0
 
 
@@ -453,8 +455,6 @@ def _sample_bucketed(plan, conditions, encoder, dtype: np.dtype, batch_docs: int
     """Each draw's records filtered and tokenized: per draw, the drops by reason (bad records
     included), the kept documents' lengths, ids and factors (Draw.factors); and the tokens the
     tokenizer made and the CPU seconds it took."""
-    from transforms.bucketed.filter import batch_masks, keep_tokens
-    from transforms.bucketed.tokenize import encode_batch
 
     per_draw, cpu, made, memo = [], 0.0, 0, {}
     for draw in plan.draws:
@@ -543,8 +543,6 @@ SCAFFOLD_FILES = (layout.CHECKSUMS_NAME, *DESCRIPTION_FILES, layout.STATS_NAME, 
 
 def scaffold(options) -> str:
     """The plan of ``pretokenize scaffold`` with these ScaffoldSettings."""
-    from transforms.scaffold.encode import WordEncoder
-
     output = storage.normalize(options.output)
     scaffold_config = options.scaffold_config()
     encoder = scaffold_config.load()
@@ -576,7 +574,6 @@ def _sample_scaffold(plan, scaffold_config, words):
     (bad records included), its tokens weighted by their factors (Draw.factors) and as made; per
     split the documents, sequences and tokens kept, each weighted by what its draw's records stand
     for; and the CPU seconds the encoder took."""
-    from transforms.scaffold.encode import encode_document
 
     per_split = {name: [0.0, 0.0, 0.0] for name in llmc.SPLITS}  # documents, sequences, tokens
     per_draw, cpu = [], 0.0

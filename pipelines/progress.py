@@ -5,9 +5,17 @@ announces, and the display (pipelines/progress_display.py) drawn while the job r
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
+import tempfile
 from typing import TYPE_CHECKING
 
+from pipelines.beam_flags import view
+from pipelines.progress_display import JobDisplay
 from pipelines.run_mode import is_local_runner
+from pipelines.worker_stderr import filtering_worker_stderr
+from transforms.core.progress import SHARED_ENV, Stage, announce_stages
+from transforms.inputs.units import planned_work
 
 if TYPE_CHECKING:
     from apache_beam.options.pipeline_options import PipelineOptions
@@ -17,12 +25,7 @@ def progress_dir(pipeline_options: PipelineOptions, run_id: str | None) -> str |
     """Where a local run's workers share their progress (transforms.core.progress), so a log line
     says how much of the whole job is done; None on a remote runner, whose UI shows progress.
     run_job removes it when the run ends."""
-    import os
-    import tempfile
-
-    from apache_beam.options.pipeline_options import StandardOptions
-
-    if run_id is None or not is_local_runner(pipeline_options.view_as(StandardOptions).runner):
+    if run_id is None or not is_local_runner(view(pipeline_options, "StandardOptions").runner):
         return None
     return os.path.join(tempfile.gettempdir(), f"pretokenize-progress-{run_id}")
 
@@ -31,9 +34,6 @@ def announce_write_stages(progress_dir: str | None, units, done: set[int], encod
     """The display's stages of a writing job (pipelines/progress_display.py): reading and
     ``encoding`` the input units not ``done`` at launch (their planned rows, or units), then
     writing the tokens the ``encode_step`` step made."""
-    from transforms.core.progress import Stage, announce_stages
-    from transforms.inputs.units import planned_work
-
     todo = [u for i, u in enumerate(units) if i not in done]
     planned = planned_work(todo)
     # The ETA goes by the text bytes read when every unit's are known (parquet): units are worked
@@ -54,10 +54,6 @@ def showing_progress(pipeline_options: PipelineOptions, run_id: str, stages=None
     worker process inherits), and the display draws the stages announced there (``stages``, or
     those the job's build announced). Worker processes' own standard error is kept to what is not
     Beam's harness logging (pipelines/worker_stderr.py). Nothing on a remote runner, whose UI shows progress."""
-    import os
-
-    from transforms.core.progress import SHARED_ENV, announce_stages
-
     shared = progress_dir(pipeline_options, run_id)
     if shared is None:
         yield
@@ -66,8 +62,6 @@ def showing_progress(pipeline_options: PipelineOptions, run_id: str, stages=None
         os.makedirs(shared, exist_ok=True)
     if stages:
         announce_stages(shared, stages)
-    from pipelines.progress_display import JobDisplay
-    from pipelines.worker_stderr import filtering_worker_stderr
 
     previous = os.environ.get(SHARED_ENV)
     os.environ[SHARED_ENV] = shared
@@ -84,20 +78,15 @@ def showing_progress(pipeline_options: PipelineOptions, run_id: str, stages=None
 
 def _worker_processes(pipeline_options: PipelineOptions) -> bool:
     """Whether a local run starts worker processes (the FnApiRunner's multi_processing mode)."""
-    from apache_beam.options.pipeline_options import DirectOptions
-
-    return pipeline_options.view_as(DirectOptions).direct_running_mode == "multi_processing"
+    return view(pipeline_options, "DirectOptions").direct_running_mode == "multi_processing"
 
 
 def remove_progress(pipeline_options: PipelineOptions, run_id: str) -> None:
-    import shutil
-
     shared = progress_dir(pipeline_options, run_id)
     if shared is None:
         return
     # Renamed first: a worker's late share (its sharing thread) names the old path and, never
     # creating it, writes nothing; so nothing lands in the directory while it is being removed.
-    import os
 
     gone = f"{shared}.removed"
     with contextlib.suppress(OSError):

@@ -9,6 +9,7 @@ import dataclasses
 import tempfile
 from typing import TYPE_CHECKING
 
+from pipelines.beam_flags import view
 from shards import layout, storage
 from transforms.core.records import UsageError
 
@@ -28,17 +29,13 @@ def workers_here(pipeline_options: PipelineOptions) -> bool:
     """Whether the job's workers run on this machine, sharing its disk: on a local runner, or with
     the SDK harness in this very process (``--environment_type=LOOPBACK``, which a Flink or Spark
     runner on this machine gets by default: pipelines/engines.py)."""
-    from apache_beam.options.pipeline_options import PortableOptions, StandardOptions
-
-    if is_local_runner(pipeline_options.view_as(StandardOptions).runner):
+    if is_local_runner(view(pipeline_options, "StandardOptions").runner):
         return True
-    return str(pipeline_options.view_as(PortableOptions).environment_type or "").upper() == "LOOPBACK"
+    return str(view(pipeline_options, "PortableOptions").environment_type or "").upper() == "LOOPBACK"
 
 
 def runner_name(pipeline_options: PipelineOptions) -> str:
-    from apache_beam.options.pipeline_options import StandardOptions
-
-    runner = pipeline_options.view_as(StandardOptions).runner
+    runner = view(pipeline_options, "StandardOptions").runner
     return "the default local runner" if runner is None else str(runner)
 
 
@@ -46,14 +43,12 @@ def is_dry_run(pipeline_options: PipelineOptions) -> bool:
     """Whether Beam's --dry_run asks to translate the job without running it. A UsageError on a
     local runner, which would ignore it and run the whole job, and for a value Beam would
     misread (it takes any value, --dry_run=False too, as true)."""
-    from apache_beam.options.pipeline_options import StandardOptions, TestOptions
-
-    value = pipeline_options.view_as(TestOptions).dry_run
+    value = view(pipeline_options, "TestOptions").dry_run
     if not value:
         return False
     if str(value).lower() in ("false", "0", "no", "off"):
         raise UsageError(f"--dry_run={value}: Beam takes any value as true; leave the flag out for a real run")
-    if is_local_runner(pipeline_options.view_as(StandardOptions).runner):
+    if is_local_runner(view(pipeline_options, "StandardOptions").runner):
         raise UsageError(f"--dry_run is for a remote runner (--runner=DataflowRunner): {runner_name(pipeline_options)} "
                          "would ignore it and run the whole job; --plan shows what a run would do")
     return True
@@ -104,12 +99,10 @@ def submitted_line(result, output: str, pipeline_options: PipelineOptions) -> st
     A Flex Template's launcher may have the runner write the job to ``--template_location`` for
     Dataflow to start, instead of submitting it: that result has no job id (and waiting on it would
     fail), so the line names the file instead."""
-    from apache_beam.options.pipeline_options import GoogleCloudOptions, TestOptions
-
-    if pipeline_options.view_as(TestOptions).dry_run:
+    if view(pipeline_options, "TestOptions").dry_run:
         return "--dry_run: the job was translated, not submitted"
     finished = f"{storage.join(output, layout.STATS_NAME)} appears when it has finished"
-    template = pipeline_options.view_as(GoogleCloudOptions).template_location
+    template = view(pipeline_options, "GoogleCloudOptions").template_location
     if template:
         return f"wrote the job to {template} for Dataflow to start, not waiting for it: {finished}"
     job_id = result.job_id() if getattr(result, "has_job", False) else None

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from pipelines import flags, job, launch, progress, run_mode, summary
 from shards import llmc, lock
 from shards.llmc import ScaffoldStats
+from transforms.run.provenance import launch_provenance
 from transforms.scaffold.settings import ScaffoldSettings
 
 if TYPE_CHECKING:  # Beam and the steps are imported by build(): --help and a flag's error import none of it
@@ -41,13 +42,12 @@ def build(pipeline: beam.Pipeline, options: ScaffoldSettings, run_id: str | None
 
     Checked before the pipeline runs: the options, that the tokenizer is GPT-2's vocabulary, and
     that every input file exists (and a parquet file has the id and text columns). Input units an
-    interrupted run with the same input and settings finished are not redone (transforms.core.resume).
+    interrupted run with the same input and settings finished are not redone (transforms.run.resume).
     """
     import apache_beam as beam
 
-    from transforms.core import resume
-    from transforms.core.provenance import launch_provenance
     from transforms.inputs.read import RECORDS, CountRecords, ReadDocuments, ReadUnitFn
+    from transforms.run import resume
     from transforms.scaffold.encode import COUNTS, DROPPED, EncodeScaffoldFn
     from transforms.scaffold.write import PublishLlmcOutput, ScaffoldFormat, WriteLlmcShards, spill_fn
 

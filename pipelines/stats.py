@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import io
+import json
 import sys
 
 import numpy as np
@@ -25,6 +26,9 @@ from pipelines.flags import add_break_lock_flag, add_setting_flags, parse_plain_
 from pipelines.help_format import DefaultsHelpFormatter
 from shards import layout, lock, storage
 from shards import tree as ownership
+from shards.card import CARD_NAME
+from shards.index import INDEX_NAME
+from shards.provenance import STATS_JSON_NAME
 from shards.reading.opening import open_tree
 from shards.reading.shard_tree import SPLITS, ShardTree
 from transforms.core.settings import REQUIRED, setting
@@ -179,9 +183,9 @@ def token_shares(per_bucket: list[BucketLengths]) -> TokenShares:
     )
 
 
-def figure(per_bucket: list[BucketLengths], title: str, bins: int = 40):
-    """The matplotlib figure: tokens per bucket with the cumulative token share; where the tokens
-    lie by document length; then the lengths inside each non-empty bucket."""
+def _matplotlib():
+    """matplotlib's pyplot and ticker, drawing off screen: imported only when a picture is drawn, as
+    matplotlib is an extra (``stats``) that the table and --png none do without."""
     try:
         import matplotlib
     except ImportError:
@@ -189,8 +193,15 @@ def figure(per_bucket: list[BucketLengths], title: str, bins: int = 40):
             "the histogram needs matplotlib: pip install 'beam-pretokenize[stats]' (or pass --png none)"
         ) from None
     matplotlib.use("Agg")
-    from matplotlib import pyplot as plt
+    from matplotlib import pyplot, ticker
 
+    return pyplot, ticker
+
+
+def figure(per_bucket: list[BucketLengths], title: str, bins: int = 40):
+    """The matplotlib figure: tokens per bucket with the cumulative token share; where the tokens
+    lie by document length; then the lengths inside each non-empty bucket."""
+    plt, _ = _matplotlib()
     shares = token_shares(per_bucket)
     shown = [b for b in per_bucket if b.documents]
     cols = 3
@@ -209,8 +220,6 @@ def figure(per_bucket: list[BucketLengths], title: str, bins: int = 40):
 def _draw_bucket_tokens(bars, shares: TokenShares, colors, title: str) -> None:
     """Tokens per bucket, every bucket on the axis (an empty one as a bar of 0), and the share of
     all tokens in the buckets up to each one."""
-    from matplotlib.ticker import PercentFormatter
-
     total_docs, total_tokens = sum(shares.documents), sum(shares.tokens)
     positions = np.arange(len(shares.buckets))
     bars.bar(positions, shares.tokens, color=[colors(i) for i in range(len(shares.buckets))])
@@ -223,7 +232,7 @@ def _draw_bucket_tokens(bars, shares: TokenShares, colors, title: str) -> None:
     cumulative.plot(positions, shares.cumulative, color="black", marker="o", linewidth=1.2,
                     label="cumulative share of tokens")
     cumulative.set_ylim(0, 105)
-    cumulative.yaxis.set_major_formatter(PercentFormatter())
+    cumulative.yaxis.set_major_formatter(_matplotlib()[1].PercentFormatter())
     cumulative.set_ylabel("cumulative share of tokens")
     cumulative.legend(loc="upper left", fontsize=8)
 
@@ -248,13 +257,11 @@ def _draw_token_lengths(overall, shown: list[BucketLengths], colors, bins: int) 
 def _draw_bucket_lengths(ax, b: BucketLengths, colors, bins: int, total_tokens: int) -> None:
     """The lengths inside one bucket. A bucket spans a factor of two (beyond: whatever it holds),
     so a linear axis reads best."""
-    from matplotlib.ticker import MaxNLocator
-
     low, high = layout.bucket_range(b.bucket)
     hi = high if high is not None else int(b.lengths.max())
     edges = np.unique(np.linspace(low, hi + 1, bins + 1).round().astype(np.int64))
     ax.hist(b.lengths, bins=edges, color=colors(layout.BUCKET_NAMES.index(b.bucket)))
-    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.yaxis.set_major_locator(_matplotlib()[1].MaxNLocator(integer=True))
     share = 100.0 * b.tokens / total_tokens if total_tokens else 0.0
     ax.set_title(f"{b.bucket}: {b.documents:,} docs, {b.tokens:,} tokens ({share:.1f}%)", fontsize=9)
     ax.set_xlabel("length", fontsize=8)
@@ -265,8 +272,7 @@ def _draw_bucket_lengths(ax, b: BucketLengths, colors, bins: int, total_tokens: 
 def draw(per_bucket: list[BucketLengths], title: str, bins: int = 40) -> bytes:
     """The picture as PNG bytes."""
     fig = figure(per_bucket, title, bins)
-    from matplotlib import pyplot as plt
-
+    plt, _ = _matplotlib()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
@@ -285,8 +291,6 @@ def run(argv: list[str] | None = None) -> int:
     # With --json, stdout is the JSON alone (for a pipe into jq); where the files went, on stderr.
     where = sys.stderr if options.json else sys.stdout
     if options.json:
-        import json
-
         print(json.dumps(written.summary, indent=1), flush=True)
     else:
         print(written.text, end="", flush=True)
@@ -354,10 +358,6 @@ def _check_not_the_jobs(names: list[str], record: ownership.TreeRecord, tree_url
     """None of ``names`` is a file the job wrote (its shards, manifest, stats, card, index) or one
     of the tool's own (the record, the lock, the temporary directory), nor lies in a directory of
     theirs (a bucket, a split, megatron/): stats adds files, never replaces the tree's."""
-    from shards.card import CARD_NAME
-    from shards.index import INDEX_NAME
-    from shards.provenance import STATS_JSON_NAME
-
     theirs = {layout.MANIFEST_NAME, layout.CHECKSUMS_NAME, layout.STATS_NAME, layout.REMOVALS_NAME, CARD_NAME,
               STATS_JSON_NAME, INDEX_NAME, layout.RECORD_NAME, lock.LOCK_NAME, layout.TEMP_DIR_NAME,
               *layout.BUCKET_NAMES, *SPLITS, "megatron"}

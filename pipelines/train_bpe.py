@@ -9,7 +9,7 @@ What happens, in order:
    temporary directory.
 2. The pipeline reads and filters documents as the bucketed job does (the same reader, field flags
    and language filter; ``--language none`` turns the filter off), cuts the texts into words and
-   counts them (each input unit's steps run in one call, transforms.core.steps.RunUnits; then
+   counts them (each input unit's steps run in one call, transforms.run.steps.RunUnits; then
    transforms.bpe.count's combiner per count shard), and writes the pruned count
    shards and the run's counts (documents, drops, characters, pre-tokens) into the run directory.
 3. The launcher reads the counted words and learns the merges (transforms.bpe.learn).
@@ -34,7 +34,9 @@ import time
 from typing import TYPE_CHECKING
 
 from pipelines import errors, flags, job, launch, progress, run_mode, summary
+from pipelines.progress_display import LauncherBar
 from shards import lock, storage, tree
+from shards import tokenizer_files as files
 from shards.removal.lists import (
     check_id_field,
     is_tree_source,
@@ -44,9 +46,11 @@ from shards.removal.lists import (
     read_removal_source,
 )
 from shards.version import tool_version
-from transforms.bpe import files, pretokenize
+from transforms.bpe import pretokenize
+from transforms.bpe.learn import learn_merges
 from transforms.bpe.settings import TrainBpeSettings
 from transforms.bucketed.settings import DOCUMENT_FILTER_FLAGS
+from transforms.core.progress import Stage, announce_stages
 from transforms.core.records import UsageError
 
 if TYPE_CHECKING:  # Beam and the steps are imported by build(): --help and a flag's error import none of it
@@ -99,10 +103,9 @@ def build(pipeline: beam.Pipeline, options: TrainBpeSettings, run_id: str, mode:
     from transforms.bpe.count import STATS, WriteWordCounts
     from transforms.bucketed.filter import DROPPED
     from transforms.core.drops import CountDrops
-    from transforms.core.progress import Stage, announce_stages
-    from transforms.core.steps import RunUnits
     from transforms.inputs.read import RECORDS, CountRecords, ReadDocuments, ReadUnitFn
     from transforms.removal import MATCHED
+    from transforms.run.steps import RunUnits
 
     output = storage.normalize(options.output)
     counting = options.count_config(run_url(output, run_id))
@@ -247,9 +250,6 @@ def _run_numbers(output: str, run_url_: str) -> tuple[dict, dict[str, int]]:
 def _learn(words: list, ids: dict | None, base: int, n_merges: int):
     """Step 3: the merges learnt from the counted ``words``, with a bar; and the wall and CPU
     seconds they took."""
-    from pipelines.progress_display import LauncherBar
-    from transforms.bpe.learn import learn_merges
-
     start, start_cpu = time.monotonic(), time.process_time()
     with LauncherBar("merges", n_merges, "merges") as bar:
 

@@ -21,10 +21,13 @@ import tempfile
 import uuid
 from typing import TYPE_CHECKING
 
+from pipelines.beam_flags import view
 from pipelines.errors import launching
 from pipelines.flags import add_setting_flags, add_workers_flag, parse_settings, tool_parser
+from pipelines.launch import new_run_id
+from pipelines.progress import showing_progress
 from pipelines.run_mode import end_dry_run, is_dry_run, workers_here
-from shards import kinds, layout, lock, scaffold_verify, storage
+from shards import kinds, layout, lock, storage
 from shards.removal.journal import load_journal
 from shards.removal.lists import (
     DEFAULT_ID_FIELD,
@@ -34,7 +37,8 @@ from shards.removal.lists import (
     read_removal_list,
     shortened_log_problem,
 )
-from shards.tree import IncompleteTreeError, OutputTree, UnreadableStatsError, inside
+from shards.tree import IncompleteTreeError, OutputTree, Tree, UnreadableStatsError, inside
+from transforms.core.progress import Stage
 from transforms.core.records import UsageError
 from transforms.core.settings import REQUIRED, setting
 
@@ -75,19 +79,16 @@ def _problems(n: int) -> str:
     return f"{n} problem" if n == 1 else f"{n} problems"
 
 
-def _verify_scaffold(output: str, args: VerifySettings) -> Verdict:
-    """The llm.c checks, split by split (each split is one token stream, read once in order)."""
+def _verify_in_process(output: str, args: VerifySettings, kind: kinds.TreeKind) -> Verdict:
+    """The kind's own checks (its ``checks`` in shards/kinds.py: the scaffold kind's read each split
+    once, in order), run here; a kind without them, or a tree nothing says the kind of, is checked by
+    the Beam job of transforms/tools/verify.py (check, below)."""
     if args.input:
-        print("verify: --input is not supported for scaffold trees; checking the format only", flush=True)
+        print(f"verify: --input is not supported for {kind.name} trees; checking the format only", flush=True)
     from transforms.tools.verify import MAX_REPORTED
 
-    problems = scaffold_verify.check_scaffold_tree(output)
-    return Verdict(output, len(problems), tuple(problems[:MAX_REPORTED]), "scaffold llm.c shards", more=False)
-
-
-# The kinds (shards/kinds.py) whose trees are checked in this process; a bucketed tree, and a tree
-# nothing says the kind of, is checked by the Beam job of transforms/tools/verify.py (run below).
-IN_PROCESS = {kinds.SCAFFOLD.name: _verify_scaffold}
+    problems = kind.part("checks")(output)
+    return Verdict(output, len(problems), tuple(problems[:MAX_REPORTED]), kind.checked_as, more=False)
 
 
 def _removed_ids(output: str, removal_list: str | None, id_field: str) -> tuple[dict[str, str], list[str]]:
@@ -126,17 +127,15 @@ def _report_place(report: str | None, options: PipelineOptions, output: str) -> 
 
 
 def _report_url(report: str | None, options: PipelineOptions) -> tuple[str, str | None]:
-    from apache_beam.options.pipeline_options import GoogleCloudOptions, StandardOptions
-
     if report:
         return storage.normalize(report), None
     name = f"pretokenize-verify-{uuid.uuid4().hex[:12]}"
-    temp_location = options.view_as(GoogleCloudOptions).temp_location
+    temp_location = view(options, "GoogleCloudOptions").temp_location
     if temp_location:
         scratch = storage.join(storage.normalize(temp_location), name)
         return storage.join(scratch, "report.json"), scratch
     if not workers_here(options):  # they could not write this machine's temporary directory
-        runner = options.view_as(StandardOptions).runner
+        runner = view(options, "StandardOptions").runner
         raise UsageError(
             f"--runner {runner}: its workers cannot write this machine's temporary directory; pass "
             "--temp_location (a URL they and this launcher both reach, e.g. s3://bucket/tmp) or --report"
@@ -183,8 +182,9 @@ def check(args: VerifySettings, options: PipelineOptions) -> Verdict | None:
         output, tree, held = _open_tree(args)
     if held is not None:
         print(f"verify: {held}", flush=True)
-    if tree.kind in IN_PROCESS:
-        return IN_PROCESS[tree.kind](output, args)
+    kind = tree.tree_kind
+    if kind is not None and kind.checks is not None:
+        return _verify_in_process(output, args, kind)
     try:
         stats = tree.stats()
     except (IncompleteTreeError, UnreadableStatsError) as e:
@@ -208,9 +208,6 @@ def check(args: VerifySettings, options: PipelineOptions) -> Verdict | None:
         pipeline.run()
         print(end_dry_run(output, options), flush=True)
         return None
-    from pipelines.launch import new_run_id
-    from pipelines.progress import showing_progress
-    from transforms.core.progress import Stage
 
     stages = [Stage("verify", "verify", ("files",), "files", total=len(units))]
     try:
@@ -258,8 +255,6 @@ def _open_tree(args: VerifySettings) -> tuple[str, OutputTree, str | None]:
 def _left_match_problems(output: str) -> list[str]:
     """A line when a killed ``remove`` left its id match's files (the ids it was given, encoded)
     and no live writer holds the tree: that they are there, never what they hold."""
-    from shards.tree import Tree
-
     out = Tree(output)
     found = lock.holder(output)
     writing = found is not None and lock.why_free(found, break_lock=False) is None

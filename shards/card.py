@@ -14,6 +14,7 @@ Nothing here imports Beam.
 
 from __future__ import annotations
 
+import json
 import logging
 import shlex
 
@@ -36,7 +37,7 @@ def description_files(doc: dict) -> dict[str, bytes]:
 
 def render(doc: dict) -> str:
     """The card of the tree dataset_stats.json ``doc`` describes."""
-    parts = TEMPLATES[doc["job"]](doc)
+    parts = kinds.get(doc["job"]).part("card")(doc)  # the template of the kind named in it
     return "\n".join(parts).rstrip("\n") + "\n"
 
 
@@ -102,8 +103,6 @@ def _front_matter(doc: dict, pretty_name: str, tags: list[str]) -> list[str]:
 
 def _yaml_scalar(value: str) -> str:
     """``value`` as a YAML scalar: plain when it reads back as the same string, else quoted."""
-    import json
-
     plain = str(value)
     if plain and all(c.isalnum() or c in "-_./" for c in plain) and plain[0] not in "-." and \
             plain.lower() not in ("yes", "no", "true", "false", "null", "on", "off", "~"):
@@ -184,7 +183,7 @@ _NO_DOCUMENTS = ["## Reading it", "", "This tree holds no documents.", ""]
 _AT_A_GLANCE = ["## At a glance", "", "| | |", "|---|---|"]
 
 
-def _bucketed(doc: dict) -> list[str]:
+def bucketed_card(doc: dict) -> list[str]:
     return _card(doc, _bucketed_top, _bucketed_making, _bucketed_statistics, _bucketed_layout,
                  _bucketed_reading_it, _bucketed_removal)
 
@@ -454,7 +453,7 @@ def _bucketed_removal(doc: dict) -> list[str]:
 # --- the scaffold (llm.c) layout -------------------------------------------------------------------
 
 
-def _scaffold(doc: dict) -> list[str]:
+def scaffold_card(doc: dict) -> list[str]:
     return _card(doc, _scaffold_top, _scaffold_making, _scaffold_statistics, _scaffold_layout,
                  _scaffold_reading_it, _scaffold_removal)
 
@@ -664,10 +663,6 @@ def _scaffold_decode_snippet(split: str) -> list[str]:
         "```",
         "",
     ]
-
-
-# The card of each kind of tree (shards/kinds.py), by the job named in its dataset_stats.json.
-TEMPLATES = {kinds.BUCKETED.name: _bucketed, kinds.SCAFFOLD.name: _scaffold}
 
 
 def write_description(output: str, kind: str, files: dict[str, bytes]) -> None:

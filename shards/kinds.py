@@ -4,14 +4,17 @@
     kind.data_dirs            # ("train", "val"): the directories its job writes data files into
     kind.is_data_file(name)   # "train/shard_000.bin" -> True: a data file's path, in the shape its job writes
     kind.stats_type           # llmc.ScaffoldStats: what its dataset_stats.txt parses as
+    kind.part("opener")       # shards.reading.opening.open_scaffold_tree: its parts, named in its entry
     kinds.told_by(stats_text, fs, root)   # a tree without an ownership record: which kind, from its stats or files
 
-The ownership record (``shards/tree.py``) names its tree's kind; the record, ``OutputTree``, the
-reader (``shards/reading/opening.py``), verify (``pipelines/verify.py``), export and the dry-run plan ask the
-kind's entry here instead of comparing names. What a kind is *in a layer above* (the Beam job that
-writes it, the verify job of a bucketed tree, the reader's opener, the card's template) is keyed by
-``kind.name`` in that layer's own table, next to the code it names, so nothing here imports upward
-and no module imports this one back: adding a kind is an entry here plus one in each of those tables.
+A kind owns its parts, all named in its entry here: its files, its stats type, its reader's opener,
+its card's template and the check verify runs in its own process (none: the Beam verify job of
+transforms/tools/verify.py). The ownership record (``shards/tree.py``), ``OutputTree``, the reader,
+the card, verify, export and the dry-run plan ask the entry instead of comparing names. The parts
+above this module (the opener reads through ``shards.tree``, which asks this module) are named as
+``module:function`` and loaded by ``part``, so that nothing here imports them. Adding a kind is an
+entry here plus its own modules; the job that writes it is declared at the pipelines layer
+(``pipelines/jobs.py``), which shards never imports.
 
 Nothing here imports Beam.
 """
@@ -19,10 +22,11 @@ Nothing here imports Beam.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import posixpath
 from collections.abc import Callable
 
-from shards import layout, llmc, manifest
+from shards import layout, llmc, manifest, tokenizer_files
 
 
 def _is_bucketed_file(name: str) -> bool:
@@ -43,9 +47,7 @@ def _is_scaffold_file(name: str) -> bool:
 
 
 def _is_tokenizer_file(name: str) -> bool:
-    from transforms.bpe import files as bpe_files  # the tokenizer's fixed names (no Beam there, nothing of shards)
-
-    return name in bpe_files.FILES
+    return name in tokenizer_files.FILES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,19 +70,34 @@ class TreeKind:
     # The word the reader's fingerprint hashes for this kind (sampler states saved with a tree's
     # fingerprint must stay valid): the scaffold kind's trees were opened as "llmc" trees.
     fingerprint_word: str = ""
+    # Its parts in modules that import this one, as "module:function" (loaded by ``part``):
+    opener: str | None = None  # (OutputTree, fs, root) -> ShardTree | None: the reader's view of its tree
+    card: str | None = None  # (dataset_stats.json's document) -> the card's lines (README.md)
+    checks: str | None = None  # (url) -> problems: verify's check in its own process; None: the Beam job's
+    checked_as: str = ""  # what verify says its checks covered
 
     def parse_stats(self, text: str):
         return (self.stats_type or manifest.DatasetStats).from_text(text)
+
+    def part(self, name: str) -> Callable | None:
+        """Its part ``name`` ("opener", "card", "checks"), loaded; None when it has none."""
+        where = getattr(self, name)
+        if where is None:
+            return None
+        module, _, function = where.partition(":")
+        return getattr(importlib.import_module(module), function)
 
 
 BUCKETED = TreeKind(
     name="bucketed", is_data_file=_is_bucketed_file, data_dirs=layout.BUCKET_NAMES,
     stats_type=manifest.DatasetStats, removes_in_place=True, marker_files=(layout.MANIFEST_NAME,),
-    fingerprint_word="bucketed",
+    fingerprint_word="bucketed", opener="shards.reading.opening:open_bucketed_tree", card="shards.card:bucketed_card",
 )
 SCAFFOLD = TreeKind(
     name="scaffold", is_data_file=_is_scaffold_file, data_dirs=llmc.SPLITS, stats_type=llmc.ScaffoldStats,
     own_splits=True, stats_tell=llmc.is_scaffold_stats, marker_dirs=llmc.SPLITS, fingerprint_word="llmc",
+    opener="shards.reading.opening:open_scaffold_tree", card="shards.card:scaffold_card",
+    checks="shards.scaffold_verify:check_scaffold_tree", checked_as="scaffold llm.c shards",
 )
 TOKENIZER = TreeKind(name="tokenizer", is_data_file=_is_tokenizer_file, derives=False)  # train-bpe's output
 

@@ -26,12 +26,14 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import os
 import posixpath
 import re
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
+import fsspec
 import numpy as np
 
 from shards import manifest
@@ -395,13 +397,9 @@ def _source_name(source) -> str:
 def _open_source(source):
     """A binary file object for a local path, an fsspec URL or the file's bytes."""
     if isinstance(source, (bytes, bytearray, memoryview)):
-        import io
-
         return io.BytesIO(bytes(source))
     path = os.fspath(source)
     if "://" in path:
-        import fsspec
-
         return fsspec.open(path, "rb").open()
     return open(path, "rb")
 

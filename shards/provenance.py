@@ -51,7 +51,7 @@ class Provenance:
     tokenizer_files: tuple[tuple[str, str], ...]
     flags: dict[str, object]
     inputs: tuple[tuple[str, str], ...]
-    # The card's metadata: license, source_datasets, language (transforms.core.provenance.card_metadata).
+    # The card's metadata: license, source_datasets, language (transforms.run.provenance.card_metadata).
     card: dict = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict:

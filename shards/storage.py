@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import os
 import posixpath
+import stat
 import uuid
 from collections.abc import Iterator
 
@@ -287,8 +289,6 @@ def open_read(fs: fsspec.AbstractFileSystem, path: str, mode: str = "rb", **kwar
     opened non-blocking and checked before a byte is read (a link is followed to what it names)."""
     if not isinstance(fs, LocalFileSystem):
         return fs.open(path, mode, **kwargs)
-    import io
-    import stat
 
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
@@ -309,8 +309,6 @@ def open_read(fs: fsspec.AbstractFileSystem, path: str, mode: str = "rb", **kwar
 
 
 def _kind_of(mode: int) -> str:
-    import stat
-
     for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
                        (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device")):
         if test(mode):

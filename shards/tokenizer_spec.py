@@ -18,6 +18,7 @@ It lives in shards/ because a tree's stats and card name it; nothing here import
 from __future__ import annotations
 
 import dataclasses
+import difflib
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,8 +76,6 @@ class TokenizerSpec:
 
 def _did_you_mean(name: str, kind: SpecKind | None) -> str:
     """The hint for a name a typo away from a kind or an alias (" (did you mean gpt2?)"), when it names none."""
-    import difflib
-
     if kind is not None:
         return ""
     close = difflib.get_close_matches(name, [*KINDS, *ALIASES], n=1)

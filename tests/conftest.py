@@ -1,10 +1,14 @@
-"""Shared test fixtures: paths to the bundled sample and to the GPT-2 ranks shipped in the package,
-rows in the FinePDFs schema and a module's ROWS as a JSON lines source."""
+"""Shared test fixtures and helpers, one home each: paths to the bundled sample and to the GPT-2 ranks
+shipped in the package, rows in the FinePDFs schema and a module's ROWS as a JSON lines source
+(``write_jsonl``), the sample's bucketed tree (``bucketed_sample``), a command run as a user runs it
+(``run_cli``) and the ids a tree stores (``stored_ids``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import os
 from pathlib import Path
 
 import pytest
@@ -51,10 +55,64 @@ def finepdfs_row(doc_id: str, text: str, **overrides) -> dict:
     return row
 
 
-def write_jsonl(path: Path, rows) -> Path:
-    """``rows`` at ``path`` as JSON lines, one object a line, UTF-8."""
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+def jsonl_line(record: dict) -> bytes:
+    """One JSON line, UTF-8."""
+    return (json.dumps(record) + "\n").encode("utf-8")
+
+
+def write_jsonl(path, records) -> Path:
+    """``records`` at ``path`` one a line: a dict as a JSON object, bytes as they are (a line a test spoilt)."""
+    path = Path(path)
+    path.write_bytes(b"".join(r if isinstance(r, bytes) else jsonl_line(r) for r in records))
     return path
+
+
+def bucketed_sample(out, *flags: str) -> Path:
+    """The bundled sample through the bucketed job into ``out`` (on the FnApiRunner unless ``flags`` name a
+    runner): the tree the tests of readers, decode, remove and verify start from."""
+    from pipelines import bucketed
+
+    runner = [] if any(f.startswith("--runner") for f in flags) else ["--runner=FnApiRunner"]
+    bucketed.run(["--input", str(SAMPLE_PARQUET), "--output", str(out), *runner, *flags])
+    return Path(out)
+
+
+def stored_ids(tree) -> list[str]:
+    """The ids a bucketed tree stores, in its manifest's order."""
+    from shards import layout, manifest
+
+    with open(os.path.join(tree, layout.MANIFEST_NAME), encoding="utf-8") as f:
+        return [doc_id for _, doc_id, _ in manifest.read_rows(f)]
+
+
+@dataclasses.dataclass
+class Outcome:
+    """What a command did: its exit status and what it printed."""
+
+    code: int
+    out: str
+    err: str
+
+    @property
+    def refusal(self) -> str:
+        """The one line of a refusal: exit 2, no traceback, the message the last line of stderr
+        (log lines of the launch may come before it)."""
+        assert self.code == 2, f"exit {self.code}, expected a refusal (2); stderr: {self.err[-2000:]}"
+        assert "Traceback" not in self.err, self.err
+        lines = [line for line in self.err.splitlines() if line.strip()]
+        assert lines, "a refusal says why, on stderr"
+        assert lines[-1].startswith("pretokenize "), lines[-1]
+        return lines[-1]
+
+
+def run_cli(capture, argv: list) -> Outcome:
+    """``pretokenize ARGV`` as a user runs it (cli.main), with what it printed (``capture``: capsys or capfd)."""
+    from pipelines import cli
+
+    capture.readouterr()
+    code = cli.main([str(a) for a in argv])
+    captured = capture.readouterr()
+    return Outcome(code, captured.out, captured.err)
 
 
 @pytest.fixture(scope="module")

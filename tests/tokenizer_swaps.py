@@ -6,7 +6,7 @@ import os
 from collections import Counter
 from pathlib import Path
 
-from transforms.core.resume import PROBE_TEXT
+from transforms.run.resume import PROBE_TEXT
 from transforms.tokenizers.load import load_encoder
 
 

@@ -20,14 +20,13 @@ What differs from the ``pretokenize`` command:
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 
-from pipelines import cli
+from pipelines import cli, jobs
 from transforms.core.records import UsageError
 
-TEMPLATE_JOBS = cli.SUBMITTABLE  # a template's launcher must not wait for its job
+TEMPLATE_JOBS = jobs.SUBMITTABLE  # a template's launcher must not wait for its job
 _TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no", "")
 # What the workers install besides the package; they fetch it from PyPI as they fetch the
 # package's own dependencies, so the launcher downloads nothing to stage (--requirements_cache=skip).
@@ -69,7 +68,7 @@ def _given(flags: list[str], name: str) -> bool:
 
 def _switches(job: str) -> set[str]:
     """The job's on/off flags (``--annotate``), spelled with dashes."""
-    parser = importlib.import_module(cli.JOBS[job][0]).make_parser()
+    parser = jobs.load(job).make_parser()
     return {s for a in parser._actions if a.nargs == 0 for s in a.option_strings if s.startswith("--")}
 
 

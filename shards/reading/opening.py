@@ -1,8 +1,9 @@
 """Opening a tree: ``open_tree`` asks shards.tree.OutputTree the tree's kind and whether it is
-finished, then the kind's opener (``_OPENERS``) reads it: a bucketed tree through its reader index
-(mapped, shards.index) or else its text manifest (parsed into columns), an llm.c tree of the scaffold
-job by scanning its shards for EOT. ``open_llmc`` opens loose llm.c shard files. Every file read is
-checked against what describes it (the manifest's rows, an llm.c header) and resolves inside the tree.
+finished, then the kind's opener (its ``opener`` in shards/kinds.py) reads it: a bucketed tree
+through its reader index (mapped, shards.index) or else its text manifest (parsed into columns), an
+llm.c tree of the scaffold job by scanning its shards for EOT. ``open_llmc`` opens loose llm.c shard
+files. Every file read is checked against what describes it (the manifest's rows, an llm.c header) and
+resolves inside the tree.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ def open_tree(url: str) -> ShardTree:
     """Open a finished output tree of the bucketed or the scaffold (llm.c) job, local or fsspec.
 
     Which kind it is, and whether it is finished, is shards.tree.OutputTree's answer; the kind's
-    opener (``_OPENERS``) reads it.
+    opener (its ``opener`` in shards/kinds.py) reads it.
     """
     fs, _ = storage.filesystem(url)
     if not isinstance(fs, LocalFileSystem):
@@ -91,7 +92,8 @@ def open_tree(url: str) -> ShardTree:
     committed = _stats_version(fs, root)
     out = OutputTree.open(url).require_finished()
     fs, root = storage.filesystem(out.url)
-    opened = _OPENERS[out.kind](out, fs, root.rstrip("/") or "/") if out.kind in _OPENERS else None
+    opener = kinds.get(out.kind).part("opener") if out.kind in kinds.REGISTRY else None
+    opened = opener(out, fs, root.rstrip("/") or "/") if opener is not None else None
     if opened is None:
         raise ValueError(f"{out.url} has neither {layout.MANIFEST_NAME} nor train/ or val/ llm.c shards")
     if _stats_version(fs, root) != committed:
@@ -102,7 +104,9 @@ def open_tree(url: str) -> ShardTree:
     return opened
 
 
-def _open_bucketed_tree(out: OutputTree, fs, root: str) -> ShardTree | None:
+def open_bucketed_tree(out: OutputTree, fs, root: str) -> ShardTree | None:
+    """The bucketed kind's opener (shards/kinds.py): through its reader index when that proves to describe
+    the manifest, else the manifest itself; None without a manifest."""
     if not fs.exists(posixpath.join(root, layout.MANIFEST_NAME)):
         return None
     Tree(out.url).path(layout.MANIFEST_NAME, "manifest")  # no link out of the tree
@@ -111,7 +115,8 @@ def _open_bucketed_tree(out: OutputTree, fs, root: str) -> ShardTree | None:
     return indexed if indexed is not None else _open_bucketed(fs, root, out.url, stats)
 
 
-def _open_scaffold_tree(out: OutputTree, fs, root: str) -> ShardTree:
+def open_scaffold_tree(out: OutputTree, fs, root: str) -> ShardTree:
+    """The scaffold kind's opener (shards/kinds.py): the llm.c shards of train/ and val/ that the tree's record owns."""
     url = out.url
     files = {}
     for split in llmc.SPLITS:
@@ -127,9 +132,6 @@ def _open_scaffold_tree(out: OutputTree, fs, root: str) -> ShardTree:
         names_in.path(rel, "shard")
     return _open_llmc(fs, root, url, files)
 
-
-# Each tree kind's opener (shards/kinds.py names the kinds); None: the tree holds nothing to open.
-_OPENERS = {kinds.BUCKETED.name: _open_bucketed_tree, kinds.SCAFFOLD.name: _open_scaffold_tree}
 
 
 def _shard_number(name: str) -> int:

@@ -13,7 +13,7 @@ import unicodedata
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from conftest import REPO, SAMPLE_PARQUET
+from conftest import REPO, SAMPLE_PARQUET, bucketed_sample
 
 from pipelines import cli, decode
 from shards import layout, llmc
@@ -84,7 +84,6 @@ def test_document_words_handles_malformed_documents():
 
 
 def test_the_cli_prints_documents(split_dir, gpt2_spec, capsys, monkeypatch):
-    monkeypatch.setitem(cli.JOBS, "decode", ("pipelines.decode", "decode"))
     d, _ = split_dir
     assert cli.main(["decode", str(d), "--docs", "1", "--markers", "--tokenizer", gpt2_spec]) == 0
     out = capsys.readouterr().out
@@ -106,12 +105,8 @@ def test_a_missing_path_is_bad_input(tmp_path):
 
 @pytest.fixture(scope="module")
 def sample_tree(tmp_path_factory):
-    from pipelines import bucketed
-
-    out = tmp_path_factory.mktemp("decode_tree") / "out"
-    bucketed.run(["--input", str(SAMPLE_PARQUET), "--output", str(out), "--runner=FnApiRunner",
-                  "--partitions", "4", "--max-shard-bytes", "120000"])
-    return out
+    return bucketed_sample(tmp_path_factory.mktemp("decode_tree") / "out", "--partitions", "4",
+                           "--max-shard-bytes", "120000")
 
 
 def tree_printout(capsys, *args):

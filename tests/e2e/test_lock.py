@@ -17,10 +17,10 @@ import sys
 import time
 
 import pytest
-from conftest import REPO, SAMPLE_PARQUET, finepdfs_row, tree_hashes
+from conftest import REPO, SAMPLE_PARQUET, finepdfs_row, stored_ids, tree_hashes
 
 from pipelines import cli
-from shards import layout, manifest
+from shards import layout
 from shards.removal.lists import REMOVALS_NAME, read_log
 
 LOCK_NAME = ".pretokenize-lock"  # the name the tree's lock has (shards.lock.LOCK_NAME)
@@ -104,11 +104,6 @@ def assert_refused(result, job: str, holder: str) -> None:
 def write_list(path, ids) -> str:
     path.write_text("".join(f"{i}\n" for i in ids), encoding="utf-8")
     return str(path)
-
-
-def stored_ids(tree) -> list[str]:
-    with open(os.path.join(tree, layout.MANIFEST_NAME), encoding="utf-8") as f:
-        return [doc_id for _, doc_id, _ in manifest.read_rows(f)]
 
 
 def assert_verifies(tree) -> None:

@@ -10,7 +10,7 @@ import os
 import shutil
 
 import pytest
-from conftest import finepdfs_row, tree_hashes
+from conftest import finepdfs_row, stored_ids, tree_hashes
 
 from pipelines import cli
 from shards import layout, manifest, tree
@@ -29,11 +29,6 @@ def finished(bucketed_tree):
 
 def bucketed(source, out, *flags) -> int:
     return cli.main(["bucketed", "--input", str(source), "--output", str(out), *flags, *RUNNER])
-
-
-def stored_ids(out) -> list[str]:
-    with open(os.path.join(out, layout.MANIFEST_NAME), encoding="utf-8") as f:
-        return [doc_id for _, doc_id, _ in manifest.read_rows(f)]
 
 
 def shards_of(out) -> set[str]:

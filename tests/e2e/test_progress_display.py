@@ -15,7 +15,7 @@ import termios
 import time
 
 import pytest
-from conftest import REPO, SAMPLE_PARQUET
+from conftest import REPO, SAMPLE_PARQUET, bucketed_sample
 
 from pipelines import cli
 from pipelines.progress_display import JobDisplay, stage_figures
@@ -155,9 +155,7 @@ def test_the_bars_of_a_display_end_full_when_the_job_has_published(tmp_path, lab
 
 @pytest.fixture(scope="module")
 def sample_tree(tmp_path_factory):
-    out = tmp_path_factory.mktemp("display") / "sample"
-    assert cli.main(["bucketed", "--input", str(SAMPLE_PARQUET), "--output", str(out), "--runner=FnApiRunner"]) == 0
-    return out
+    return bucketed_sample(tmp_path_factory.mktemp("display") / "sample")
 
 
 @pytest.mark.parametrize(("command", "label", "count", "ending"), [

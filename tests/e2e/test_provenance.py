@@ -16,7 +16,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import DEFAULT_FILTER, REPO, SAMPLE_PARQUET, finepdfs_row, tree_hashes
+from conftest import DEFAULT_FILTER, REPO, SAMPLE_PARQUET, bucketed_sample, finepdfs_row, tree_hashes
 
 from pipelines import cli
 from shards import layout, llmc, manifest, tree
@@ -73,9 +73,7 @@ def run_card_snippets(card: str, cwd) -> str:
 
 @pytest.fixture(scope="module")
 def sample_tree(tmp_path_factory):
-    out = tmp_path_factory.mktemp("prov") / "sample"
-    assert cli.main(["bucketed", "--input", str(SAMPLE_PARQUET), "--output", str(out), *RUNNER]) == 0
-    return out
+    return bucketed_sample(tmp_path_factory.mktemp("prov") / "sample", *RUNNER)
 
 
 @pytest.fixture(scope="module")
@@ -328,7 +326,7 @@ def test_a_readme_the_record_does_not_list_is_left_alone(small_source, tmp_path)
 
 
 def test_tokenizer_files_of_each_kind_of_spec(tmp_path):
-    from transforms.core.provenance import tokenizer_files
+    from transforms.run.provenance import tokenizer_files
 
     gpt2 = ("gpt2.tiktoken", sha256(gpt2_ranks_path()))
     assert tokenizer_files("gpt2") == [gpt2]

@@ -11,7 +11,7 @@ import pickle
 
 import numpy as np
 import pytest
-from conftest import DEFAULT_FILTER, SAMPLE_PARQUET
+from conftest import DEFAULT_FILTER, bucketed_sample
 from fsspec.implementations.local import LocalFileSystem
 
 from pipelines import cli
@@ -25,9 +25,7 @@ FLAGS = ["--partitions", "4", "--max-shard-bytes", "120000", "--runner=FnApiRunn
 
 @pytest.fixture(scope="module")
 def sample_tree(tmp_path_factory):
-    out = tmp_path_factory.mktemp("indexed") / "out"
-    assert cli.main(["bucketed", "--input", str(SAMPLE_PARQUET), "--output", str(out), *FLAGS]) == 0
-    return out
+    return bucketed_sample(tmp_path_factory.mktemp("indexed") / "out", *FLAGS)
 
 
 def _copy(src, dst):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import GPT2_RANKS, REPO, tree_hashes
+from conftest import GPT2_RANKS, REPO, tree_hashes, write_jsonl
 
 from pipelines import cli, decode, scaffold
 from shards import layout, llmc, scaffold_verify, tree
@@ -36,11 +36,6 @@ def run_job(input_path, output, tokenizer, *flags) -> ScaffoldStats:
 
 def rows(path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
-def write_jsonl(path, records) -> Path:
-    Path(path).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
-    return Path(path)
 
 
 def load_shard_as_the_card_does(path) -> np.ndarray:
@@ -335,7 +330,6 @@ def test_a_failed_run_leaves_the_previous_output_whole(tmp_path, gpt2_spec):
 
 
 def test_bad_input_exits_2_naming_the_file(tmp_path, capsys, monkeypatch, gpt2_spec):
-    monkeypatch.setitem(cli.JOBS, "scaffold", ("pipelines.scaffold", "scaffold"))
     bad = write_jsonl(tmp_path / "rows.jsonl", [{"id": "a", "content-ff": "<ff_0> x"}, {"id": "b", "text": "t"}])
     code = cli.main(["scaffold", "--input", str(bad), "--output", str(tmp_path / "out"), "--tokenizer", gpt2_spec,
                      *RUNNER])

@@ -13,7 +13,7 @@ from tokenizer_swaps import swap_ranks, unseen_by_the_probe
 
 from pipelines import bucketed, cli
 from shards import layout
-from transforms.core.resume import PROBE_TEXT
+from transforms.run.resume import PROBE_TEXT
 from transforms.tokenizers.load import load_encoder
 from transforms.tokenizers.ranks import gpt2_ranks_path
 

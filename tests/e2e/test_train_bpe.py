@@ -17,9 +17,9 @@ from apache_beam.testing.util import assert_that, equal_to
 from tokenizers import Tokenizer
 
 from pipelines import cli, summary
+from shards import tokenizer_files as files
 from shards import tree
 from tests.conftest import REPO, SAMPLE_PARQUET, fnapi_pipeline
-from transforms.bpe import files
 from transforms.bpe import pretokenize as pt
 from transforms.bpe.count import CountConfig, CountWords, prune, read_count_shards
 from transforms.core.batches import DocBatch

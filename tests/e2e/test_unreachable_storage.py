@@ -60,7 +60,7 @@ def refusing_server():
     server.server_close()
 
 
-def run_cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+def run_cli_process(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items()
              if not k.startswith(("AWS_", "FSSPEC_", "HF_", "GOOGLE_", "STORAGE_EMULATOR"))}
     clean.update(PYTHONPATH=str(REPO), HF_HUB_DISABLE_TELEMETRY="1", **env)
@@ -89,13 +89,13 @@ def assert_one_line(result: subprocess.CompletedProcess, url: str, problem: str,
 
 def test_s3_endpoint_on_a_closed_port(tmp_path):
     url = "s3://corpus/docs/*.jsonl"
-    result = run_cli(scaffold_input(url, tmp_path), s3_env(closed_port()))
+    result = run_cli_process(scaffold_input(url, tmp_path), s3_env(closed_port()))
     assert_one_line(result, url, "connection failed: Could not connect to the endpoint URL", tmp_path)
 
 
 def test_hf_endpoint_on_a_closed_port(tmp_path):
     url = "hf://datasets/someone/corpus/data/train.jsonl"
-    result = run_cli(scaffold_input(url, tmp_path), {"HF_ENDPOINT": f"http://127.0.0.1:{closed_port()}"})
+    result = run_cli_process(scaffold_input(url, tmp_path), {"HF_ENDPOINT": f"http://127.0.0.1:{closed_port()}"})
     assert_one_line(result, url, "connection failed: ", tmp_path)
 
 
@@ -112,7 +112,7 @@ def test_gs_with_credentials_that_cannot_be_refreshed(tmp_path):
     creds = tmp_path / "creds.json"
     creds.write_text('{"type": "authorized_user", "client_id": "x", "client_secret": "y", "refresh_token": "z"}')
     url = "gs://corpus/docs/train.jsonl"
-    result = run_cli(scaffold_input(url, tmp_path), {"FSSPEC_GCS_TOKEN": str(creds)})
+    result = run_cli_process(scaffold_input(url, tmp_path), {"FSSPEC_GCS_TOKEN": str(creds)})
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1, result.stderr
     assert lines[0].startswith(f"pretokenize scaffold: cannot reach {url}: "), lines[0]
@@ -134,7 +134,7 @@ def test_refused_credentials(tmp_path, refusing_server, protocol):
         answer.update(body=DENIED_XML, type="application/xml")
     if protocol == "hf":
         answer.update(status=401, body=b'{"error": "Invalid credentials in Authorization header"}')
-    result = run_cli(scaffold_input(url, tmp_path), env)
+    result = run_cli_process(scaffold_input(url, tmp_path), env)
     assert_one_line(result, url, "access refused (check the credentials): ", tmp_path)
     assert detail in result.stderr
 
@@ -143,7 +143,7 @@ def test_an_unreachable_output_is_one_line_too(tmp_path):
     src = tmp_path / "in.jsonl"
     src.write_text('{"id": "a", "text": "uma palavra"}\n')
     url = "s3://corpus/out"
-    result = run_cli(["scaffold", "--annotate", "--input", str(src), "--output", url], s3_env(closed_port()))
+    result = run_cli_process(["scaffold", "--annotate", "--input", str(src), "--output", url], s3_env(closed_port()))
     assert result.returncode == 2, result.stderr
     # Besides the INFO line that says how the input was planned, the one line of the failure.
     said = [line for line in result.stderr.strip().splitlines() if " INFO " not in line]

@@ -163,7 +163,7 @@ def test_launch_sh_gives_the_card_finepdfs_edus_licence_and_source(tmp_path):
     """Issue 34: launch.sh passed no --license or --source-dataset, and the card of a gs:// input
     said `license: unknown`. The card launch.sh's run would write names FinePDFs-Edu's licence
     (ODC-By) and the dataset it comes from."""
-    from transforms.core.provenance import card_metadata
+    from transforms.run.provenance import card_metadata
 
     argv = launch_argv(tmp_path)
     settings, _ = bucketed.parse_args(argv[1:])

@@ -16,7 +16,7 @@ import os
 import shutil
 
 import pytest
-from conftest import SAMPLE_PARQUET
+from conftest import SAMPLE_PARQUET, bucketed_sample, run_cli
 from engine_setup import ENGINES, tree_hashes
 
 from pipelines import cli
@@ -38,9 +38,7 @@ def engine(request) -> str:
 @pytest.fixture(scope="module")
 def sample_tree(tmp_path_factory):
     """The bucketed tree of the sample, built on the FnApiRunner: what remove and verify work on."""
-    out = tmp_path_factory.mktemp("tree") / "out"
-    assert cli.main(["bucketed", "--input", str(SAMPLE_PARQUET), "--output", str(out), "--partitions", "2", FNAPI]) == 0
-    return out
+    return bucketed_sample(tmp_path_factory.mktemp("tree") / "out", "--partitions", "2", FNAPI)
 
 
 @pytest.fixture(scope="module")
@@ -55,21 +53,19 @@ def removal_list(sample_tree, tmp_path_factory) -> str:
     return str(path)
 
 
-def run_cli(argv: list[str], capfd) -> str:
+def run_ok(argv: list[str], capfd) -> str:
     """Run the command through the CLI; its stderr, which must hold no traceback."""
-    capfd.readouterr()
-    code = cli.main(argv)
-    err = capfd.readouterr().err
-    assert code == 0, err
-    assert "Traceback" not in err, err
-    return err
+    done = run_cli(capfd, argv)
+    assert done.code == 0, done.err
+    assert "Traceback" not in done.err, done.err
+    return done.err
 
 
 def removed(sample_tree, removal_list, out, runner, capfd) -> tuple[dict[str, str], list[str]]:
     """The sha256 of every file after the removal, but the audit log's, and the audit log's lines
     without their first two fields: the time and the removal's id, which differ from run to run."""
     shutil.copytree(sample_tree, out, symlinks=True)
-    run_cli(["remove", "--output", str(out), "--removal-list", removal_list, runner], capfd)
+    run_ok(["remove", "--output", str(out), "--removal-list", removal_list, runner], capfd)
     log = (out / REMOVALS_NAME).read_text(encoding="utf-8").splitlines()
     return tree_hashes(out, skip=(REMOVALS_NAME,)), [line.split(" | ", 2)[-1] for line in log]
 
@@ -86,7 +82,7 @@ def test_verify_gives_the_same_report(engine, sample_tree, tmp_path, capfd):
     reports = {}
     for name, runner in (("fnapi", FNAPI), (engine, RUNNERS[engine])):
         report = tmp_path / f"{name}.json"
-        err = run_cli(["verify", "--output", str(sample_tree), "--input", str(SAMPLE_PARQUET),
+        err = run_ok(["verify", "--output", str(sample_tree), "--input", str(SAMPLE_PARQUET),
                        "--report", str(report), runner], capfd)
         reports[name] = json.loads(report.read_text(encoding="utf-8"))
     assert reports[engine] == reports["fnapi"]
@@ -121,7 +117,7 @@ def test_train_bpe_writes_the_same_bytes(engine, tmp_path, capfd):
     trees = {}
     for name, runner in (("fnapi", FNAPI), (engine, RUNNERS[engine])):
         out = tmp_path / name
-        run_cli(["train-bpe", "--input", str(SAMPLE_PARQUET), "--output", str(out), "--vocab-size", "300", runner],
+        run_ok(["train-bpe", "--input", str(SAMPLE_PARQUET), "--output", str(out), "--vocab-size", "300", runner],
                 capfd)
         trees[name] = normalized_tokenizer(out, runner)
     assert trees[engine] == trees["fnapi"]

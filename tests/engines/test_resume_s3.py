@@ -14,7 +14,7 @@ from conftest import REPO, SAMPLE_PARQUET, tree_hashes
 from test_object_storage import DESCRIPTION, s3, s3_endpoint, s3_tree_hashes  # noqa: F401 - fixtures
 
 from shards import layout
-from transforms.core import resume
+from transforms.run import resume
 
 FILES = 5
 JOBS = {

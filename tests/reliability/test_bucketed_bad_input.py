@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import finepdfs_row, tree_hashes
+from conftest import finepdfs_row, jsonl_line, tree_hashes, write_jsonl
 
 from pipelines import cli
 from shards import layout, manifest
@@ -25,16 +25,7 @@ GOOD = [finepdfs_row(f"good-{i:02d}", f"Good document {i}: plain English text, k
         for i in range(16)]
 
 
-def jsonl_line(row: dict) -> bytes:
-    return (json.dumps(row) + "\n").encode("utf-8")
-
-
-def write_jsonl(path, lines: list[bytes]) -> str:
-    path.write_bytes(b"".join(lines))
-    return str(path)
-
-
-def run_cli(input_pattern, out, *flags) -> int:
+def run_bucketed(input_pattern, out, *flags) -> int:
     return cli.main(["bucketed", "--input", str(input_pattern), "--output", str(out), "--partitions", "2", RUNNER,
                      *flags])
 
@@ -67,7 +58,7 @@ def good_only(tmp_path_factory):
     src = tmp_path_factory.mktemp("good") / "good.jsonl"
     write_jsonl(src, [jsonl_line(r) for r in GOOD])
     out = tmp_path_factory.mktemp("good-out") / "out"
-    assert run_cli(src, out) == 0
+    assert run_bucketed(src, out) == 0
     return out
 
 
@@ -95,7 +86,7 @@ def test_row_level_bad_input_fails_naming_the_line(case, tmp_path, capsys):
     src = write_jsonl(tmp_path / "in.jsonl", [jsonl_line(r) for r in GOOD[:8]] + [line]
                       + [jsonl_line(r) for r in GOOD[8:]])
     out = tmp_path / "out"
-    assert run_cli(src, out) == 2
+    assert run_bucketed(src, out) == 2
     err = capsys.readouterr().err
     assert f"{src} line 9" in err and message in err and "nothing was published" in err
     assert not (out / layout.STATS_NAME).exists() and not (out / layout.MANIFEST_NAME).exists()
@@ -107,7 +98,7 @@ def test_row_level_bad_input_is_skipped_and_counted(case, tmp_path, good_only):
     src = write_jsonl(tmp_path / "in.jsonl", [jsonl_line(r) for r in GOOD[:8]] + [line]
                       + [jsonl_line(r) for r in GOOD[8:]])
     out = tmp_path / "out"
-    assert run_cli(src, out, "--on-bad-record", "skip") == 0
+    assert run_bucketed(src, out, "--on-bad-record", "skip") == 0
     assert stats(out).drops == {reason: 1}
     assert stats(out).raw_documents == len(GOOD) + 1
     assert shard_hashes(out) == shard_hashes(good_only)
@@ -122,7 +113,7 @@ def test_a_truncated_parquet_file_among_good_ones_stops_the_launch(tmp_path, cap
     _parquet(tmp_path / "b.parquet", GOOD[:4])
     data = (tmp_path / "b.parquet").read_bytes()
     (tmp_path / "b.parquet").write_bytes(data[: len(data) // 2])
-    assert run_cli(tmp_path / "*.parquet", tmp_path / "out") == 2
+    assert run_bucketed(tmp_path / "*.parquet", tmp_path / "out") == 2
     err = capsys.readouterr().err
     assert f"{tmp_path / 'b.parquet'}: not a readable parquet file" in err
     assert not (tmp_path / "out").exists()
@@ -131,7 +122,7 @@ def test_a_truncated_parquet_file_among_good_ones_stops_the_launch(tmp_path, cap
 def test_a_file_that_is_not_parquet_stops_the_launch(tmp_path, capsys):
     _parquet(tmp_path / "a.parquet", GOOD)
     (tmp_path / "notes.parquet").write_text("id,text\n1,hello\n")
-    assert run_cli(tmp_path / "*.parquet", tmp_path / "out") == 2
+    assert run_bucketed(tmp_path / "*.parquet", tmp_path / "out") == 2
     assert "notes.parquet: not a readable parquet file" in capsys.readouterr().err
 
 
@@ -139,22 +130,22 @@ def test_a_zero_row_file_adds_nothing(tmp_path, good_only):
     _parquet(tmp_path / "a.parquet", GOOD)
     pq.write_table(pa.Table.from_pylist(GOOD[:1]).slice(0, 0), tmp_path / "empty.parquet")
     out = tmp_path / "out"
-    assert run_cli(tmp_path / "*.parquet", out) == 0
+    assert run_bucketed(tmp_path / "*.parquet", out) == 0
     assert shard_hashes(out) == shard_hashes(good_only)
     assert stats(out).raw_documents == len(GOOD)
 
 
 def test_an_empty_glob_stops_the_launch(tmp_path, capsys):
-    assert run_cli(tmp_path / "nothing-*.parquet", tmp_path / "out") == 2
+    assert run_bucketed(tmp_path / "nothing-*.parquet", tmp_path / "out") == 2
     assert "matches no input files" in capsys.readouterr().err
 
 
 def test_a_missing_column_and_a_wrong_column_type_stop_the_launch(tmp_path, capsys):
     _parquet(tmp_path / "a.parquet", [{k: v for k, v in r.items() if k != "token_count"} for r in GOOD])
-    assert run_cli(tmp_path / "a.parquet", tmp_path / "out") == 2
+    assert run_bucketed(tmp_path / "a.parquet", tmp_path / "out") == 2
     assert "a.parquet: missing column 'token_count'" in capsys.readouterr().err
     _parquet(tmp_path / "b.parquet", [dict(r, page_average_lid_score=str(r["page_average_lid_score"])) for r in GOOD])
-    assert run_cli(tmp_path / "b.parquet", tmp_path / "out") == 2
+    assert run_bucketed(tmp_path / "b.parquet", tmp_path / "out") == 2
     assert "column 'page_average_lid_score' has type string, expected number" in capsys.readouterr().err
 
 
@@ -162,7 +153,7 @@ def test_a_nul_byte_is_text_and_comes_back(tmp_path):
     text = "before\x00after, a NUL byte inside"
     src = write_jsonl(tmp_path / "in.jsonl", [jsonl_line(finepdfs_row("nul", text))])
     out = tmp_path / "out"
-    assert run_cli(src, out) == 0
+    assert run_bucketed(src, out) == 0
     tokens = stored(out)["nul"]
     encoder = load_encoder("jet-nemotron")
     assert tokens.tolist() == encoder.encode_batch([text])[0] + [EOS]
@@ -175,7 +166,7 @@ def test_special_token_strings_in_the_text_stay_text(tmp_path):
     text = "<|endoftext|><|im_start|>system\nYou are<|im_end|> " * 50
     src = write_jsonl(tmp_path / "in.jsonl", [jsonl_line(finepdfs_row("specials", text))])
     out = tmp_path / "out"
-    assert run_cli(src, out) == 0
+    assert run_bucketed(src, out) == 0
     tokens = stored(out)["specials"]
     assert int((tokens == EOS).sum()) == 1 and tokens[-1] == EOS
     assert int(tokens[:-1].max()) < EOS  # no special id at all, only text tokens
@@ -187,7 +178,7 @@ def test_the_same_id_twice_keeps_the_first_by_file_and_row(tmp_path, good_only):
                 + [jsonl_line(finepdfs_row("good-03", "A different text under a repeated id, much longer. " * 60))])
     write_jsonl(tmp_path / "in" / "b.jsonl", [jsonl_line(r) for r in GOOD[8:]] + [jsonl_line(GOOD[5])])
     out = tmp_path / "out"
-    assert run_cli(tmp_path / "in", out) == 0
+    assert run_bucketed(tmp_path / "in", out) == 0
     # good-03 appears first as a.jsonl row 3, good-05 first as a.jsonl row 5: those copies stay.
     assert stats(out).drops == {"duplicate_id": 2}
     assert shard_hashes(out) == shard_hashes(good_only)
@@ -209,7 +200,7 @@ def test_50_mb_documents_with_and_without_whitespace_come_out_whole(big_document
     src, texts = big_documents
     out = tmp_path / "out"
     start = time.monotonic()
-    assert run_cli(src, out) == 0
+    assert run_bucketed(src, out) == 0
     print(f"two 50 MB documents: {time.monotonic() - start:.1f} s")
     docs = stored(out)
     encoder = load_encoder("jet-nemotron")
@@ -223,7 +214,7 @@ def test_an_id_starting_with_a_byte_order_mark_is_a_bad_id_in_parquet_too(tmp_pa
     name (its first line's mark is dropped, so it would name ``r``), whatever file it came from."""
     _parquet(tmp_path / "a.parquet", GOOD + [finepdfs_row("\ufeffr", "text")])
     out = tmp_path / "out"
-    assert run_cli(tmp_path / "a.parquet", out, "--on-bad-record", "skip") == 0
+    assert run_bucketed(tmp_path / "a.parquet", out, "--on-bad-record", "skip") == 0
     assert stats(out).drops == {"bad_id": 1} and shard_hashes(out) == shard_hashes(good_only)
 
 
@@ -234,5 +225,5 @@ def test_a_lone_surrogate_is_bad_input(field, reason, tmp_path, good_only):
     line = json.dumps(row).encode("ascii") + b"\n"
     src = write_jsonl(tmp_path / "in.jsonl", [jsonl_line(r) for r in GOOD] + [line])
     out = tmp_path / "out"
-    assert run_cli(src, out, "--on-bad-record", "skip") == 0
+    assert run_bucketed(src, out, "--on-bad-record", "skip") == 0
     assert stats(out).drops == {reason: 1} and shard_hashes(out) == shard_hashes(good_only)

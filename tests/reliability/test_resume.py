@@ -18,7 +18,7 @@ from conftest import REPO, SAMPLE_PARQUET, tree_hashes
 from crash_tools import has_files, kill_when
 
 from shards import layout
-from transforms.core import resume
+from transforms.run import resume
 
 FILES = 6
 JOBS = {
@@ -46,7 +46,7 @@ def command(job: str, inputs, out, *extra: str, faults: tuple[str, ...] = ()) ->
             "--output", str(out), *JOBS[job], *RUNNER, *extra]
 
 
-def run_cli(job: str, inputs, out, *extra: str, faults: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+def run_job_process(job: str, inputs, out, *extra: str, faults: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     proc = subprocess.run(command(job, inputs, out, *extra, faults=faults), cwd=REPO, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -59,7 +59,7 @@ def clean(inputs, tmp_path_factory):
     out = {}
     for job in JOBS:
         target = tmp_path_factory.mktemp(f"clean-{job}") / "out"
-        run_cli(job, inputs, target)
+        run_job_process(job, inputs, target)
         out[job] = tree_hashes(target)
     return out
 
@@ -117,7 +117,7 @@ def test_killed_at_any_point_then_resumed_gives_the_clean_bytes(job, point, inpu
         assert done == FILES
 
     again = tmp_path / "again.txt"
-    rerun = run_cli(job, inputs, out, faults=("--marker-note", str(again)))
+    rerun = run_job_process(job, inputs, out, faults=("--marker-note", str(again)))
     assert tree_hashes(out) == clean[job]
     assert not (out / layout.TEMP_DIR_NAME).exists(), "the saved work outlived the publish"
     # The finished units were not redone: only the others wrote a marker again.
@@ -139,7 +139,7 @@ def test_a_changed_setting_starts_afresh_and_says_why(inputs, clean, tmp_path):
     out = tmp_path / "out"
     assert _killed_with_units_done("bucketed", inputs, out, tmp_path / "note.txt") >= 2
     again = tmp_path / "again.txt"
-    rerun = run_cli("bucketed", inputs, out, "--lid-threshold", "0.5", faults=("--marker-note", str(again)))
+    rerun = run_job_process("bucketed", inputs, out, "--lid-threshold", "0.5", faults=("--marker-note", str(again)))
     lines = [line for line in rerun.stderr.splitlines() if "starting afresh" in line]
     assert len(lines) == 1 and "--lid-threshold changed (0.9 -> 0.5)" in lines[0], rerun.stderr[-2000:]
     assert notes(again) == FILES and "resuming" not in rerun.stderr
@@ -156,7 +156,7 @@ def test_a_changed_input_file_starts_afresh_and_says_why(inputs, tmp_path):
     with open(local_in / "part-5.jsonl", "a", encoding="utf-8") as f:
         f.write(json.dumps({"id": "added-later", "text": "one more document here"}) + "\n")
     again = tmp_path / "again.txt"
-    rerun = run_cli("scaffold", local_in, out, faults=("--marker-note", str(again)))
+    rerun = run_job_process("scaffold", local_in, out, faults=("--marker-note", str(again)))
     lines = [line for line in rerun.stderr.splitlines() if "starting afresh" in line]
     assert len(lines) == 1 and f"input file {local_in / 'part-5.jsonl'} changed (size=" in lines[0], rerun.stderr
     assert notes(again) == FILES
@@ -166,7 +166,7 @@ def test_restart_redoes_every_unit(inputs, clean, tmp_path):
     out = tmp_path / "out"
     assert _killed_with_units_done("scaffold", inputs, out, tmp_path / "note.txt") >= 2
     again = tmp_path / "again.txt"
-    rerun = run_cli("scaffold", inputs, out, "--restart", faults=("--marker-note", str(again)))
+    rerun = run_job_process("scaffold", inputs, out, "--restart", faults=("--marker-note", str(again)))
     assert "starting afresh (--restart)" in rerun.stderr and "resuming" not in rerun.stderr
     assert notes(again) == FILES
     assert tree_hashes(out) == clean["scaffold"]
@@ -182,7 +182,7 @@ def test_a_unit_whose_spill_file_is_gone_is_redone(inputs, clean, tmp_path):
     spill = next(p for p in saved.files if p.endswith(".bin"))
     os.truncate(spill, os.path.getsize(spill) // 2)
     again = tmp_path / "again.txt"
-    rerun = run_cli("bucketed", inputs, out, faults=("--marker-note", str(again)))
+    rerun = run_job_process("bucketed", inputs, out, faults=("--marker-note", str(again)))
     assert notes(again) == FILES - done + 1
     assert "redoing the unit" in rerun.stderr
     assert tree_hashes(out) == clean["bucketed"]
@@ -210,7 +210,7 @@ def test_ctrl_c_keeps_the_finished_units_and_says_so(inputs, clean, tmp_path):
     done = markers(out)
     assert done >= 2 and not (out / layout.STATS_NAME).exists()
     again = tmp_path / "again.txt"
-    run_cli("bucketed", inputs, out, faults=("--marker-note", str(again)))
+    run_job_process("bucketed", inputs, out, faults=("--marker-note", str(again)))
     assert notes(again) == FILES - done
     assert tree_hashes(out) == clean["bucketed"]
 
@@ -267,7 +267,7 @@ def test_planted_markers_and_references_never_run_their_units_are_redone(inputs,
     with open(target, "wb") as f:
         f.write(payload + original[len(payload):])
     again = tmp_path / "again.txt"
-    rerun = run_cli("bucketed", inputs, out, faults=("--marker-note", str(again)))
+    rerun = run_job_process("bucketed", inputs, out, faults=("--marker-note", str(again)))
     assert not ran.exists(), "a planted payload ran"
     assert notes(again) == FILES - done + 2, rerun.stderr[-3000:]
     redone = [line for line in rerun.stderr.splitlines() if "redoing the unit" in line]
@@ -298,10 +298,10 @@ def test_a_tokenizer_file_changed_between_kill_and_resume_starts_afresh(inputs, 
     assert kill_when(proc, lambda: markers(out) >= 2)
     swap_ranks(ranks, a, b)
     again = tmp_path / "again.txt"
-    rerun = run_cli("bucketed", inputs, out, *flags, faults=("--marker-note", str(again)))
+    rerun = run_job_process("bucketed", inputs, out, *flags, faults=("--marker-note", str(again)))
     lines = [line for line in rerun.stderr.splitlines() if "starting afresh" in line]
     assert len(lines) == 1 and "the tokenizer encodes differently (its files changed)" in lines[0], rerun.stderr
     assert notes(again) == FILES and "resuming" not in rerun.stderr
     fresh = tmp_path / "fresh"
-    run_cli("bucketed", inputs, fresh, *flags)
+    run_job_process("bucketed", inputs, fresh, *flags)
     assert tree_hashes(out) == tree_hashes(fresh)

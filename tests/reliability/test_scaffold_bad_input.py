@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import REPO
+from conftest import REPO, jsonl_line, write_jsonl
 from test_scaffold_pipeline import expected_streams, split_stream
 
 from pipelines import cli, decode
@@ -31,22 +31,12 @@ GOOD_PLAIN = [json.loads(line) for line in (SAMPLE / "por_plain.jsonl").read_tex
 BIG = 50_000_000  # characters of the "50 MB" documents (ASCII, so bytes too)
 
 
-def jsonl_line(record) -> bytes:
-    return (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
-
-
-def write_jsonl(path: Path, records) -> Path:
-    """Records (dicts, or lines already as bytes) one a line."""
-    path.write_bytes(b"".join(r if isinstance(r, bytes) else jsonl_line(r) for r in records))
-    return path
-
-
 def write_parquet(path: Path, records) -> Path:
     pq.write_table(pa.Table.from_pylist(records), path)
     return path
 
 
-def run_cli(gpt2_spec, input_pattern, out, *flags) -> int:
+def run_scaffold(gpt2_spec, input_pattern, out, *flags) -> int:
     return cli.main(["scaffold", "--input", str(input_pattern), "--output", str(out), "--tokenizer", gpt2_spec,
                      RUNNER, *FLAGS, *flags])
 
@@ -90,7 +80,7 @@ def assert_nothing_published(out):
 def good_only(tmp_path_factory, gpt2_spec):
     """The content-ff good records alone: what every run that drops the bad ones must reproduce."""
     d = tmp_path_factory.mktemp("good")
-    assert run_cli(gpt2_spec, write_jsonl(d / "good.jsonl", GOOD), d / "out") == 0
+    assert run_scaffold(gpt2_spec, write_jsonl(d / "good.jsonl", GOOD), d / "out") == 0
     hashes = shard_hashes(d / "out")
     assert any(k.startswith("train/shard_002") for k in hashes) and any(k.startswith("val/") for k in hashes)
     return hashes
@@ -100,7 +90,7 @@ def good_only(tmp_path_factory, gpt2_spec):
 def good_plain_only(tmp_path_factory, gpt2_spec):
     """The plain good records alone, with --annotate."""
     d = tmp_path_factory.mktemp("good-plain")
-    assert run_cli(gpt2_spec, write_jsonl(d / "good.jsonl", GOOD_PLAIN), d / "out", "--annotate") == 0
+    assert run_scaffold(gpt2_spec, write_jsonl(d / "good.jsonl", GOOD_PLAIN), d / "out", "--annotate") == 0
     return shard_hashes(d / "out")
 
 
@@ -139,7 +129,7 @@ def _with_bad_line(path: Path, line: bytes) -> Path:
 def test_row_level_bad_input_fails_naming_the_line(case, tmp_path, capsys, gpt2_spec):
     line, _, message = ROW_CASES[case]
     src = _with_bad_line(tmp_path / "in.jsonl", line)
-    assert run_cli(gpt2_spec, src, tmp_path / "out", "--on-bad-record", "fail") == 2
+    assert run_scaffold(gpt2_spec, src, tmp_path / "out", "--on-bad-record", "fail") == 2
     err = capsys.readouterr().err
     assert final_message(err).startswith(f"pretokenize scaffold: bad input: {src} line 9: ")
     assert message in err and err.rstrip().endswith("; nothing was published"), err
@@ -150,7 +140,7 @@ def test_row_level_bad_input_fails_naming_the_line(case, tmp_path, capsys, gpt2_
 def test_row_level_bad_input_is_skipped_and_counted(case, tmp_path, gpt2_spec, good_only):
     line, reason, _ = ROW_CASES[case]
     out = tmp_path / "out"
-    assert run_cli(gpt2_spec, _with_bad_line(tmp_path / "in.jsonl", line), out, "--on-bad-record", "skip") == 0
+    assert run_scaffold(gpt2_spec, _with_bad_line(tmp_path / "in.jsonl", line), out, "--on-bad-record", "skip") == 0
     assert stats(out).drops == {reason: 1}
     assert stats(out).raw_documents == len(GOOD) + 1 and stats(out).kept_documents == len(GOOD)
     assert shard_hashes(out) == good_only
@@ -160,7 +150,7 @@ def test_row_level_bad_input_is_skipped_and_counted(case, tmp_path, gpt2_spec, g
 @pytest.mark.parametrize("on_bad_record", ["fail", "skip"])
 def test_a_null_in_a_parquet_row(on_bad_record, tmp_path, capsys, gpt2_spec, good_plain_only):
     src = write_parquet(tmp_path / "in.parquet", GOOD_PLAIN[:5] + [{"id": "x", "text": None}] + GOOD_PLAIN[5:])
-    code = run_cli(gpt2_spec, src, tmp_path / "out", "--annotate", "--on-bad-record", on_bad_record)
+    code = run_scaffold(gpt2_spec, src, tmp_path / "out", "--annotate", "--on-bad-record", on_bad_record)
     if on_bad_record == "fail":
         assert code == 2
         assert f"{src} row 5: 'text' is null" in capsys.readouterr().err
@@ -181,7 +171,7 @@ LONE_SURROGATES = {
 def test_a_lone_surrogate_is_bad_input(field, tmp_path, gpt2_spec, good_only):
     out = tmp_path / "out"
     src = _with_bad_line(tmp_path / "in.jsonl", LONE_SURROGATES[field])
-    assert run_cli(gpt2_spec, src, out, "--on-bad-record", "skip") == 0
+    assert run_scaffold(gpt2_spec, src, out, "--on-bad-record", "skip") == 0
     reason = "bad_id" if field == "id" else "invalid_utf8"
     assert stats(out).drops == {reason: 1} and shard_hashes(out) == good_only
 
@@ -193,7 +183,7 @@ def test_a_truncated_parquet_file_among_good_ones_stops_the_launch(on_bad_record
     write_parquet(tmp_path / "a.parquet", GOOD_PLAIN)
     data = write_parquet(tmp_path / "b.parquet", GOOD_PLAIN[:4]).read_bytes()
     (tmp_path / "b.parquet").write_bytes(data[: len(data) // 2])
-    code = run_cli(gpt2_spec, tmp_path / "*.parquet", tmp_path / "out", "--annotate", "--on-bad-record",
+    code = run_scaffold(gpt2_spec, tmp_path / "*.parquet", tmp_path / "out", "--annotate", "--on-bad-record",
                    on_bad_record)
     assert code == 2
     assert f"{tmp_path / 'b.parquet'}: not a readable parquet file" in capsys.readouterr().err
@@ -203,7 +193,7 @@ def test_a_truncated_parquet_file_among_good_ones_stops_the_launch(on_bad_record
 def test_a_file_that_is_not_parquet_stops_the_launch(tmp_path, capsys, gpt2_spec):
     write_parquet(tmp_path / "a.parquet", GOOD_PLAIN)
     (tmp_path / "notes.parquet").write_text("id,text\n1,hello\n")
-    assert run_cli(gpt2_spec, tmp_path / "*.parquet", tmp_path / "out", "--annotate") == 2
+    assert run_scaffold(gpt2_spec, tmp_path / "*.parquet", tmp_path / "out", "--annotate") == 2
     assert f"{tmp_path / 'notes.parquet'}: not a readable parquet file" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
@@ -217,7 +207,7 @@ def test_a_parquet_file_with_a_missing_or_mistyped_column_stops_the_launch(colum
                                                                            gpt2_spec):
     write_parquet(tmp_path / "a.parquet", GOOD_PLAIN)
     pq.write_table(pa.table(column), tmp_path / "b.parquet")
-    assert run_cli(gpt2_spec, tmp_path / "*.parquet", tmp_path / "out", "--annotate", "--on-bad-record",
+    assert run_scaffold(gpt2_spec, tmp_path / "*.parquet", tmp_path / "out", "--annotate", "--on-bad-record",
                    "skip") == 2
     assert f"{tmp_path / 'b.parquet'}: {message}" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
@@ -230,7 +220,7 @@ def test_a_json_file_that_is_not_json_stops_the_job(on_bad_record, tmp_path, cap
     (tmp_path / "a.json").write_text(json.dumps(GOOD, ensure_ascii=False, indent=1), encoding="utf-8")
     (tmp_path / "b.json").write_text("id,content-ff\nx,<ff_0> palavra\n", encoding="utf-8")
     out = tmp_path / "out"
-    assert run_cli(gpt2_spec, tmp_path / "*.json", out, "--on-bad-record", on_bad_record) == 2
+    assert run_scaffold(gpt2_spec, tmp_path / "*.json", out, "--on-bad-record", on_bad_record) == 2
     err = capsys.readouterr().err
     assert f"{tmp_path / 'b.json'} record 1: is not JSON" in err and "nothing was published" in err
     assert_nothing_published(out)
@@ -239,7 +229,7 @@ def test_a_json_file_that_is_not_json_stops_the_job(on_bad_record, tmp_path, cap
 def test_zero_row_files_add_nothing(tmp_path, gpt2_spec, good_only, good_plain_only):
     write_parquet(tmp_path / "a.parquet", GOOD_PLAIN)
     pq.write_table(pa.Table.from_pylist(GOOD_PLAIN[:1]).slice(0, 0), tmp_path / "empty.parquet")
-    assert run_cli(gpt2_spec, tmp_path / "*.parquet", tmp_path / "p", "--annotate") == 0
+    assert run_scaffold(gpt2_spec, tmp_path / "*.parquet", tmp_path / "p", "--annotate") == 0
     assert shard_hashes(tmp_path / "p") == good_plain_only
     assert stats(tmp_path / "p").raw_documents == len(GOOD_PLAIN)
     # JSONL and JSON text with no records: an empty file, blank lines, an empty array.
@@ -250,13 +240,13 @@ def test_zero_row_files_add_nothing(tmp_path, gpt2_spec, good_only, good_plain_o
     (d / "blank.jsonl").write_bytes(b"\n  \n")
     (d / "empty.json").write_bytes(b"")
     (d / "array.json").write_bytes(b"[ ]\n")
-    assert run_cli(gpt2_spec, d, tmp_path / "j") == 0
+    assert run_scaffold(gpt2_spec, d, tmp_path / "j") == 0
     assert shard_hashes(tmp_path / "j") == good_only
     assert stats(tmp_path / "j").raw_documents == len(GOOD) and stats(tmp_path / "j").drops == {}
 
 
 def test_an_empty_glob_stops_the_launch(tmp_path, capsys, gpt2_spec):
-    assert run_cli(gpt2_spec, tmp_path / "nothing-*.jsonl", tmp_path / "out") == 2
+    assert run_scaffold(gpt2_spec, tmp_path / "nothing-*.jsonl", tmp_path / "out") == 2
     assert f"{tmp_path / 'nothing-*.jsonl'}: matches no input files" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
@@ -268,7 +258,7 @@ def test_a_nul_character_is_kept_as_its_byte_token_and_decodes_back(tmp_path, gp
     it back. --annotate makes it a word of its own (it is not whitespace)."""
     nul = {"id": "nul", "content-ff": "<ff_2> a\u0000b <ff_1> \u0000 <ff_0> ."}
     out = tmp_path / "out"
-    assert run_cli(gpt2_spec, write_jsonl(tmp_path / "in.jsonl", GOOD + [nul]), out) == 0
+    assert run_scaffold(gpt2_spec, write_jsonl(tmp_path / "in.jsonl", GOOD + [nul]), out) == 0
     records = GOOD + [nul]
     expected = expected_streams(records, 0.25)
     for split in llmc.SPLITS:
@@ -288,7 +278,7 @@ def test_special_token_strings_are_encoded_as_text(tmp_path, gpt2_spec):
     special = [{"id": "especial", "content-ff": format_annotated(words)},
                {"id": "so-especial", "content-ff": "<ff_0> <|endoftext|>"}]
     out = tmp_path / "out"
-    assert run_cli(gpt2_spec, write_jsonl(tmp_path / "in.jsonl", GOOD + special), out) == 0
+    assert run_scaffold(gpt2_spec, write_jsonl(tmp_path / "in.jsonl", GOOD + special), out) == 0
     expected = expected_streams(GOOD + special, 0.25)
     for split in llmc.SPLITS:
         stream = split_stream(out, split)[0]
@@ -298,7 +288,7 @@ def test_special_token_strings_are_encoded_as_text(tmp_path, gpt2_spec):
     assert " ".join(words) in texts and "<|endoftext|>" in texts
     # Plain text through --annotate: the strings are split into punctuation and words, text all the same.
     plain = [{"id": "p", "text": "<|endoftext|> fim"}]
-    assert run_cli(gpt2_spec, write_jsonl(tmp_path / "p.jsonl", plain), tmp_path / "p", "--annotate") == 0
+    assert run_scaffold(gpt2_spec, write_jsonl(tmp_path / "p.jsonl", plain), tmp_path / "p", "--annotate") == 0
     assert decoded(tmp_path / "p", gpt2_spec) == ["< | endoftext | > fim"]
 
 
@@ -307,7 +297,7 @@ def test_a_countdown_marker_of_thousands_of_digits_is_recomputed(tmp_path, gpt2_
     such a marker is one more wrong countdown, recomputed and counted, never a crash."""
     odd = {"id": "digitos", "content-ff": f"<ff_{'9' * 5000}> muitos <ff_0> dígitos"}
     out = tmp_path / "out"
-    assert run_cli(gpt2_spec, write_jsonl(tmp_path / "in.jsonl", GOOD + [odd]), out) == 0
+    assert run_scaffold(gpt2_spec, write_jsonl(tmp_path / "in.jsonl", GOOD + [odd]), out) == 0
     expected = expected_streams(GOOD + [odd], 0.25)
     for split in llmc.SPLITS:
         assert split_stream(out, split)[0].tolist() == expected[split]
@@ -333,11 +323,11 @@ def test_the_same_id_twice_keeps_the_first_by_file_and_row(tmp_path, gpt2_spec):
     write_jsonl(d / "b.jsonl", GOOD + [_other_text(GOOD[5]), GOOD[7]])  # later rows: dropped
     write_jsonl(d / "c.jsonl", [GOOD[0], _other_text(GOOD[9])])  # a later file: dropped
     out = tmp_path / "out"
-    assert run_cli(gpt2_spec, d, out) == 0
+    assert run_scaffold(gpt2_spec, d, out) == 0
     assert stats(out).drops == {"duplicate_id": 5}
     assert stats(out).raw_documents == len(GOOD) + 5 and stats(out).kept_documents == len(GOOD)
     winners = [_other_text(GOOD[0])] + GOOD[1:]
-    assert run_cli(gpt2_spec, write_jsonl(tmp_path / "winners.jsonl", winners), tmp_path / "expected") == 0
+    assert run_scaffold(gpt2_spec, write_jsonl(tmp_path / "winners.jsonl", winners), tmp_path / "expected") == 0
     assert shard_hashes(out) == shard_hashes(tmp_path / "expected")
     assert {k: v for k, v in vars(stats(out)).items() if k not in ("raw_documents", "drops")} == {
         k: v for k, v in vars(stats(tmp_path / "expected")).items() if k not in ("raw_documents", "drops")}
@@ -355,15 +345,15 @@ def test_the_same_id_twice_with_long_docs_chunk_keeps_every_chunk_of_the_first_c
     write_jsonl(tmp_path / "a.jsonl", first)
     write_jsonl(tmp_path / "b.jsonl", later)
     out = tmp_path / "out"
-    assert run_cli(gpt2_spec, tmp_path / "*.jsonl", out, "--long-docs", "chunk") == 0
+    assert run_scaffold(gpt2_spec, tmp_path / "*.jsonl", out, "--long-docs", "chunk") == 0
     assert stats(out).drops == {"duplicate_id": 3}
-    assert run_cli(gpt2_spec, tmp_path / "a.jsonl", tmp_path / "expected", "--long-docs", "chunk") == 0
+    assert run_scaffold(gpt2_spec, tmp_path / "a.jsonl", tmp_path / "expected", "--long-docs", "chunk") == 0
     assert shard_hashes(out) == shard_hashes(tmp_path / "expected")
     expected = stats(tmp_path / "expected")
     assert stats(out).splits == expected.splits and sum(s.sequences for s in expected.splits.values()) == 17
     # Under --long-docs skip the 1,500- and 2,500-word copies are too_many_words, dropped before the
     # copies meet; the 1,200-word copy of GOOD[2] too. The exact copy of GOOD[3] is a duplicate.
-    assert run_cli(gpt2_spec, tmp_path / "*.jsonl", tmp_path / "skip") == 0
+    assert run_scaffold(gpt2_spec, tmp_path / "*.jsonl", tmp_path / "skip") == 0
     assert stats(tmp_path / "skip").drops == {"too_many_words": 3, "duplicate_id": 1}
 
 
@@ -404,7 +394,7 @@ def test_a_50_mb_document_is_dropped_and_counted(case, tmp_path, gpt2_spec, big_
     assert os.path.getsize(big_inputs[name]) > BIG
     out = tmp_path / "out"
     start = time.monotonic()
-    assert run_cli(gpt2_spec, big_inputs[name], out, *(["--annotate"] if plain else [])) == 0
+    assert run_scaffold(gpt2_spec, big_inputs[name], out, *(["--annotate"] if plain else [])) == 0
     seconds = time.monotonic() - start
     print(f"\n{case}: the job with a 50 MB document took {seconds:.1f} s")
     assert stats(out).drops == {reason: 1}

@@ -13,8 +13,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, finepdfs_row
-from tree_traps import run_cli, snapshot
+from conftest import REPO, finepdfs_row, run_cli
+from tree_traps import snapshot
 
 from shards import layout, manifest
 

@@ -17,8 +17,8 @@ import shutil
 
 import numpy as np
 import pytest
-from conftest import GPT2_RANKS, REPO, SAMPLE_PARQUET, finepdfs_row
-from tree_traps import run_cli, snapshot
+from conftest import GPT2_RANKS, REPO, SAMPLE_PARQUET, finepdfs_row, run_cli
+from tree_traps import snapshot
 
 from shards import layout, manifest, tree
 from shards.reader import open_tree

@@ -1,10 +1,9 @@
 """The registry of tree kinds (shards/kinds.py) and the layers that ask it: the record, the claim
-rule and the dry-run plan, the reader's openers, the card's templates, verify; and shards/ without
-import cycles."""
+rule and the dry-run plan, the reader's openers, the card's templates, verify (a kind's parts, named in
+its entry), and the jobs that write them (pipelines/jobs.py)."""
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import hashlib
 import json
@@ -15,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipelines import cli
+from pipelines import cli, jobs
 from pipelines import verify as verify_job
-from shards import card, kinds, llmc, lock, reader, tree
+from shards import card, kinds, llmc, lock, reader, scaffold_verify, tree
 from shards.layout import RECORD_NAME
 from shards.reading import opening
 
@@ -55,13 +54,39 @@ def test_a_record_of_a_kind_no_job_writes_is_not_ours(tmp_path):
         tree.read_record(str(tmp_path))
 
 
-def test_the_layers_tables_name_the_registrys_kinds_and_only_those():
+def test_each_kind_names_its_parts_and_they_load():
     readable = {k.name for k in kinds.REGISTRY.values() if k.stats_type is not None}
-    assert set(opening._OPENERS) == readable == {"bucketed", "scaffold"}
-    assert set(card.TEMPLATES) == readable
-    assert set(verify_job.IN_PROCESS) <= readable
+    assert {k.name for k in kinds.REGISTRY.values() if k.part("opener")} == readable == {"bucketed", "scaffold"}
+    assert {k.name for k in kinds.REGISTRY.values() if k.part("card")} == readable
+    assert kinds.BUCKETED.part("opener") is opening.open_bucketed_tree
+    assert kinds.SCAFFOLD.part("checks") is scaffold_verify.check_scaffold_tree and kinds.BUCKETED.checks is None
     assert not kinds.TOKENIZER.derives and kinds.SCAFFOLD.own_splits and not kinds.BUCKETED.own_splits
     assert [k.name for k in kinds.REGISTRY.values() if k.removes_in_place] == ["bucketed"]
+
+
+def toy_card(doc: dict) -> list[str]:
+    return [f"# {doc['job']}", f"{doc['documents']} documents"]
+
+
+def toy_checks(url: str) -> list[str]:
+    return [f"{url}: a toy tree has no shards"]
+
+
+def test_a_new_kind_is_its_entry_and_its_own_modules(tmp_path, monkeypatch, capsys):
+    """A kind nothing else names: its entry alone gives it a card and verify's checks (and a job in
+    pipelines/jobs.py, the layer above, would give it its command)."""
+    toy = kinds.TreeKind(name="toy", is_data_file=lambda name: name.endswith(".toy"), card=f"{__name__}:toy_card",
+                         checks=f"{__name__}:toy_checks", checked_as="toy files")
+    monkeypatch.setitem(kinds.REGISTRY, "toy", toy)
+    assert card.render({"job": "toy", "documents": 3}) == "# toy\n3 documents\n"
+    monkeypatch.setattr(tree.OutputTree, "tree_kind", property(lambda self: toy))
+    verdict = verify_job.check(verify_job.VerifySettings(output=str(tmp_path)), None)
+    assert (verdict.problems, verdict.shown, verdict.checked) == (1, (f"{tmp_path}: a toy tree has no shards",),
+                                                                  "toy files")
+
+
+def test_each_kind_a_job_writes_is_declared_and_each_declared_kind_has_its_job():
+    assert {job.publishes for job in jobs.JOBS.values()} - {None} == set(kinds.NAMES)
 
 
 def _llmc_file(path: Path, tokens: list[int]) -> str:
@@ -122,44 +147,6 @@ def test_the_plan_and_the_run_agree_on_a_directory_holding_only_a_left_lock(tmp_
     text = capsys.readouterr().out
     assert f"output: {out} (is empty: a run fills it)" in text
     assert sorted(p.name for p in out.iterdir()) == [lock.LOCK_NAME]  # the plan changed nothing
-
-
-def _imports(path: Path, modules: set[str]) -> set[str]:
-    """The modules of ``modules`` that ``path`` imports, anywhere in it (inside functions too)."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found |= {a.name for a in node.names if a.name in modules}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found |= {node.module} & modules
-            found |= {f"{node.module}.{a.name}" for a in node.names} & modules
-    return found
-
-
-def _module_name(path: Path) -> str:
-    """``shards/reading/samplers.py`` -> ``shards.reading.samplers``; a package's __init__ is the package."""
-    parts = path.relative_to(REPO).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def test_shards_has_no_import_cycle():
-    files = {_module_name(p): p for p in (REPO / "shards").rglob("*.py") if p != REPO / "shards" / "__init__.py"}
-    assert {"shards.reader", "shards.reading", "shards.reading.samplers"} <= set(files)  # subpackages too
-    graph = {m: _imports(p, set(files)) - {m} for m, p in files.items()}
-    cycles = []
-
-    def walk(module: str, path: list[str]) -> None:
-        for other in sorted(graph[module]):
-            if other in path:
-                cycles.append(path[path.index(other):] + [other])
-            elif other not in done:
-                walk(other, path + [other])
-        done.add(module)
-
-    done: set[str] = set()
-    for module in sorted(graph):
-        walk(module, [module])
-    assert cycles == []
 
 
 def test_remove_refuses_a_scaffold_tree_in_one_line(tmp_path, capsys):

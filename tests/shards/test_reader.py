@@ -16,9 +16,8 @@ from pathlib import Path
 import fsspec
 import numpy as np
 import pytest
-from conftest import DEFAULT_FILTER, SAMPLE_PARQUET
+from conftest import DEFAULT_FILTER, bucketed_sample
 
-from pipelines import bucketed
 from shards import layout, llmc, manifest, reader
 from shards.reader import IncompleteTreeError, open_llmc, open_tree
 from shards.torch_dataset import global_batch, hf_labels, worker_steps
@@ -104,10 +103,8 @@ class Stream:
 @pytest.fixture(scope="module")
 def sample_tree(tmp_path_factory):
     """The bundled sample through the bucketed job: 4 partitions, small files so partitions roll."""
-    out = tmp_path_factory.mktemp("reader") / "out"
-    bucketed.run(["--input", str(SAMPLE_PARQUET), "--output", str(out), "--runner=FnApiRunner",
-                  "--partitions", "4", "--max-shard-bytes", "120000"])
-    return str(out)
+    return str(bucketed_sample(tmp_path_factory.mktemp("reader") / "out", "--partitions", "4",
+                               "--max-shard-bytes", "120000"))
 
 
 @pytest.fixture(scope="module")

@@ -24,10 +24,9 @@ from collections import Counter, deque
 
 import numpy as np
 import pytest
-from conftest import REPO, SAMPLE_PARQUET, import_trainer_module
+from conftest import REPO, bucketed_sample, import_trainer_module
 from test_reader import EOS, check_window, doc_tokens, manifest_view, stream_for, val_key, write_bucketed_tree
 
-from pipelines import bucketed
 from shards import layout
 from shards.reader import open_tree
 from shards.reading.hashes import Permutation
@@ -697,9 +696,7 @@ def snippets(text):
 @pytest.fixture(scope="module")
 def sample_tree(tmp_path_factory):
     """The bundled sample through the bucketed job, as `make demo` writes out/sample."""
-    out = tmp_path_factory.mktemp("readme") / "sample"
-    bucketed.run(["--input", str(SAMPLE_PARQUET), "--output", str(out), "--runner=FnApiRunner"])
-    return out
+    return bucketed_sample(tmp_path_factory.mktemp("readme") / "sample")
 
 
 @pytest.fixture

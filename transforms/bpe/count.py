@@ -184,7 +184,7 @@ class CountWords(beam.PTransform):
 class WriteWordCounts(beam.PTransform):
     """CountWordsFn's ``(shard, {word: count})`` partial tables in; each shard's table summed,
     pruned and written (steps 2 and 3 above); ``("distinct_words", n)`` per shard out. The
-    train-bpe job runs CountWordsFn among its units' steps (transforms.core.steps.RunUnits)."""
+    train-bpe job runs CountWordsFn among its units' steps (transforms.run.steps.RunUnits)."""
 
     def __init__(self, config: CountConfig):
         super().__init__()

@@ -15,13 +15,14 @@ from typing import TYPE_CHECKING
 
 from shards import conditions, layout, storage
 from transforms.core.settings import setting, shared
+from transforms.inputs.fields import ReadConfig, condition_fields
 from transforms.tokenizers.backends import BACKENDS
 from transforms.tokenizers.encoder import SPECIAL_TOKEN_MODES
 
 if TYPE_CHECKING:  # the steps' own configs are imported where they are built: --help imports no Beam
     from transforms.bucketed.tokenize import TokenizerConfig
     from transforms.bucketed.write import ShardConfig
-    from transforms.inputs.fields import ReadConfig
+    from transforms.inputs.fields import ReadConfig, condition_fields
 
 OFF = conditions.OFF  # the value of --language, --lid-score-field or --token-count-field that turns its check off
 _D = conditions.SHORTHANDS
@@ -105,8 +106,6 @@ class InputFields:
         return {k: getattr(self, k) for k in FIELD_DEFAULTS if getattr(self, k) != FIELD_DEFAULTS[k]}
 
     def read_config(self) -> ReadConfig:
-        from transforms.inputs.fields import ReadConfig, condition_fields
-
         return ReadConfig(storage.normalize(self.input), id_field=self.id_field, text_field=self.text_field,
                           on_bad_record=self.on_bad_record, columns=condition_fields(self.conditions()))
 
@@ -146,8 +145,8 @@ class BucketedSettings(InputFields):
     lid_score_field: str = document_filter("lid_score_field")
     token_count_field: str = document_filter("token_count_field")
     keep: tuple[str, ...] = document_filter("keep")
-    restart: bool = False  # discard saved work (transforms.core.resume); never changes the bytes
-    license: str | None = shared("license")  # the card's metadata (transforms.core.provenance.card_metadata)
+    restart: bool = False  # discard saved work (transforms.run.resume); never changes the bytes
+    license: str | None = shared("license")  # the card's metadata (transforms.run.provenance.card_metadata)
     source_dataset: str | None = shared("source_dataset")
     input_sha256: bool = shared("input_sha256")
 

@@ -70,7 +70,7 @@ class ShardConfig(RunPaths):
     # The --removal-list this run honours: publishing records its ids in removals.txt, so that a
     # later run without the flag keeps them out too.
     removal_list: str | None = None
-    # The saved work this run spills to and resumes from (transforms.core.resume); None: its own
+    # The saved work this run spills to and resumes from (transforms.run.resume); None: its own
     # run directory.
     work_dir: str | None = None
     # Range requests a writer keeps in flight when it reads spill files on an object store.

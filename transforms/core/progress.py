@@ -182,7 +182,7 @@ def _start_sharing() -> None:
 
 def flush_all() -> None:
     """Share the totals of every Progress of this process: a unit of work has ended, and the
-    launcher's display should see all of it (transforms.core.resume calls it)."""
+    launcher's display should see all of it (transforms.run.resume calls it)."""
     for p in list(_LIVE):
         p.flush()
 

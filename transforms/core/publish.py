@@ -18,7 +18,7 @@ bucketed layout, llm.c shards); the order, which is what makes the output safe t
        README.md dataset card, listed in the ownership record first, so step 3 of the next run
        replaces them), then dataset_stats.txt: the stats file is the commit point
     6. the run's temporary directory (staging) and its saved work (spill files, unit markers:
-       transforms.core.resume) are removed
+       transforms.run.resume) are removed
 
 A reader that finds dataset_stats.txt may trust every file the tree names. Every step can be
 repeated, so a retried publish finishes the job.
@@ -53,7 +53,7 @@ class UnaccountedDocumentsError(RuntimeError):
 
 class RunPaths:
     """What a job's writer config shares: where its run's temporary files go. Needs ``output`` and
-    ``run_id``; with a ``work_dir`` (transforms.core.resume: the saved work a re-run resumes from),
+    ``run_id``; with a ``work_dir`` (transforms.run.resume: the saved work a re-run resumes from),
     the spill files go there instead of the run's own directory."""
 
     @property

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from shards import layout, llmc, storage
 from transforms.core.settings import setting, shared
+from transforms.inputs.fields import ReadConfig
 from transforms.scaffold.defaults import DEFAULT_MAX_WORD_CHARS, DEFAULT_ORDER_RANGES, LONG_DOC_POLICIES
 
 if TYPE_CHECKING:  # the steps' own configs are imported where they are built: --help imports no Beam
@@ -41,8 +42,8 @@ class ScaffoldSettings:
     order_ranges: int = setting(DEFAULT_ORDER_RANGES, "pieces (a power of two) each split's ordering is cut into; "
                                 "changes memory, never the bytes")
     on_bad_record: str = shared("on_bad_record")
-    restart: bool = False  # discard saved work (transforms.core.resume); never changes the bytes
-    license: str | None = shared("license")  # the card's metadata (transforms.core.provenance.card_metadata)
+    restart: bool = False  # discard saved work (transforms.run.resume); never changes the bytes
+    license: str | None = shared("license")  # the card's metadata (transforms.run.provenance.card_metadata)
     source_dataset: str | None = shared("source_dataset")
     input_sha256: bool = shared("input_sha256")
 
@@ -64,7 +65,5 @@ class ScaffoldSettings:
                                chunked_documents=self.long_docs == "chunk")
 
     def read_config(self) -> ReadConfig:
-        from transforms.inputs.fields import ReadConfig
-
         return ReadConfig(storage.normalize(self.input), id_field=self.id_field, text_field=self.field,
                           with_lid=False, json_values=True, on_bad_record=self.on_bad_record)

@@ -80,7 +80,7 @@ class LlmcShardConfig(RunPaths):
     seed: int = layout.DEFAULT_SEED
     order_ranges: int = DEFAULT_ORDER_RANGES
     chunked_documents: bool = False
-    # The saved work this run spills to and resumes from (transforms.core.resume); None: its own
+    # The saved work this run spills to and resumes from (transforms.run.resume); None: its own
     # run directory.
     work_dir: str | None = None
 

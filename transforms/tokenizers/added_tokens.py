@@ -19,6 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from shards.tokenizer_spec import TokenizerSpec
+from transforms.tokenizers import trained
 from transforms.tokenizers.encoder import Encoder
 from transforms.tokenizers.vocabularies import ENDOFTEXT, QWEN2_SPECIAL_START, QWEN25_ADDED_TOKENS
 
@@ -98,7 +99,5 @@ def added_tokens(spec: TokenizerSpec, eos_id: int) -> dict[str, int]:
     if spec.kind == "jet-nemotron":
         return {token: QWEN2_SPECIAL_START + i for i, token in enumerate(QWEN25_ADDED_TOKENS)}
     if spec.kind == "trained":
-        from transforms.tokenizers import trained
-
         return {trained.read_info(spec)["eos_token"]: eos_id}
     return {ENDOFTEXT: eos_id}

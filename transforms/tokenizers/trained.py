@@ -1,4 +1,4 @@
-"""trained:DIR: a directory ``pretokenize train-bpe`` wrote (transforms/bpe/files.py), through tiktoken.
+"""trained:DIR: a directory ``pretokenize train-bpe`` wrote (shards/tokenizer_files.py), through tiktoken.
 
 tokenizer.tiktoken holds the ranks, and tokenizer_info.json the pre-tokenization regex, the alphabet and
 the EOS (numbered right after the ranks). Only byte-alphabet tokenizers encode every text; a chars one
@@ -11,6 +11,8 @@ import dataclasses
 import hashlib
 import json
 import re
+
+import fsspec
 
 from shards.tokenizer_spec import TokenizerSpec
 from transforms.tokenizers import tiktoken_backend
@@ -31,8 +33,6 @@ RANKS_NAME = "tokenizer.tiktoken"
 
 def read_info(spec: TokenizerSpec) -> dict:
     """The tokenizer_info.json of a trained:DIR spec, its fields checked."""
-    import fsspec
-
     directory = spec.arg
     info_path = directory.rstrip("/") + "/" + INFO_NAME
     try:
@@ -69,8 +69,6 @@ def _plain_file_name(name) -> bool:
 def _read_files(spec: TokenizerSpec, info: dict) -> dict[str, bytes]:
     """Every file tokenizer_info.json records, read and checked against its sha256, after the
     commit point is checked to be there: the directory whole, or a ValueError naming the file."""
-    import fsspec
-
     root = spec.arg.rstrip("/")
     fs, commit = fsspec.core.url_to_fs(f"{root}/{COMMIT_NAME}")
     if not fs.isfile(commit):

@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import posixpath
 import re
 import stat
@@ -41,6 +42,7 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 
+from shards import index as reader_index
 from shards import layout, manifest, storage, tree
 from shards.card import CARD_NAME
 from shards.index import INDEX_NAME
@@ -53,6 +55,7 @@ from transforms.core.batches import DocBatch, TokenBatch
 from transforms.core.drops import DUPLICATE_ID
 from transforms.core.progress import Progress
 from transforms.core.records import DROPPED
+from transforms.core.spill import refs_file_strings
 from transforms.inputs.read import ReadDocuments
 from transforms.removal import REMOVED
 from transforms.tokenizers.backends import other_backend
@@ -188,8 +191,6 @@ def checksum_table(output: str) -> tuple[dict[str, str] | None, list[str]]:
 def index_problems(output: str) -> list[str]:
     """The reader index (shards.index), when the tree's record lists one: there, and the same bytes
     as an index built again from the manifest."""
-    from shards import index as reader_index
-
     record = tree.read_record(output)
     name = reader_index.INDEX_NAME
     if record is None or name not in record.derived:
@@ -256,8 +257,6 @@ def files_holding_ids(output: str, removed: Mapping[str, str], shards: set[str])
     every byte of a file is searched, but for a job's own saved work, read as what it is
     (_saved_work_ids), and ids that are numbers in the stats and the card (FROM_COUNTS). The
     temporary directory's size is the cost."""
-    import os
-
     if not removed:
         return []
     fs, root = storage.filesystem(output)
@@ -319,7 +318,6 @@ def _saved_work_ids(fs, path: str, rel: str, removed: Mapping[str, str]) -> list
         return []
     if not rel.endswith(".refs") or fs.size(path) > MAX_PARSED_REFS:
         return None
-    from transforms.core.spill import refs_file_strings
 
     with storage.open_read(fs, path) as f:
         data = f.read()
@@ -332,8 +330,6 @@ def _saved_work_ids(fs, path: str, rel: str, removed: Mapping[str, str]) -> list
 
 def _regular_file(fs, path: str) -> bool:
     """Whether ``path`` is a regular file, not reached through a link (on a local disk)."""
-    import os
-
     if not storage.renames_atomically(fs):
         return fs.isfile(path)
     try:

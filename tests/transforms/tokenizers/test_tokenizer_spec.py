@@ -11,7 +11,7 @@ from pipelines import cli
 from pipelines.decode import load_token_bytes
 from shards.card import _decode_snippet
 from shards.tokenizer_spec import KINDS, TokenizerSpec, parse_spec
-from transforms.core.provenance import tokenizer_files
+from transforms.run.provenance import tokenizer_files
 from transforms.tokenizers.added_tokens import added_tokens
 from transforms.tokenizers.backends import BACKENDS, REGISTRY, resolve_backend
 from transforms.tokenizers.cache import EncoderCache

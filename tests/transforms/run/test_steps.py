@@ -1,4 +1,4 @@
-"""RunUnits: each input unit's read and steps, DoFns run by hand in one call (transforms/core/steps.py)."""
+"""RunUnits: each input unit's read and steps, DoFns run by hand in one call (transforms/run/steps.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
 from tests.conftest import fnapi_pipeline
-from transforms.core.steps import RunUnits, UnitStepsFn
 from transforms.inputs.units import InputUnit
+from transforms.run.steps import RunUnits, UnitStepsFn
 
 UNITS = [InputUnit("a.pq", "parquet", 0, 0, rows=3, text_bytes=30),
          InputUnit("b.pq", "parquet", 0, 0, rows=2, text_bytes=20)]

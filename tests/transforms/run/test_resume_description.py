@@ -1,4 +1,4 @@
-"""What keys a run's saved work (transforms.core.resume.WorkDescription), and the one line a changed
+"""What keys a run's saved work (transforms.run.resume.WorkDescription), and the one line a changed
 key gives; markers that no longer match their files are not trusted."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 from fsspec.implementations.local import LocalFileSystem
 
 from transforms.bucketed.settings import BucketedSettings
-from transforms.core import resume
 from transforms.inputs.units import InputUnit
+from transforms.run import resume
 
 UNITS = [InputUnit("/in/a.parquet", "parquet", 0, 0, "size=10 version=1.0"),
          InputUnit("/in/a.parquet", "parquet", 1, 5, "size=10 version=1.0"),

@@ -22,8 +22,10 @@ from shards.provenance import Provenance
 from shards.tokenizer_spec import TokenizerSpec, parse_spec
 from shards.version import tool_version
 from transforms.core.settings import REPEATED
+from transforms.inputs.discover import glob_root
 from transforms.inputs.units import InputUnit
 from transforms.tokenizers.hf import HF_TOKENIZER_FILES
+from transforms.tokenizers.ranks import packaged_ranks_path
 
 # Flags that say where the tree goes, how many local workers wrote it, or whether saved work was
 # reused (--restart), never what is in it: left out (as Beam's --runner and --direct_num_workers
@@ -62,8 +64,6 @@ def tokenizer_files(spec: str | TokenizerSpec) -> list[tuple[str, str]]:
     ``KIND:PATH`` the file at PATH, or every file of the directory PATH; ``hf:NAME`` the tokenizer
     files of a local directory or of the Hugging Face cache. Empty when none can be found.
     """
-    from transforms.tokenizers.ranks import packaged_ranks_path
-
     spec = parse_spec(spec)
     if spec.packaged:
         return [_file_entry(packaged_ranks_path(spec))]
@@ -117,8 +117,6 @@ def _is_local(url: str) -> bool:
 def _root(typed: str) -> tuple[str, str]:
     """(the local input's root, absolute; the name its files are given below it, as typed): the
     directory a file is in, the parent of a directory, a glob's root (transforms.inputs.discover)."""
-    from transforms.inputs.discover import glob_root
-
     absolute = storage.normalize(typed)
     if os.path.isdir(absolute):
         root = os.path.dirname(absolute.rstrip("/")) or "/"

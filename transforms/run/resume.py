@@ -41,8 +41,8 @@ from shards import storage, tree
 from shards.version import code_version
 from transforms.core import progress
 from transforms.core.spread import SpreadEvenly
-from transforms.core.steps import UnitStepsFn
 from transforms.inputs.units import unit_cost
+from transforms.run.steps import UnitStepsFn
 
 log = logging.getLogger(__name__)
 
@@ -374,7 +374,7 @@ class ProcessUnitsFn(UnitStepsFn):
     """(index, InputUnit, done) in; the unit's work through the spill, recorded by a marker, out.
 
     ``read`` is a DoFn taking an InputUnit, ``steps`` DoFns each taking the previous one's main
-    outputs, ``spill`` a SpillTokensFn, run as one chain (transforms.core.steps.UnitStepsFn). Each
+    outputs, ``spill`` a SpillTokensFn, run as one chain (transforms.run.steps.UnitStepsFn). Each
     unit is a bundle of its own as far as they can tell (start_bundle, process, finish_bundle), so
     it gets spill files of its own. Side outputs (TaggedOutputs) of every step are the step's side
     outputs; ``spill``'s main outputs are its main output. A unit that was ``done`` at launch is

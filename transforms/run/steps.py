@@ -2,7 +2,7 @@
 in one call, each unit a bundle of its own as far as the DoFns can tell.
 
 Every job runs its per-document work this way. A writing job's last step spills tokens, and its
-units are saved work (transforms.core.resume.ProcessUnits: a marker per finished unit); train-bpe's
+units are saved work (transforms.run.resume.ProcessUnits: a marker per finished unit); train-bpe's
 units are counted, not saved (RunUnits), and its word tables are summed after them.
 
     counted = pipeline | "CountInputUnits" >> RunUnits(read.units, ReadUnitFn(read_config),
