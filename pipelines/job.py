@@ -57,7 +57,8 @@ def run_job(
     result = None
     interrupted = []
     try:
-        with noting_interrupts(interrupted), showing_progress(pipeline_options, run_id):
+        with noting_interrupts(interrupted), showing_progress(
+                pipeline_options, run_id, tokenizer=_tokenizer_name(options)):
             result = pipeline.run()
             if not mode.wait or mode.dry_run:
                 print(_not_waiting(mode, result, output, pipeline_options), flush=True)
@@ -77,6 +78,12 @@ def run_job(
     if say_summary:
         print(summary_table(stats, storage.normalize(options.output), seconds), flush=True)
     return stats
+
+
+def _tokenizer_name(options) -> str | None:
+    """The tokenizer a job's settings name (its ETA figures are kept per tokenizer), or None."""
+    name = getattr(options, "tokenizer", None)
+    return name if isinstance(name, str) else None
 
 
 def _built(build, options, pipeline_options: PipelineOptions, run_id: str, mode: RunMode) -> beam.Pipeline:
