@@ -205,11 +205,7 @@ class JobDisplay:
             elif total is not None or done:
                 self._lines.append(self._line(self._stages[i], done, total, now - self._started[i]))
             self._ended[i] = ended
-        left = None if finished else self._job_left(figures, now)
-        estimated = left is None and not finished and self._prior is not None and self._work_total() > 0
-        if estimated:  # until this run's figures give a rate: the last run's, for the work not yet seen done
-            seen = self._first_work[0][1] if self._first_work[0] else 0
-            left = self._prior.seconds_left(max(self._work_total() - seen, 0), now - self._start)
+        left, estimated = (None, False) if finished else self._left(figures, now)
         shown = f"~{progress.format_duration(left)}" if estimated else progress.format_duration(left or 0)
         if self.bars and left is not None:
             active = next((i for i, ended in enumerate(self._ended) if not ended), None)
@@ -237,6 +233,16 @@ class JobDisplay:
             counted.append(figure)
             elapsed.append(since)
         return job_seconds_left(counted, elapsed)
+
+    def _left(self, figures: list[tuple[int, int | None]], now: float) -> tuple[float | None, bool]:
+        """The seconds to the end of the job, and whether they are the estimate from the last run of
+        this kind (pipelines.progress_prior): until this run's figures give a rate, for the work not
+        yet seen done."""
+        left = self._job_left(figures, now)
+        if left is not None or self._prior is None or self._work_total() <= 0:
+            return left, False
+        seen = self._first_work[0][1] if self._first_work[0] else 0
+        return self._prior.seconds_left(max(self._work_total() - seen, 0), now - self._start), True
 
     def _full_kind(self) -> str:
         """The kind of run, as previous runs' figures are kept (pipelines.progress_prior)."""
