@@ -58,7 +58,8 @@ def run_job(
         pipeline = _built(build, options, pipeline_options, run_id, mode)
     output = storage.normalize(options.output)
     on_stop = functools.partial(_stopped, output, run_id, pipeline_options)
-    with stopping(on_stop, dry_run=mode.dry_run) as interrupted, showing_progress(pipeline_options, run_id):
+    with stopping(on_stop, dry_run=mode.dry_run) as interrupted, showing_progress(
+            pipeline_options, run_id, tokenizer=_tokenizer_name(options)):
         result = pipeline.run()
         if not mode.wait or mode.dry_run:
             print(_not_waiting(mode, result, output, pipeline_options), flush=True)
@@ -70,6 +71,12 @@ def run_job(
     if say_summary:
         print(summary_table(stats, storage.normalize(options.output), seconds), flush=True)
     return stats
+
+
+def _tokenizer_name(options) -> str | None:
+    """The tokenizer a job's settings name (its ETA figures are kept per tokenizer), or None."""
+    name = getattr(options, "tokenizer", None)
+    return name if isinstance(name, str) else None
 
 
 def _built(build, options, pipeline_options: PipelineOptions, run_id: str, mode: RunMode) -> beam.Pipeline:

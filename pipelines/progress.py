@@ -48,12 +48,14 @@ def announce_write_stages(progress_dir: str | None, units, done: set[int], encod
 
 @contextlib.contextmanager
 def showing_progress(pipeline_options: PipelineOptions, run_id: str, stages=None,
-                     ending: tuple[str, str] = ("publishing", "published")):
+                     ending: tuple[str, str] = ("publishing", "published"), tokenizer: str | None = None):
     """The job run inside shows its progress (pipelines/progress_display.py) on a local runner:
     its workers share their totals in progress_dir() (named to them by the environment, which a
     worker process inherits), and the display draws the stages announced there (``stages``, or
     those the job's build announced). Worker processes' own standard error is kept to what is not
-    Beam's harness logging (pipelines/worker_stderr.py). Nothing on a remote runner, whose UI shows progress."""
+    Beam's harness logging (pipelines/worker_stderr.py). Nothing on a remote runner, whose UI shows progress.
+    With ``tokenizer`` named, the job ETA before the first figures comes from the last run of the same
+    kind (pipelines/progress_prior.py), and this run's figures are kept for the next."""
     shared = progress_dir(pipeline_options, run_id)
     if shared is None:
         yield
@@ -66,7 +68,8 @@ def showing_progress(pipeline_options: PipelineOptions, run_id: str, stages=None
     previous = os.environ.get(SHARED_ENV)
     os.environ[SHARED_ENV] = shared
     try:
-        with filtering_worker_stderr(_worker_processes(pipeline_options)), JobDisplay(shared, ending=ending):
+        with filtering_worker_stderr(_worker_processes(pipeline_options)), JobDisplay(
+                shared, ending=ending, kind=_run_kind(pipeline_options, tokenizer)):
             yield
     finally:
         if previous is None:
@@ -74,6 +77,14 @@ def showing_progress(pipeline_options: PipelineOptions, run_id: str, stages=None
         else:
             os.environ[SHARED_ENV] = previous
         remove_progress(pipeline_options, run_id)
+
+
+def _run_kind(pipeline_options: PipelineOptions, tokenizer: str | None) -> str | None:
+    """What a run's ETA figures are kept under: its tokenizer and number of worker processes."""
+    if tokenizer is None:
+        return None
+    workers = view(pipeline_options, "DirectOptions").direct_num_workers if _worker_processes(pipeline_options) else 1
+    return f"tokenizer {tokenizer}, {workers} worker{'s' if workers != 1 else ''}"
 
 
 def _worker_processes(pipeline_options: PipelineOptions) -> bool:

@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 
+from pipelines.progress_prior import Prior, load_prior, measured_prior, save_prior
 from transforms.core import progress
 from transforms.core.progress import Stage, announced_stages, read_shared, share_line
 
@@ -118,8 +119,9 @@ class JobDisplay:
     inside it: bars when ``stream`` is a terminal, else a log line every ``interval`` seconds."""
 
     def __init__(self, shared_dir: str, stream=None, interval: float | None = None,
-                 ending: tuple[str, str] = ("publishing", "published")):
+                 ending: tuple[str, str] = ("publishing", "published"), kind: str | None = None):
         self.shared_dir = shared_dir
+        self.kind = kind  # the kind of run (workers, tokenizer) whose previous ETA figures to use, or None
         self.ending = ending  # what the last bar says once its stage is done, then once the job is
         self.stream = sys.stderr if stream is None else stream
         self.interval = float(os.environ.get(progress.INTERVAL_ENV, 10.0)) if interval is None else interval
@@ -134,6 +136,7 @@ class JobDisplay:
         self._lines: list[str] = []
         self._start = time.monotonic()
         self._redirect = contextlib.ExitStack()
+        self._prior: Prior | None = None
 
     def __enter__(self) -> JobDisplay:
         if self.bars:
@@ -149,6 +152,8 @@ class JobDisplay:
         self._stop.set()
         self._thread.join()
         self._draw(finished=exc_type is None)
+        if exc_type is None:
+            self._remember()
         for bar in self._tqdm:
             bar.close()
         self._redirect.close()
@@ -170,6 +175,7 @@ class JobDisplay:
             self._started = [self._start] + [None] * (len(self._stages) - 1)
             self._first_work = [None] * len(self._stages)
             self._ended = [False] * len(self._stages)
+            self._prior = load_prior(self._full_kind()) if self.kind else None
             if self.bars:
                 self._tqdm = [self._new_bar(i, s) for i, s in enumerate(self._stages)]
         figures = stage_figures(self.shared_dir, self._stages)
@@ -199,14 +205,15 @@ class JobDisplay:
             elif total is not None or done:
                 self._lines.append(self._line(self._stages[i], done, total, now - self._started[i]))
             self._ended[i] = ended
-        left = None if finished else self._job_left(figures, now)
+        left, estimated = (None, False) if finished else self._left(figures, now)
+        shown = f"~{progress.format_duration(left)}" if estimated else progress.format_duration(left or 0)
         if self.bars and left is not None:
             active = next((i for i, ended in enumerate(self._ended) if not ended), None)
             done, total = figures[active] if active is not None else (0, None)
             if active is not None and self._started[active] is not None and (total is None or done < total):
-                self._tqdm[active].set_postfix_str(f"job ETA {progress.format_duration(left)}")
+                self._tqdm[active].set_postfix_str(f"job ETA {shown}")
         if not self.bars and self._lines:
-            to_end = "" if left is None else f"; job ETA {progress.format_duration(left)}"
+            to_end = "" if left is None else f"; job ETA {shown}{' (from the last run)' if estimated else ''}"
             log.info("progress: %s%s%s", "; ".join(self._lines), to_end, f" ({self.ending[1]})" if finished else "")
             self._lines = []
 
@@ -226,6 +233,32 @@ class JobDisplay:
             counted.append(figure)
             elapsed.append(since)
         return job_seconds_left(counted, elapsed)
+
+    def _left(self, figures: list[tuple[int, int | None]], now: float) -> tuple[float | None, bool]:
+        """The seconds to the end of the job, and whether they are the estimate from the last run of
+        this kind (pipelines.progress_prior): until this run's figures give a rate, for the work not
+        yet seen done."""
+        left = self._job_left(figures, now)
+        if left is not None or self._prior is None or self._work_total() <= 0:
+            return left, False
+        seen = self._first_work[0][1] if self._first_work[0] else 0
+        return self._prior.seconds_left(max(self._work_total() - seen, 0), now - self._start), True
+
+    def _full_kind(self) -> str:
+        """The kind of run, as previous runs' figures are kept (pipelines.progress_prior)."""
+        return " / ".join([self.kind or "", *(f"{s.label} in {s.unit}" for s in self._stages)])
+
+    def _work_total(self) -> int:
+        """The first stage's planned work, in what its time grows with (Stage.work_keys)."""
+        first = self._stages[0]
+        return (first.work_total if first.work_keys and first.work_total else first.total) or 0
+
+    def _remember(self) -> None:
+        """A run that ended leaves its start-up and rate for the next of its kind."""
+        if self.kind and self._stages:
+            prior = measured_prior(self._start, self._first_work[0], time.monotonic(), self._work_total())
+            if prior is not None:
+                save_prior(self._full_kind(), prior)
 
     @staticmethod
     def _line(stage: Stage, done: int, total: int | None, since: float) -> str:

@@ -157,17 +157,21 @@ def _restore_logging():
 
 @pytest.fixture(autouse=True, scope="session")
 def _index_cache(tmp_path_factory):
-    """Local copies of remote trees' reader indexes (shards.index.local_copy) go to the session's
-    temporary directory, not the user's ~/.cache."""
+    """Local copies of remote trees' reader indexes (shards.index.local_copy) and the job ETA's
+    figures of previous runs (pipelines.progress_prior) go to the session's temporary directory,
+    not the user's ~/.cache."""
     import os
 
-    before = os.environ.get("PRETOKENIZE_INDEX_CACHE")
-    os.environ["PRETOKENIZE_INDEX_CACHE"] = str(tmp_path_factory.mktemp("index-cache"))
+    names = {"PRETOKENIZE_INDEX_CACHE": "index-cache", "PRETOKENIZE_PROGRESS_CACHE": "progress-cache"}
+    before = {name: os.environ.get(name) for name in names}
+    for name, directory in names.items():
+        os.environ[name] = str(tmp_path_factory.mktemp(directory))
     yield
-    if before is None:
-        os.environ.pop("PRETOKENIZE_INDEX_CACHE", None)
-    else:
-        os.environ["PRETOKENIZE_INDEX_CACHE"] = before
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 def tree_hashes(root, skip: tuple[str, ...] = ()) -> dict[str, str]:

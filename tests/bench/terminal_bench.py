@@ -33,7 +33,8 @@ COLUMNS, ROWS = 120, 50
 POLL = 0.5
 HARNESS = re.compile(r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL):|sdk harness|Logging handler created|control channel|"
                      r"apitools not found|Traceback")
-ETA = re.compile(r"job ETA ((?:\d+[dhms])+)")
+ETA = re.compile(r"job ETA (~?)((?:\d+[dhms])+)")  # ~: an estimate from the last run (pipelines/progress_prior.py)
+BAR = re.compile(r"^read and ", re.MULTILINE)
 UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 
 
@@ -46,9 +47,9 @@ def tmux(socket: str, *args: str, check: bool = True) -> str:
     return subprocess.run(["tmux", "-L", socket, *args], check=check, capture_output=True, text=True).stdout
 
 
-def run_in_terminal(socket: str, argv: list[str], scratch: Path) -> tuple[float, list[tuple[float, int | None]], str]:
-    """(wall seconds, [(seconds since the start, the job ETA on screen or None)], the scrollback) of
-    ``argv`` run in a fresh 120-column tmux session."""
+def run_in_terminal(socket: str, argv: list[str], scratch: Path) -> tuple[float, list[tuple], str]:
+    """(wall seconds, [(seconds since the start, the job ETA on screen or None, "~" when it is marked an
+    estimate, whether a bar is on screen)], the scrollback) of ``argv`` run in a fresh 120-column tmux session."""
     done, conf = scratch / "exit-code", scratch / "tmux.conf"
     done.unlink(missing_ok=True)
     conf.write_text("set -g history-limit 100000\n")  # the whole run's lines kept, for the count
@@ -60,7 +61,8 @@ def run_in_terminal(socket: str, argv: list[str], scratch: Path) -> tuple[float,
     while not done.exists():
         screen = tmux(socket, "capture-pane", "-p", "-t", "run", check=False)
         found = ETA.findall(screen)
-        samples.append((time.monotonic() - start, seconds(found[-1]) if found else None))
+        samples.append((time.monotonic() - start, seconds(found[-1][1]) if found else None,
+                        found[-1][0] if found else "", bool(BAR.search(screen))))
         time.sleep(POLL)
     wall = time.monotonic() - start
     scrollback = tmux(socket, "capture-pane", "-p", "-J", "-S", "-", "-E", "-", "-t", "run")
@@ -75,11 +77,11 @@ def _quote(word: str) -> str:
     return "'" + word.replace("'", "'\\''") + "'"
 
 
-def eta_at(samples: list[tuple[float, int | None]], wall: float, share: float) -> tuple[int | None, float]:
-    """(the ETA on screen, the true seconds left) at the last sample before ``share`` of the run."""
+def eta_at(samples: list[tuple], wall: float, share: float) -> tuple[int | None, float, str]:
+    """(the ETA on screen, the true seconds left, its mark) at the last sample before ``share`` of the run."""
     before = [s for s in samples if s[0] <= share * wall] or samples[:1]
-    at, eta = before[-1]
-    return eta, wall - at
+    at, eta, mark, _ = before[-1]
+    return eta, wall - at, mark
 
 
 def one_run(workers: int, corpus: Path, scratch: Path, size: str = "base") -> dict:
@@ -93,22 +95,25 @@ def one_run(workers: int, corpus: Path, scratch: Path, size: str = "base") -> di
     lines = [line for line in scrollback.splitlines() if line.strip()]
     etas = {share: eta_at(samples, wall, share / 100) for share in range(10, 100, 10)}
     shutil.rmtree(out, ignore_errors=True)
+    bars = next((t for t, _, _, shown in samples if shown), wall)
     return {"workers": workers, "wall": wall, "lines": lines, "harness": [x for x in lines if HARNESS.search(x)],
-            "etas": etas}
+            "etas": etas, "bars": bars}
 
 
 def report(runs: list[dict]) -> bool:
-    print(f"| workers | wall s | lines | harness lines | job ETA shown / true s left at "
+    print(f"| workers | wall s | bars from | lines | harness lines | job ETA shown / true s left at "
           f"{', '.join(f'{s}%' for s in range(10, 100, 10))} |")
-    print("|---:|---:|---:|---:|---|")
+    print("|---:|---:|---:|---:|---:|---|")
     for r in runs:
-        cells = ", ".join(f"{'-' if eta is None else eta}/{left:.0f}" for eta, left in r["etas"].values())
-        print(f"| {r['workers']} | {r['wall']:.1f} | {len(r['lines'])} | {len(r['harness'])} | {cells} |")
+        cells = ", ".join(f"{'-' if eta is None else f'{mark}{eta}'}/{left:.0f}"
+                          for eta, left, mark in r["etas"].values())
+        print(f"| {r['workers']} | {r['wall']:.1f} | {100 * r['bars'] / r['wall']:.0f}% | {len(r['lines'])} "
+              f"| {len(r['harness'])} | {cells} |")
     one = min(len(r["lines"]) for r in runs if r["workers"] == 1)
     met = True
     for r in (r for r in runs if r["workers"] == 2):
         eta20 = r["etas"][20][0]
-        eta50, left50 = r["etas"][50]
+        eta50, left50, _ = r["etas"][50]
         checks = {"no more lines than one worker": len(r["lines"]) <= one, "no line of the harness": not r["harness"],
                   "a job ETA by 20% of the run": eta20 is not None,
                   "the ETA at 50% within 30% of the time left": eta50 is not None

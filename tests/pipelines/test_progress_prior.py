@@ -1,0 +1,86 @@
+"""The job ETA before a run's workers have shared a figure (issue 37): the last run of the same kind's
+start-up and rate (pipelines/progress_prior.py), shown marked ``~`` until this run's figures give one."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pytest
+
+from pipelines import progress_prior
+from pipelines.progress_display import JobDisplay
+from pipelines.progress_prior import Prior, load_prior, measured_prior, save_prior
+from transforms.core import progress
+from transforms.core.progress import Progress, Stage, announce_stages
+
+pytestmark = pytest.mark.unit
+
+KIND = "tokenizer gpt2, 2 workers"
+STAGES = [Stage("read and tokenize", "read", ("documents",), "rows", total=100, work_keys=("bytes",),
+                work_total=1_000_000),
+          Stage("write", "write", ("tokens",), "tokens", total_step="tokenize", total_keys=("tokens",))]
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv(progress_prior.CACHE_ENV, str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def test_the_estimate_is_the_rest_of_the_start_up_then_all_the_work():
+    prior = Prior(startup=10.0, per_work=2e-5)  # 10 s to the first figure, then 20 s a million bytes
+    assert prior.seconds_left(1_000_000, 4.0) == pytest.approx(26.0)
+    assert prior.seconds_left(1_000_000, 15.0) == pytest.approx(20.0)  # a slower start-up: the work is all still to do
+    assert prior.seconds_left(500_000, 12.0) == pytest.approx(10.0)
+
+
+def test_a_run_leaves_its_start_up_and_its_rate_after_the_first_figure():
+    assert measured_prior(100.0, (110.0, 100_000), 128.0, 1_000_000) == Prior(10.0, 18.0 / 900_000)
+    assert measured_prior(100.0, None, 128.0, 1_000_000) is None  # no figure ever seen: nothing to keep
+    assert measured_prior(100.0, (110.0, 1_000_000), 128.0, 1_000_000) is None
+
+
+def test_figures_are_kept_per_kind_and_a_bad_file_is_ignored(cache):
+    save_prior(KIND, Prior(9.5, 1e-5))
+    save_prior("tokenizer gpt2, 1 worker", Prior(2.0, 2e-5))
+    assert load_prior(KIND) == Prior(9.5, 1e-5)
+    assert load_prior("tokenizer o200k_base, 2 workers") is None
+    (cache / progress_prior.FILE_NAME).write_text('{"tokenizer gpt2, 2 workers": ["os.system", -1]}')
+    assert load_prior(KIND) is None
+    (cache / progress_prior.FILE_NAME).write_text("not json")
+    assert load_prior(KIND) is None
+    save_prior(KIND, Prior(1.0, 1e-6))  # replaces what did not parse
+    assert load_prior(KIND) == Prior(1.0, 1e-6)
+
+
+def _job_etas(records) -> list[str]:
+    return [r.getMessage().split("job ETA ", 1)[1] for r in records if "job ETA" in r.getMessage()]
+
+
+def test_before_any_figure_the_display_shows_the_last_runs_estimate_then_keeps_this_runs(tmp_path, cache, caplog):
+    """Nothing shared yet (worker processes still starting): a job ETA all the same, from the last
+    run of this kind, marked as an estimate; once the run has ended its own figures are kept."""
+    shared = str(tmp_path / "shared")
+    announce_stages(shared, STAGES)
+    display = JobDisplay(shared, stream=open(tmp_path / "log", "w"), interval=0, kind=KIND)
+    with caplog.at_level(logging.INFO, logger="pretokenize.progress"):
+        save_prior(_full_kind(), Prior(30.0, 2e-5))
+        with display:
+            time.sleep(0.7)
+            estimates = _job_etas(caplog.records)
+            read = Progress("read", shared_dir=shared)
+            read.add(documents=50, bytes=500_000)
+            progress.flush_all()
+            time.sleep(0.7)
+            read.add(documents=50, bytes=500_000)
+            progress.flush_all()
+            time.sleep(0.7)
+    assert estimates and all(e.startswith("~") and e.endswith("(from the last run)") for e in estimates)
+    assert int(estimates[0][1:].split("s")[0]) in range(45, 51)  # 30 s of start-up left, then 20 s of work
+    kept = load_prior(_full_kind())
+    assert kept is not None and kept.startup < 5.0 and kept != Prior(30.0, 2e-5)
+
+
+def _full_kind() -> str:
+    return " / ".join([KIND, *(f"{s.label} in {s.unit}" for s in STAGES)])
