@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 OUT    ?= out/sample
 
-.PHONY: help venv demo demo-scaffold test test-clusters test-fast lint bench clean venv-cloud venv-torch venv-trainers engines prism flink-job-server spark-job-server loopback-shim
+.PHONY: help venv demo demo-scaffold test test-clusters test-fast lint bench clean venv-cloud venv-torch venv-trainers engines prism flink-job-server spark-job-server loopback-shim FORCE
 
 help:
 	@echo "make demo   set up .venv and run the bucketed job on the bundled sample into $(OUT)"
@@ -96,6 +96,28 @@ MVN_CLOSURE    := mvn -B org.apache.maven.plugins:maven-dependency-plugin:3.8.1:
 LOOPBACK_JAVA  := $(ENGINES_DIR)/java-loopback
 LOOPBACK_SO    := $(ENGINES_DIR)/loopback_bind.so
 
+# What is built from the checkout's files is rebuilt when their content changes, not their mtime: a
+# fresh clone's files are all newer than the cache, and comparing mtimes re-copied the closure (and
+# recompiled the launcher and the shim) on every `make engines` there. Each step depends on a stamp
+# beside its output holding the sha256 of its inputs, which is checked on every run and rewritten
+# only when a sum differs, so its mtime moves only with the content.
+FLINK_POM_STAMP      := $(ENGINES_DIR)/flink-$(RUNNER_VERSION)/pom.sha256
+SPARK_POM_STAMP      := $(ENGINES_DIR)/spark-$(RUNNER_VERSION)/pom.sha256
+FLINK_LAUNCHER_STAMP := $(ENGINES_DIR)/flink-$(RUNNER_VERSION)/launcher.sha256
+SPARK_LAUNCHER_STAMP := $(ENGINES_DIR)/spark-$(RUNNER_VERSION)/launcher.sha256
+LOOPBACK_STAMP       := $(ENGINES_DIR)/loopback.sha256
+LAUNCHER_INPUTS      := deploy/engine_launcher.py $(LAUNCHER_SOURCE)
+
+$(FLINK_POM_STAMP): STAMPED = deploy/flink/pom.xml
+$(SPARK_POM_STAMP): STAMPED = deploy/spark/pom.xml
+$(FLINK_LAUNCHER_STAMP): STAMPED = $(LAUNCHER_INPUTS) deploy/flink/embedded-flink-conf.yaml
+$(SPARK_LAUNCHER_STAMP): STAMPED = $(LAUNCHER_INPUTS)
+$(LOOPBACK_STAMP): STAMPED = deploy/loopback_bind.c deploy/loopback_shim.py
+$(FLINK_POM_STAMP) $(SPARK_POM_STAMP) $(FLINK_LAUNCHER_STAMP) $(SPARK_LAUNCHER_STAMP) $(LOOPBACK_STAMP): FORCE
+	@mkdir -p $(dir $@) && sha256sum $(STAMPED) > $@.new \
+	  && if cmp -s $@.new $@; then rm -f $@.new; else mv $@.new $@; fi
+FORCE:
+
 engines: prism flink-job-server spark-job-server loopback-shim
 
 prism: $(PRISM_BIN)
@@ -107,7 +129,7 @@ loopback-shim: $(LOOPBACK_JAVA) $(LOOPBACK_SO)
 # (java-loopback), which pipelines/engines.py hands Beam for the job servers above: the Fn API
 # servers Beam opens while a job runs then listen on 127.0.0.1 only. Without a C compiler it says so
 # and writes nothing (those ports then listen on every interface).
-$(LOOPBACK_JAVA) $(LOOPBACK_SO): deploy/loopback_bind.c deploy/loopback_shim.py
+$(LOOPBACK_JAVA) $(LOOPBACK_SO): $(LOOPBACK_STAMP)
 	@$(PYTHON) deploy/loopback_shim.py $(ENGINES_DIR)
 
 $(PRISM_BIN):
@@ -118,7 +140,8 @@ $(PRISM_BIN):
 	  && echo "prism: $@" \
 	  || echo "prism: NOT SET UP, see $(ENGINES_DIR)/prism.log; its tests will be skipped"
 
-# The closure goes to lib.partial and is renamed to lib/ once complete (so lib/ exists only whole);
+# The closure goes to lib.partial and is renamed to lib/ once complete (so lib/ exists only whole; a
+# failed copy also removes the launcher, which would name jars no longer there);
 # then javac compiles the launcher's main class (deploy/engines/HostBoundJobServer.java: the job
 # server's ports bound to --job-host only) and the launcher jar is written last, so an interrupted
 # fetch leaves no launcher and the next `make engines` finishes it. A failed step says so, quoting
@@ -127,18 +150,19 @@ $(FLINK_JAR) $(FLINK_LIB): ENGINE = flink
 $(FLINK_JAR): DRIVER = $(FLINK_DRIVER)
 $(SPARK_JAR) $(SPARK_LIB): ENGINE = spark
 $(SPARK_JAR): DRIVER = $(SPARK_DRIVER)
-$(FLINK_LIB): deploy/flink/pom.xml
-$(SPARK_LIB): deploy/spark/pom.xml
+$(FLINK_LIB): $(FLINK_POM_STAMP)
+$(SPARK_LIB): $(SPARK_POM_STAMP)
 $(FLINK_LIB) $(SPARK_LIB):
 	@mkdir -p $(dir $@)
 	@echo "$(ENGINE): mvn copy-dependencies of deploy/$(ENGINE)/pom.xml into $@"
 	@rm -rf $@.partial $@ \
 	  && $(MVN_CLOSURE) -f deploy/$(ENGINE)/pom.xml -DoutputDirectory=$@.partial > $(ENGINES_DIR)/$(ENGINE).log 2>&1 \
 	  && mv $@.partial $@ \
-	  || echo "$(ENGINE): NOT SET UP, see $(ENGINES_DIR)/$(ENGINE).log; its tests will be skipped"
+	  || { rm -f $(dir $@)job-server.jar; \
+	       echo "$(ENGINE): NOT SET UP, see $(ENGINES_DIR)/$(ENGINE).log; its tests will be skipped"; }
 $(FLINK_JAR): FLINK_CONF = deploy/flink/embedded-flink-conf.yaml
-$(FLINK_JAR): $(FLINK_LIB) deploy/engine_launcher.py $(LAUNCHER_SOURCE) deploy/flink/embedded-flink-conf.yaml
-$(SPARK_JAR): $(SPARK_LIB) deploy/engine_launcher.py $(LAUNCHER_SOURCE)
+$(FLINK_JAR): $(FLINK_LIB) $(FLINK_LAUNCHER_STAMP)
+$(SPARK_JAR): $(SPARK_LIB) $(SPARK_LAUNCHER_STAMP)
 $(FLINK_JAR) $(SPARK_JAR):
 	@test -d $(dir $@)lib || exit 0; \
 	rm -rf $(dir $@)classes $(dir $@)conf \
