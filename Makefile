@@ -10,7 +10,7 @@ help:
 	@echo "make demo   set up .venv and run the bucketed job on the bundled sample into $(OUT)"
 	@echo "make demo-scaffold  the scaffold job on the Portuguese sample into $(SCAFFOLD_OUT)"
 	@echo "make test   set up .venv and run the test suite"
-	@echo "make test-clusters  the Flink and Spark cluster tests (separate processes, a member killed), ~20-45 minutes"
+	@echo "make test-clusters  the Flink and Spark cluster tests (separate processes, a member killed), ~15-45 minutes"
 	@echo "make test-fast  the unit tests and a few end-to-end ones (-m 'unit or smoke'), a few minutes"
 	@echo "make lint   ruff over the code"
 	@echo "make bench  the performance benchmark (tests/bench/README.md): rewrites its sections of BENCHMARKS.md, ~40 minutes"
@@ -194,8 +194,8 @@ test: venv
 
 # The clusters of separate processes (tests/engines/test_cluster.py: each job byte-identical on a Flink
 # session cluster and a Spark standalone cluster, a TaskManager / worker killed mid-job, every socket on
-# 127.0.0.1). Not in `make test`: they start six JVMs and took 46 minutes on this 2-core machine under
-# load (BENCHMARKS.md, "Engines: clusters"), more than CI's budget. Needs `make engines`.
+# 127.0.0.1). Not in `make test`: they start six JVMs and took 13 to 46 minutes on this 2-core machine
+# under load (BENCHMARKS.md, "Engines: clusters"), more than CI's budget. Needs `make engines`.
 test-clusters: venv
 	$(PY) -m pytest -q -m cluster
 
