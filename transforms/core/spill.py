@@ -53,8 +53,10 @@ DEFAULT_CONNECTIONS = storage.DEFAULT_CONNECTIONS
 DEFAULT_READ_BYTES = 8 << 20
 DEFAULT_ROUND_BYTES = 64 << 20
 
-# key_fn(batch, config) -> (a group key per document, a 63-bit sort key per document)
-KeyFn = Callable[[TokenBatch, object], tuple[list, np.ndarray]]
+# key_fn(batch, config) -> (a group key per document, a 63-bit sort key per document). The group
+# keys are a list of hashable keys, or an int64 array: one int per document, or one row of ints
+# (a tuple key) per document, grouped without a Python step per document.
+KeyFn = Callable[[TokenBatch, object], tuple["list | np.ndarray", np.ndarray]]
 
 
 class RefPointer(NamedTuple):
@@ -131,7 +133,7 @@ class SpillTokensFn(beam.DoFn):
         held = _Held(batches, [self._key_fn(batch, self._config) for batch in batches])
         out = []
         for (key, source), members in sorted(held.stretches.items(), key=lambda kv: (repr(kv[0][0]), kv[0][1])):
-            ref, tokens = held.stretch(np.asarray(members, np.int64), self._path, source, self._offset)
+            ref, tokens = held.stretch(members, self._path, source, self._offset)
             self._file.write(memoryview(tokens).cast("B"))
             self._offset += tokens.nbytes
             out.append((key, self._write_ref(ref)))
@@ -167,16 +169,13 @@ class _Held:
 
     def __init__(self, batches: list[TokenBatch], keyed: list[tuple[list, np.ndarray]]):
         self.batches = batches
-        self.stretches: dict = {}
-        base = 0
-        for batch, (keys, _) in zip(batches, keyed, strict=True):
-            source = batch.source
-            for i, key in enumerate(keys, base):
-                self.stretches.setdefault((key, source), []).append(i)
-            base += batch.size
         sizes = [batch.size for batch in batches]
         self.batch_of = np.repeat(np.arange(len(batches), dtype=np.int64), sizes)
-        self.ids = [doc_id for batch in batches for doc_id in batch.ids]
+        if all(isinstance(keys, np.ndarray) for keys, _ in keyed):
+            self.stretches = _array_stretches(batches, [keys for keys, _ in keyed], self.batch_of)
+        else:
+            self.stretches = _listed_stretches(batches, [keys for keys, _ in keyed])
+        self.ids = np.array([doc_id for batch in batches for doc_id in batch.ids], dtype=object)
         self.lengths = np.concatenate([batch.lengths for batch in batches])
         self.starts = np.concatenate([np.cumsum(batch.lengths) - batch.lengths for batch in batches])
         self.sort_keys = np.concatenate([np.asarray(sort_keys, np.int64) for _, sort_keys in keyed])
@@ -196,9 +195,36 @@ class _Held:
                                self.lengths[piece]) for piece in pieces]
         tokens = parts[0] if len(parts) == 1 else np.concatenate(parts)
         offsets = offset + (np.cumsum(lengths) - lengths) * tokens.dtype.itemsize
-        ref = RefBatch(spill_path, source, [self.ids[i] for i in index.tolist()], self.sort_keys[index], lengths,
+        ref = RefBatch(spill_path, source, self.ids[index].tolist(), self.sort_keys[index], lengths,
                        offsets, self.rows[index], {name: values[index] for name, values in self.extra.items()})
         return ref, tokens
+
+
+def _listed_stretches(batches: list[TokenBatch], keys: list) -> dict:
+    """The documents (indexes end to end over ``batches``, in the order they came) of each
+    (group key, input file), from a list of keys per batch."""
+    stretches: dict = {}
+    base = 0
+    for batch, batch_keys in zip(batches, keys, strict=True):
+        for i, key in enumerate(batch_keys, base):
+            stretches.setdefault((key, batch.source), []).append(i)
+        base += batch.size
+    return {k: np.asarray(v, np.int64) for k, v in stretches.items()}
+
+
+def _array_stretches(batches: list[TokenBatch], keys: list[np.ndarray], batch_of: np.ndarray) -> dict:
+    """As _listed_stretches, from int64 arrays of keys (a key per document, or a row of ints per
+    document: the key is then the row as a tuple): grouped by numpy, the keys made Python ints."""
+    sources = sorted({batch.source for batch in batches})
+    source_of_batch = np.asarray([sources.index(batch.source) for batch in batches], np.int64)
+    table = np.concatenate([np.asarray(k, np.int64).reshape(len(k), -1) for k in keys])
+    columns = np.concatenate([table, source_of_batch[batch_of][:, None]], axis=1)
+    unique, inverse = np.unique(columns, axis=0, return_inverse=True)
+    order = np.argsort(inverse.reshape(-1), kind="stable")
+    members = np.split(order, np.cumsum(np.bincount(inverse.reshape(-1), minlength=len(unique)))[:-1])
+    one = keys[0].ndim == 1
+    return {(row[0] if one else tuple(row[:-1]), sources[row[-1]]): m
+            for row, m in zip(unique.tolist(), members, strict=True)}
 
 
 def load_refs(fs, pointers, connections: int = DEFAULT_CONNECTIONS) -> list[RefBatch]:
