@@ -352,7 +352,7 @@ def _write_lookup(hashes_path: str, n: int, out: BinaryIO) -> None:
                 picked.append(block[where])
                 picked_rows.append(where + first)
             h, r = np.concatenate(picked), np.concatenate(picked_rows).astype("<i8")
-            order = np.lexsort((r, h))
+            order = np.argsort(h, kind="stable")  # r ascends as picked: equal hashes stay in row order
             out.write(h[order].astype("<u8").tobytes())
             rows_out.write(r[order].tobytes())
         out.write(b"\0" * ((-(n * 8)) % 8))
