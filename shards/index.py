@@ -71,7 +71,7 @@ _HEAD = struct.Struct("<8sIIQQQ")  # magic, version, reserved, documents, files,
 _SPAN = struct.Struct("<QQ")
 TRAILER = struct.Struct("<32s32s")  # the manifest's sha256, the sha256 of every byte before it
 _ROWS_PER_FLUSH = 1 << 18
-_LOOKUP_SLICE = 1 << 22  # documents per slice of the hash range when sorting the lookup table
+_LOOKUP_SLICE = 1 << 19  # documents per slice of the hash range when sorting the lookup table (~20 MB)
 
 
 class NotIndexable(ValueError):
@@ -335,30 +335,56 @@ def _write_sections(out: BinaryIO, scratch: str, small: dict, spans: list[tuple[
 
 
 def _write_lookup(hashes_path: str, n: int, out: BinaryIO) -> None:
-    """The sorted hashes, then the document of each, sorted a slice of the hash range at a time
-    (the hashes are uniform, so each slice holds about _LOOKUP_SLICE of them)."""
+    """The sorted hashes, then the document of each. One pass over the hashes, a block at a time,
+    splits the (hash, row) pairs by the top bits of the hash into slice files (the hashes are
+    uniform, so each holds about _LOOKUP_SLICE of them); each slice is then sorted alone. Rows
+    ascend within a slice as they were split, so a stable sort by hash is the (hash, row) order,
+    and the slices end to end are the whole table's: memory is a block and a slice, whatever n."""
     if not n:
         return
-    hashes = np.memmap(hashes_path, dtype="<u8", mode="r", shape=(n,))
-    slices = max(1, -(-n // _LOOKUP_SLICE))
-    bounds = [(1 << 64) * k // slices for k in range(slices + 1)]
-    with tempfile.TemporaryFile() as rows_out:
-        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
-            picked_rows, picked = [], []
-            for first in range(0, n, _LOOKUP_SLICE):
-                block = np.asarray(hashes[first:first + _LOOKUP_SLICE])
-                mine = (block >= np.uint64(lo)) if hi == 1 << 64 else (block >= np.uint64(lo)) & (block < np.uint64(hi))
-                where = np.flatnonzero(mine)
-                picked.append(block[where])
-                picked_rows.append(where + first)
-            h, r = np.concatenate(picked), np.concatenate(picked_rows).astype("<i8")
-            order = np.argsort(h, kind="stable")  # r ascends as picked: equal hashes stay in row order
-            out.write(h[order].astype("<u8").tobytes())
-            rows_out.write(r[order].tobytes())
-        out.write(b"\0" * ((-(n * 8)) % 8))
-        rows_out.seek(0)
-        shutil.copyfileobj(rows_out, out, 1 << 20)
-    del hashes
+    bits = min(_LOOKUP_BITS, (-(-n // _LOOKUP_SLICE) - 1).bit_length())
+    with tempfile.TemporaryDirectory(prefix="pretokenize-lookup-") as scratch:
+        slices = [os.path.join(scratch, str(k)) for k in range(1 << bits)]
+        _split_pairs(hashes_path, n, bits, slices)
+        with tempfile.TemporaryFile() as rows_out:
+            for path in slices:
+                pairs = np.fromfile(path, _PAIR)
+                order = np.argsort(pairs["hash"], kind="stable")
+                out.write(pairs["hash"][order].tobytes())
+                rows_out.write(pairs["row"][order].tobytes())
+                del pairs, order
+                os.unlink(path)
+            out.write(b"\0" * ((-(n * 8)) % 8))
+            rows_out.seek(0)
+            shutil.copyfileobj(rows_out, out, 1 << 20)
+
+
+_PAIR = np.dtype([("hash", "<u8"), ("row", "<i8")])
+_LOOKUP_BLOCK = 1 << 18  # hashes read at a time when splitting them into slices
+_LOOKUP_BITS = 8  # at most 256 slice files
+
+
+def _split_pairs(hashes_path: str, n: int, bits: int, slices: list[str]) -> None:
+    """Append each (hash, row) of the hashes file to the slice file of its hash's top ``bits``."""
+    files = [open(path, "wb") for path in slices]  # noqa: SIM115 - closed below
+    try:
+        with open(hashes_path, "rb") as src:
+            for first in range(0, n, _LOOKUP_BLOCK):
+                block = np.fromfile(src, "<u8", min(_LOOKUP_BLOCK, n - first))
+                pairs = np.empty(len(block), _PAIR)
+                pairs["hash"], pairs["row"] = block, np.arange(first, first + len(block))
+                if not bits:
+                    files[0].write(pairs.tobytes())
+                    continue
+                key = (block >> np.uint64(64 - bits)).astype(np.int64)
+                order = np.argsort(key, kind="stable")
+                counts = np.bincount(key, minlength=len(files))
+                ends = np.cumsum(counts)
+                for k in np.flatnonzero(counts).tolist():
+                    files[k].write(pairs[order[ends[k] - counts[k]:ends[k]]].tobytes())
+    finally:
+        for f in files:
+            f.close()
 
 
 class ReaderIndex(NamedTuple):
@@ -516,7 +542,7 @@ def column_problem(index: ReaderIndex) -> str | None:
         problem = _rows_problem(index, a, min(n, a + _CHECK_ROWS), file_start, part_of_file, seen)
         if problem is not None:
             return problem
-        if a % (16 * _CHECK_ROWS) == 0:
+        if a % (4 * _CHECK_ROWS) == 0:  # what the pass holds mapped stays a few MB
             release(index)
     release(index)
     return None if seen.all() else "its lookup table is not a permutation of its rows"

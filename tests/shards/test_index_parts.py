@@ -88,3 +88,21 @@ def test_the_hashes_of_arrays_are_the_per_id_hashes(seed):
     assert layout.partitions_of(raw, 32).tolist() == [layout.partition_of(i, 32) for i in ids]
     assert layout.shuffle_keys(raw, seed).tolist() == [layout.shuffle_key(i, seed) for i in ids]
     assert layout.hashes64(raw, b"ptk-index").tolist() == [reader_index.id_hash(r) for r in raw]
+
+
+@pytest.mark.parametrize("n, slice_docs", [(1, 7), (100, 1000), (1000, 7), (1000, 64)])
+def test_the_lookup_is_the_hashes_sorted_with_their_rows_whatever_the_slices(tmp_path, monkeypatch, n, slice_docs):
+    """Split into slice files by the hashes' top bits, a block at a time, and sorted per slice: the
+    table is (hash, row) sorted, equal hashes in row order, as one sort of the whole gives it."""
+    monkeypatch.setattr(reader_index, "_LOOKUP_SLICE", slice_docs)
+    monkeypatch.setattr(reader_index, "_LOOKUP_BLOCK", 13)
+    rng = np.random.default_rng(n)
+    hashes = rng.integers(0, 2**64 - 1, n, dtype=np.uint64, endpoint=True)
+    hashes[rng.integers(0, n, n // 10)] = hashes[0]  # repeats: their rows must stay in order
+    path = tmp_path / "hashes"
+    hashes.astype("<u8").tofile(path)
+    out = io.BytesIO()
+    reader_index._write_lookup(str(path), n, out)
+    order = np.lexsort((np.arange(n), hashes))
+    pad = b"\0" * ((-(n * 8)) % 8)
+    assert out.getvalue() == hashes[order].astype("<u8").tobytes() + pad + order.astype("<i8").tobytes()
