@@ -12,7 +12,8 @@ code, so neither checkout's editable install is what runs. A commit whose depend
 from this venv's is not measured fairly this way: its pins are printed when they differ.
 
 Each run: ``pretokenize bucketed`` on the FnApiRunner in one process (tests/bench/monitor.py: wall,
-peak RSS of every process sampled every 0.1 s); documents/s is documents read over the wall. The
+peak RSS of every process sampled every 0.1 s, the publish step's seconds timed inside the job);
+documents/s is documents read over the wall. The
 load average (1 min) before each run is printed, and the ratios of the best runs (this checkout
 over the other: documents/s, wall, peak RSS). The trees written must be the same bytes: the
 sha256 of every file a consumer reads (shards, processed_spec.txt, processed_spec.idx) is compared.
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -36,7 +38,23 @@ sys.path.insert(0, str(HERE))
 import monitor  # noqa: E402
 import scale_corpus  # noqa: E402
 
-JOB_CODE = "import sys; from pipelines.cli import main; sys.exit(main())"
+# The job in this process, its publish step timed (transforms.core.publish.publish, the serial step
+# after the parallel ones: what issue 38 measures), the seconds written to stderr.
+JOB_CODE = """
+import sys, time
+import transforms.core.publish as core_publish
+untimed = core_publish.publish
+def timed(*args, **kwargs):
+    start = time.perf_counter()
+    try:
+        return untimed(*args, **kwargs)
+    finally:
+        print(f"publish seconds: {time.perf_counter() - start:.3f}", file=sys.stderr, flush=True)
+core_publish.publish = timed
+from pipelines.cli import main
+sys.exit(main())
+"""
+PUBLISH_LINE = re.compile(r"^publish seconds: ([0-9.]+)$", re.M)
 # The files of a tree a consumer reads: the rest (stats, card, record) name versions and times.
 CONSUMED_SUFFIXES = (".npy",)
 CONSUMED_NAMES = ("processed_spec.txt", "processed_spec.idx")
@@ -55,6 +73,7 @@ class Run(NamedTuple):
     peak_rss: int
     load: float
     tree_sha256: str
+    publish: float  # seconds in the publish step
 
 
 def archived(commit: str, cache: Path) -> Path:
@@ -88,9 +107,10 @@ def scratch_venv(cache: Path) -> str:
 
 def pins_differ(source: Path) -> bool:
     """Whether the other commit's pyproject.toml pins other dependencies than this checkout's."""
-    def deps(path: Path) -> str:
-        text = path.read_text()
-        return text[text.find("dependencies"):text.find("[project.scripts]")]
+    def deps(path: Path) -> list:
+        import tomllib
+
+        return tomllib.loads(path.read_text())["project"]["dependencies"]
     return deps(source / "pyproject.toml") != deps(REPO / "pyproject.toml")
 
 
@@ -118,7 +138,8 @@ def run_once(code: Code, corpus: Path, output: Path, keep: bool) -> Run:
     digest = tree_sha256(output)
     if not keep:
         shutil.rmtree(output, ignore_errors=True)
-    return Run(usage.wall_seconds, max(p.peak_rss for p in usage.processes), load, digest)
+    publish = sum(float(s) for s in PUBLISH_LINE.findall(usage.stderr))
+    return Run(usage.wall_seconds, max(p.peak_rss for p in usage.processes), load, digest, publish)
 
 
 def corpus_of(args) -> tuple[Path, int]:
@@ -143,7 +164,8 @@ def compare(codes: list[Code], corpus: Path, documents: int, repeats: int, cache
             run = run_once(code, corpus, cache / "runs" / f"compare-{code.name}", keep)
             runs[code.name].append(run)
             print(f"  round {r + 1} {code.name:>12}: {run.wall:6.1f} s  {documents / run.wall:9,.0f} documents/s  "
-                  f"peak RSS {run.peak_rss >> 20} MiB  load {run.load:.2f}  tree {run.tree_sha256[:16]}", flush=True)
+                  f"publish {run.publish:.1f} s ({run.publish / run.wall:.0%})  peak RSS {run.peak_rss >> 20} MiB  "
+                  f"load {run.load:.2f}  tree {run.tree_sha256[:16]}", flush=True)
     return runs
 
 
@@ -153,11 +175,13 @@ def report(runs: dict, documents: int) -> tuple[str, bool]:
     names = list(runs)
     best = {n: min(rs, key=lambda r: r.wall) for n, rs in runs.items()}
     peak = {n: min(r.peak_rss for r in rs) for n, rs in runs.items()}
-    lines = ["| code | best wall s | documents/s | peak RSS (best) | load average (1 min) at its runs |",
-             "|---|---:|---:|---:|---|"]
+    lines = ["| code | best wall s | documents/s | its publish step (share) | peak RSS (lowest) | "
+             "load average (1 min) at its runs |", "|---|---:|---:|---:|---:|---|"]
     for n in names:
         loads = ", ".join(f"{r.load:.1f}" for r in runs[n])
-        lines.append(f"| {n} | {best[n].wall:.1f} | {documents / best[n].wall:,.0f} | {peak[n] >> 20} MiB | {loads} |")
+        b = best[n]
+        lines.append(f"| {n} | {b.wall:.1f} | {documents / b.wall:,.0f} | {b.publish:.1f} s "
+                     f"({b.publish / b.wall:.0%}) | {peak[n] >> 20} MiB | {loads} |")
     me = names[0]
     for other in names[1:]:
         lines.append(f"\n{me} over {other}: documents/s **{best[other].wall / best[me].wall:.2f}x**, "

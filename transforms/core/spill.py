@@ -219,12 +219,29 @@ def _array_stretches(batches: list[TokenBatch], keys: list[np.ndarray], batch_of
     source_of_batch = np.asarray([sources.index(batch.source) for batch in batches], np.int64)
     table = np.concatenate([np.asarray(k, np.int64).reshape(len(k), -1) for k in keys])
     columns = np.concatenate([table, source_of_batch[batch_of][:, None]], axis=1)
-    unique, inverse = np.unique(columns, axis=0, return_inverse=True)
-    order = np.argsort(inverse.reshape(-1), kind="stable")
-    members = np.split(order, np.cumsum(np.bincount(inverse.reshape(-1), minlength=len(unique)))[:-1])
+    codes = _row_codes(columns)
+    order = np.argsort(codes, kind="stable")  # each stretch's documents in the order they came
+    codes = codes[order]
+    starts = np.flatnonzero(np.concatenate([[True], codes[1:] != codes[:-1]]))
     one = keys[0].ndim == 1
-    return {(row[0] if one else tuple(row[:-1]), sources[row[-1]]): m
-            for row, m in zip(unique.tolist(), members, strict=True)}
+    firsts = columns[order[starts]].tolist()
+    return {(row[0] if one else tuple(row[:-1]), sources[row[-1]]): members
+            for row, members in zip(firsts, np.split(order, starts[1:]), strict=True)}
+
+
+def _row_codes(columns: np.ndarray) -> np.ndarray:
+    """One int64 per row of ``columns`` (ints), equal for equal rows and ordered as the rows are:
+    each column's rank among its distinct values, combined in mixed radix (a sort of a few int
+    columns, where numpy's unique over rows sorts them as opaque bytes, ten times slower)."""
+    codes = np.zeros(len(columns), np.int64)
+    span = 1
+    for column in columns.T:
+        distinct, rank = np.unique(column, return_inverse=True)
+        span *= len(distinct)
+        if span >= 1 << 62:  # too many combinations for one int64: the rows' own unique
+            return np.unique(columns, axis=0, return_inverse=True)[1].reshape(-1).astype(np.int64)
+        codes = codes * len(distinct) + rank.reshape(-1)
+    return codes
 
 
 def load_refs(fs, pointers, connections: int = DEFAULT_CONNECTIONS) -> list[RefBatch]:
