@@ -19,9 +19,12 @@ record as derived (so the next publish replaces it, and only the tool deletes it
                 sha256 of every byte of the index before it (version 2; version 1 had no trailer)
 
 Documents are in storage order (files in layout order: bucket, partition, rolling index; a file's
-documents in its order), which is the order of a published manifest. The index is built in one pass
-over the manifest with its columns spooled to local scratch files, and the lookup table sorted in
-slices of the hash range, so building it holds a few hundred MB at most, whatever the tree's size.
+documents in its order), which is the order of a published manifest. Publish builds the index from
+the groups' parts (``encode_part``: each writer's lengths, ids and id hashes, staged beside its
+manifest rows), a group at a time with numpy, so its serial work is per group and per file, not per
+document; ``verify`` and the removal tools build it in one pass over the manifest. Either way the
+columns are spooled to local scratch files and the lookup table sorted a slice of the hash range at
+a time, so building it holds a few tens of MB, whatever the tree's size.
 
 A reader uses the index only when the record lists it and it proves it describes this manifest
 and these shards: its manifest size and sha256 are the manifest's, its own sha256 holds, its
