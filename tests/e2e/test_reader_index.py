@@ -141,8 +141,7 @@ def test_publish_builds_the_index_from_the_groups_parts_not_the_manifest(tmp_pat
         raise AssertionError("publish parsed the manifest")
 
     monkeypatch.setattr(reader_index, "build_from_manifest", refused)
-    out = tmp_path / "out"
-    assert cli.main(["bucketed", "--input", str(SAMPLE_PARQUET), "--output", str(out), *FLAGS]) == 0
+    out = bucketed_sample(tmp_path / "out", *FLAGS)
     rebuilt = io.BytesIO()
     parse(LocalFileSystem(), str(out), rebuilt)
     assert (out / reader_index.INDEX_NAME).read_bytes() == rebuilt.getvalue()
