@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 OUT    ?= out/sample
 
-.PHONY: help venv demo demo-scaffold test test-clusters test-fast lint bench clean venv-cloud venv-torch venv-trainers engines prism flink-job-server spark-job-server loopback-shim FORCE
+.PHONY: help venv demo demo-scaffold test test-clusters test-fast lint bench bench-compare clean venv-cloud venv-torch venv-trainers engines prism flink-job-server spark-job-server loopback-shim FORCE
 
 help:
 	@echo "make demo   set up .venv and run the bucketed job on the bundled sample into $(OUT)"
@@ -14,6 +14,7 @@ help:
 	@echo "make test-fast  the unit tests and a few end-to-end ones (-m 'unit or smoke'), a few minutes"
 	@echo "make lint   ruff over the code"
 	@echo "make bench  the performance benchmark (tests/bench/README.md): rewrites its sections of BENCHMARKS.md, ~40 minutes"
+	@echo "make bench-compare  this checkout against BENCH_AGAINST (default 4798ec5) in one sitting, as ratios"
 	@echo "make venv-cloud  add the gcp and aws extras to .venv (Dataflow dry run, gs:// and s3://)"
 	@echo "make venv-torch  add torch and torchdata to .venv (WindowDataset, StatefulDataLoader; about 5 GB)"
 	@echo "make venv-trainers  add megatron-core and OLMo-core to .venv (and torch): docs/training.md runs"
@@ -208,8 +209,15 @@ lint: venv
 	$(VENV)/bin/ruff check .
 
 # Builds its corpus once under ~/.cache/beam-pretokenize/bench (BENCH_ARGS, e.g. --cache DIR, go to the script).
+# Then the same sitting's comparison with an earlier commit (BENCH_AGAINST; COMPARE_ARGS, e.g.
+# --corpus x4 --repeats 3, go to tests/bench/compare_bench.py): interleaved, best of N, as ratios.
+BENCH_AGAINST ?= 4798ec5
 bench: $(VENV)/.installed-bench
 	$(PY) tests/bench/run_bench.py $(BENCH_ARGS)
+	$(PY) tests/bench/compare_bench.py --against $(BENCH_AGAINST) $(COMPARE_ARGS)
+
+bench-compare: $(VENV)/.installed-bench
+	$(PY) tests/bench/compare_bench.py --against $(BENCH_AGAINST) $(COMPARE_ARGS)
 
 clean:
 	rm -rf $(VENV) out .pytest_cache

@@ -19,9 +19,12 @@ record as derived (so the next publish replaces it, and only the tool deletes it
                 sha256 of every byte of the index before it (version 2; version 1 had no trailer)
 
 Documents are in storage order (files in layout order: bucket, partition, rolling index; a file's
-documents in its order), which is the order of a published manifest. The index is built in one pass
-over the manifest with its columns spooled to local scratch files, and the lookup table sorted in
-slices of the hash range, so building it holds a few hundred MB at most, whatever the tree's size.
+documents in its order), which is the order of a published manifest. Publish builds the index from
+the groups' parts (``encode_part``: each writer's lengths, ids and id hashes, staged beside its
+manifest rows), a group at a time with numpy, so its serial work is per group and per file, not per
+document; ``verify`` and the removal tools build it in one pass over the manifest. Either way the
+columns are spooled to local scratch files and the lookup table sorted a slice of the hash range at
+a time, so building it holds a few tens of MB, whatever the tree's size.
 
 A reader uses the index only when the record lists it and it proves it describes this manifest
 and these shards: its manifest size and sha256 are the manifest's, its own sha256 holds, its
@@ -71,7 +74,7 @@ _HEAD = struct.Struct("<8sIIQQQ")  # magic, version, reserved, documents, files,
 _SPAN = struct.Struct("<QQ")
 TRAILER = struct.Struct("<32s32s")  # the manifest's sha256, the sha256 of every byte before it
 _ROWS_PER_FLUSH = 1 << 18
-_LOOKUP_SLICE = 1 << 22  # documents per slice of the hash range when sorting the lookup table
+_LOOKUP_SLICE = 1 << 19  # documents per slice of the hash range when sorting the lookup table (~20 MB)
 
 
 class NotIndexable(ValueError):
@@ -103,6 +106,11 @@ class _Spool:
         if len(self.pending) >= _ROWS_PER_FLUSH:
             self.flush()
 
+    def extend(self, data) -> None:
+        """A block of values at once (an array of the column's dtype, or bytes for the blob)."""
+        self.flush()
+        self.file.write(data if isinstance(data, bytes) else np.ascontiguousarray(data, self.dtype).tobytes())
+
     def flush(self) -> None:
         if self.pending:
             data = b"".join(self.pending) if self.dtype is None else np.asarray(self.pending, self.dtype).tobytes()
@@ -132,11 +140,44 @@ def write_index(rows, manifest_bytes: int, out: BinaryIO, manifest_sha256=None) 
     them) to ``out``; the number of documents. ``manifest_sha256``: the manifest's digest (bytes),
     or a function giving it once the rows are read (they are read as the manifest is hashed).
     NotIndexable when the rows are not in storage order."""
+    return _write_spooled(lambda spools: _spool_rows(rows, spools), manifest_bytes, out, manifest_sha256)
+
+
+def write_index_from_parts(groups, manifest_bytes: int, out: BinaryIO, manifest_sha256: bytes) -> int:
+    """Write the index of a manifest assembled from groups' rows to ``out``, from the groups' index
+    parts (``encode_part``) rather than from the manifest's text: no step per document here, so a
+    publish's serial work is per group and per file. ``groups``: (files, part) per group in the
+    manifest's order, ``files`` its (rel_path, documents, tokens) in its order, ``part`` the bytes.
+
+    The index says what building it from the manifest says (the same bytes): the parts are the
+    writers' columns of the same rows, checked here (storage order, every file's documents and
+    tokens, ids within their blob), and the rows they describe must add up to ``manifest_bytes``
+    exactly. NotIndexable when the files are not in storage order; ValueError when a part does not
+    describe its files or the manifest."""
+    sized: list[int] = []
+
+    def spool(spools):
+        files, file_tokens, n, row_bytes = _spool_parts(groups, spools)
+        sized.append(row_bytes)
+        return files, file_tokens, n
+
+    def digest():
+        expected = len(manifest.MANIFEST_HEADER) + 1 + sized[0]
+        if expected != manifest_bytes:
+            raise ValueError(f"the index parts describe a manifest of {expected} bytes, not the {manifest_bytes} "
+                             "bytes assembled from the groups' rows")
+        return manifest_sha256
+
+    return _write_spooled(spool, manifest_bytes, out, digest)
+
+
+def _write_spooled(spool, manifest_bytes: int, out: BinaryIO, manifest_sha256) -> int:
+    """The index, its columns spooled by ``spool(spools) -> (files, file_tokens, n)``."""
     hashed = _Hashed(out)
     with tempfile.TemporaryDirectory(prefix="pretokenize-index-") as scratch:
         spools = {name: _Spool(scratch, name, DTYPES.get(name)) for name in
                   ("start", "length", "file", "bucket", "partition", "id_offsets", "id_blob", "hashes")}
-        files, file_tokens, n = _spool_rows(rows, spools)
+        files, file_tokens, n = spool(spools)
         sizes = {name: spool.close() for name, spool in spools.items()}
         names = [f.encode("utf-8") for f in files]
         small = {
@@ -195,6 +236,89 @@ def _spool_rows(rows, spools: dict[str, _Spool]) -> tuple[list[str], list[int], 
     return files, file_tokens, n
 
 
+# An index part: what a writer knows of its group's rows, for write_index_from_parts. Header: magic,
+# documents n, id blob bytes; then int64[n] lengths, int64[n + 1] id offsets, uint64[n] id hashes,
+# the ids (UTF-8) end to end.
+PART_MAGIC = b"PTKPART1"
+_PART_HEAD = struct.Struct("<8sQQ")
+
+
+def encode_part(ids: list[str], lengths: np.ndarray) -> bytes:
+    """The index part of a group's rows (its documents' ids and token counts in manifest order)."""
+    raw = list(map(str.encode, ids))
+    offsets = np.zeros(len(raw) + 1, dtype="<i8")
+    np.cumsum(np.fromiter(map(len, raw), np.int64, len(raw)), out=offsets[1:])
+    blob = b"".join(raw)
+    hashes = layout.hashes64(raw, b"ptk-index")
+    return b"".join([_PART_HEAD.pack(PART_MAGIC, len(raw), len(blob)), np.asarray(lengths, "<i8").tobytes(),
+                     offsets.tobytes(), hashes.astype("<u8").tobytes(), blob])
+
+
+def decode_part(data: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray, bytes]:
+    """An index part's lengths, id offsets, hashes and id blob; ValueError when it is not one whole."""
+    if len(data) < _PART_HEAD.size:
+        raise ValueError("too short for an index part")
+    magic, n, blob_bytes = _PART_HEAD.unpack_from(data)
+    at = _PART_HEAD.size
+    if magic != PART_MAGIC or len(data) != at + 8 * (3 * n + 1) + blob_bytes:
+        raise ValueError("not an index part, or not a whole one")
+    lengths = np.frombuffer(data, "<i8", n, at)
+    offsets = np.frombuffer(data, "<i8", n + 1, at + 8 * n)
+    hashes = np.frombuffer(data, "<u8", n, at + 8 * (2 * n + 1))
+    if offsets[0] != 0 or offsets[-1] != blob_bytes or np.any(np.diff(offsets) < 0):
+        raise ValueError("its id offsets are out of order or bounds")
+    return lengths, offsets, hashes, data[at + 8 * (3 * n + 1):]
+
+
+def _spool_parts(groups, spools: dict[str, _Spool]) -> tuple[list[str], list[int], int, int]:
+    """Each group's part to the spools (write_index_from_parts), checked; the files, their token
+    counts, the number of rows and the bytes of the rows in a manifest."""
+    files: list[str] = []
+    file_tokens: list[int] = []
+    last_key = None
+    total = id_bytes = n = row_bytes = 0
+    spools["id_offsets"].add(0)
+    for group_files, part in groups:
+        lengths, offsets, hashes, blob = decode_part(part)
+        counts = np.asarray([docs for _, docs, _ in group_files], np.int64)
+        if int(counts.sum()) != len(lengths) or (len(lengths) and lengths.min() < 1):
+            raise ValueError(f"an index part does not hold the {int(counts.sum())} documents of its files "
+                             "(or a token count is below 1)")
+        ends = np.cumsum(counts)
+        sums = np.add.reduceat(lengths, ends - counts) if len(lengths) else np.zeros(0, np.int64)
+        for k, (rel, docs, tokens) in enumerate(group_files):
+            key = _layout_key(rel)
+            if last_key is not None and key <= last_key:
+                raise NotIndexable(f"{rel}: rows not in storage order (files in layout order, each one together)")
+            if not docs or int(sums[k]) != tokens:
+                raise ValueError(f"{rel}: its index part's documents do not hold its {tokens} tokens")
+            files.append(rel)
+            file_tokens.append(tokens)
+            last_key = key
+            row_bytes += docs * (len(rel.encode("utf-8")) + 2 * len(manifest.SEP) + 1)
+        first_file = len(files) - len(group_files)
+        partitions = np.asarray([_layout_key(rel)[1] for rel, _, _ in group_files], np.int32)
+        spools["start"].extend(total + np.cumsum(lengths) - lengths)
+        spools["length"].extend(lengths)
+        spools["file"].extend(np.repeat(np.arange(first_file, len(files), dtype=np.int32), counts))
+        spools["bucket"].extend(np.searchsorted(np.asarray(layout.BUCKET_BOUNDS, np.int64), lengths, side="left"))
+        spools["partition"].extend(np.repeat(partitions, counts))
+        spools["id_offsets"].extend(id_bytes + offsets[1:])
+        spools["id_blob"].extend(blob)
+        spools["hashes"].extend(hashes)
+        row_bytes += len(blob) + int(_decimal_digits(lengths).sum())
+        total += int(lengths.sum())
+        id_bytes += len(blob)
+        n += len(lengths)
+    return files, file_tokens, n, row_bytes
+
+
+def _decimal_digits(values: np.ndarray) -> np.ndarray:
+    """The digits of each positive value written in decimal."""
+    powers = 10 ** np.arange(1, 19, dtype=np.int64)
+    return 1 + np.searchsorted(powers, values, side="right")
+
+
 def _write_sections(out: BinaryIO, scratch: str, small: dict, spans: list[tuple[int, int]], n: int) -> None:
     """The sections after the header, in SECTIONS order, each padded to 8 bytes: the small ones
     from memory, the spooled columns copied from their scratch files, the lookup sorted there."""
@@ -214,30 +338,56 @@ def _write_sections(out: BinaryIO, scratch: str, small: dict, spans: list[tuple[
 
 
 def _write_lookup(hashes_path: str, n: int, out: BinaryIO) -> None:
-    """The sorted hashes, then the document of each, sorted a slice of the hash range at a time
-    (the hashes are uniform, so each slice holds about _LOOKUP_SLICE of them)."""
+    """The sorted hashes, then the document of each. One pass over the hashes, a block at a time,
+    splits the (hash, row) pairs by the top bits of the hash into slice files (the hashes are
+    uniform, so each holds about _LOOKUP_SLICE of them); each slice is then sorted alone. Rows
+    ascend within a slice as they were split, so a stable sort by hash is the (hash, row) order,
+    and the slices end to end are the whole table's: memory is a block and a slice, whatever n."""
     if not n:
         return
-    hashes = np.memmap(hashes_path, dtype="<u8", mode="r", shape=(n,))
-    slices = max(1, -(-n // _LOOKUP_SLICE))
-    bounds = [(1 << 64) * k // slices for k in range(slices + 1)]
-    with tempfile.TemporaryFile() as rows_out:
-        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
-            picked_rows, picked = [], []
-            for first in range(0, n, _LOOKUP_SLICE):
-                block = np.asarray(hashes[first:first + _LOOKUP_SLICE])
-                mine = (block >= np.uint64(lo)) if hi == 1 << 64 else (block >= np.uint64(lo)) & (block < np.uint64(hi))
-                where = np.flatnonzero(mine)
-                picked.append(block[where])
-                picked_rows.append(where + first)
-            h, r = np.concatenate(picked), np.concatenate(picked_rows).astype("<i8")
-            order = np.lexsort((r, h))
-            out.write(h[order].astype("<u8").tobytes())
-            rows_out.write(r[order].tobytes())
-        out.write(b"\0" * ((-(n * 8)) % 8))
-        rows_out.seek(0)
-        shutil.copyfileobj(rows_out, out, 1 << 20)
-    del hashes
+    bits = min(_LOOKUP_BITS, (-(-n // _LOOKUP_SLICE) - 1).bit_length())
+    with tempfile.TemporaryDirectory(prefix="pretokenize-lookup-") as scratch:
+        slices = [os.path.join(scratch, str(k)) for k in range(1 << bits)]
+        _split_pairs(hashes_path, n, bits, slices)
+        with tempfile.TemporaryFile() as rows_out:
+            for path in slices:
+                pairs = np.fromfile(path, _PAIR)
+                order = np.argsort(pairs["hash"], kind="stable")
+                out.write(pairs["hash"][order].tobytes())
+                rows_out.write(pairs["row"][order].tobytes())
+                del pairs, order
+                os.unlink(path)
+            out.write(b"\0" * ((-(n * 8)) % 8))
+            rows_out.seek(0)
+            shutil.copyfileobj(rows_out, out, 1 << 20)
+
+
+_PAIR = np.dtype([("hash", "<u8"), ("row", "<i8")])
+_LOOKUP_BLOCK = 1 << 18  # hashes read at a time when splitting them into slices
+_LOOKUP_BITS = 8  # at most 256 slice files
+
+
+def _split_pairs(hashes_path: str, n: int, bits: int, slices: list[str]) -> None:
+    """Append each (hash, row) of the hashes file to the slice file of its hash's top ``bits``."""
+    files = [open(path, "wb") for path in slices]  # noqa: SIM115 - closed below
+    try:
+        with open(hashes_path, "rb") as src:
+            for first in range(0, n, _LOOKUP_BLOCK):
+                block = np.fromfile(src, "<u8", min(_LOOKUP_BLOCK, n - first))
+                pairs = np.empty(len(block), _PAIR)
+                pairs["hash"], pairs["row"] = block, np.arange(first, first + len(block))
+                if not bits:
+                    files[0].write(pairs.tobytes())
+                    continue
+                key = (block >> np.uint64(64 - bits)).astype(np.int64)
+                order = np.argsort(key, kind="stable")
+                counts = np.bincount(key, minlength=len(files))
+                ends = np.cumsum(counts)
+                for k in np.flatnonzero(counts).tolist():
+                    files[k].write(pairs[order[ends[k] - counts[k]:ends[k]]].tobytes())
+    finally:
+        for f in files:
+            f.close()
 
 
 class ReaderIndex(NamedTuple):
@@ -395,7 +545,7 @@ def column_problem(index: ReaderIndex) -> str | None:
         problem = _rows_problem(index, a, min(n, a + _CHECK_ROWS), file_start, part_of_file, seen)
         if problem is not None:
             return problem
-        if a % (16 * _CHECK_ROWS) == 0:
+        if a % (4 * _CHECK_ROWS) == 0:  # what the pass holds mapped stays a few MB
             release(index)
     release(index)
     return None if seen.all() else "its lookup table is not a permutation of its rows"
@@ -705,12 +855,24 @@ def rows_sha256(index: ReaderIndex) -> bytes:
     return digest.digest()
 
 
-def write_index_file(fs, manifest_root: str, dest: str, tmp: str) -> None:
+def write_index_file(fs, manifest_root: str, dest: str, tmp: str, build=None) -> None:
     """Build the index of the manifest in ``manifest_root`` and put it at ``dest`` whole: built in a
     local scratch file, copied to ``tmp`` and renamed on a local disk (an upload is whole already
-    on an object store, so there it is written at ``dest``). NotIndexable passes to the caller."""
+    on an object store, so there it is written at ``dest``). NotIndexable passes to the caller.
+
+    ``build(out)``, when given, writes the index in place of a parse of the manifest (publish:
+    ``write_index_from_parts``); its columns are then checked as a reader checks them
+    (``column_problem``) before the file goes anywhere, a ValueError naming the problem."""
     with tempfile.TemporaryFile(prefix="pretokenize-index-") as local:
-        build_from_manifest(fs, manifest_root, local)
+        if build is None:
+            build_from_manifest(fs, manifest_root, local)
+        else:
+            build(local)
+            local.flush()
+            local.seek(0)  # open_index reads the header through a duplicate of the descriptor
+            problem = column_problem(open_index(dest, local.fileno()))
+            if problem is not None:
+                raise ValueError(f"{dest}: the index built from the groups' parts is wrong: {problem}")
         local.seek(0)
         target = tmp if isinstance(fs, LocalFileSystem) else dest
         fs.makedirs(posixpath.dirname(target), exist_ok=True)

@@ -121,3 +121,28 @@ def shuffle_key(doc_id: str, seed: int) -> int:
     """Where a document sorts inside its (bucket, partition): a seeded hash of its id, 63 bits."""
     key = seed.to_bytes(8, "little", signed=False)
     return _hash64(doc_id.encode("utf-8"), b"shuffle", key=key) & ((1 << 63) - 1)
+
+
+def hashes64(raw_ids, person: bytes, key: bytes = b"") -> np.ndarray:
+    """_hash64 of every id in ``raw_ids`` (UTF-8 bytes), as uint64. The personalised (and keyed)
+    state is set up once and copied per id, and the digests are joined and read as one array: a
+    third of the per-id cost of _hash64, which matters at millions of short documents."""
+    copy = hashlib.blake2b(digest_size=8, person=person, key=key).copy
+
+    def digest(raw: bytes) -> bytes:
+        h = copy()
+        h.update(raw)
+        return h.digest()
+
+    return np.frombuffer(b"".join(map(digest, raw_ids)), dtype="<u8").astype(np.uint64)
+
+
+def partitions_of(raw_ids, num_partitions: int) -> np.ndarray:
+    """partition_of of every id (given as UTF-8 bytes), as one int64 array."""
+    return (hashes64(raw_ids, b"partition") % np.uint64(num_partitions)).astype(np.int64)
+
+
+def shuffle_keys(raw_ids, seed: int) -> np.ndarray:
+    """shuffle_key of every id (given as UTF-8 bytes), as one int64 array."""
+    key = seed.to_bytes(8, "little", signed=False)
+    return (hashes64(raw_ids, b"shuffle", key) & np.uint64((1 << 63) - 1)).astype(np.int64)

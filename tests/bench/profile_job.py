@@ -1,6 +1,7 @@
 """Profile the bucketed job on the benchmark corpus with py-spy and print where its time goes.
 
     python tests/bench/profile_job.py [--workers 2] [--corpus x4] [--cache DIR] [--target-mb 160]
+    python tests/bench/profile_job.py --corpus scale [--documents 2000000]   # short documents
     python tests/bench/profile_job.py --summarize RAW        # the summary of samples taken before
 
 py-spy samples every thread of the job (and, with --workers 2, of its worker processes) 200 times a
@@ -10,7 +11,9 @@ stages of the job (STAGES: the run's fixed cost, then each step of the steady st
 steady stage's share of the steady state), the functions the samples were in (self), and the
 functions of this project, tiktoken and pyarrow the samples were under (inclusive). The raw
 samples stay in the cache directory, for flamegraph.pl or speedscope. ``--corpus x4`` (the base
-files and the 3x corpus's, as speed_bench.py runs them) makes the steady state most of the run.
+files and the 3x corpus's, as speed_bench.py runs them) makes the steady state most of the run;
+``--corpus scale`` runs the short documents of scale_corpus.py, where the cost per document shows
+(the write and publish stages, issue 38).
 """
 
 from __future__ import annotations
@@ -41,14 +44,17 @@ STAGES = [
     (FIXED + "flags, pipeline build", r"parse_settings|_built \("),
     ("read (parquet, Arrow)", r"ReadUnitFn"),
     ("tokenizer call (quicktok/tiktoken)", r"encode_flat \([^;]*$|encode_one \([^;]*$"),
-    ("NFC", r"prepare \(|encode_text \([^;]*$"),
+    ("NFC", r"<locals>\.prepare \(|encode_text \([^;]*$"),  # not BucketedFormat.prepare (publish)
     ("text to Python strings", r"DocBatch\.column"),
     ("filter (LID, removals)", r"filter\.py|removal\.py|DocBatch\.filter"),
     ("EOS, token batches", r"encode_batch \(transforms/bucketed|join_with_eos"),
+    ("group keys (id hashes)", r"shard_group_keys|bucketed_keys"),
     ("spill write", r"SpillTokensFn"),
     ("shard write and sha256", r"AtomicFile\.write \([^;]*$"),
     ("gather from spill files", r"SpillReader|gather_ranges"),
     ("references, plan", r"load_refs|decode_refs|plan_partition|Refs\.concat"),
+    ("reader index parts (writers)", r"encode_part"),
+    ("reader index at publish", r"write_index|build_from_manifest|_spool_rows|_spool_parts|column_problem"),
     ("publish, manifest, stats", r"publish\.py|PublishOutput|manifest|index\.py"),
     ("the runner (Beam), rest", r"."),
 ]
@@ -113,26 +119,35 @@ def summarize(raw: Path, top: int) -> str:
     return "\n".join(lines)
 
 
+def corpus_of(args) -> Path:
+    """The directory of the corpus ``args`` name, built once in the cache."""
+    if args.corpus == "scale":
+        import scale_corpus
+
+        return scale_corpus.ensure(args.cache, args.documents)[0]
+    corpus_dir, _ = corpus_mod.ensure(args.cache, args.target_mb)
+    if args.corpus == "x4":
+        from speed_bench import four_times
+
+        return four_times(corpus_dir)
+    return corpus_dir / "base"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "beam-pretokenize" / "bench")
     p.add_argument("--target-mb", type=float, default=160.0)
     p.add_argument("--workers", type=int, choices=(1, 2), default=1)
     p.add_argument("--top", type=int, default=20)
-    p.add_argument("--corpus", choices=("base", "x4"), default="base")
+    p.add_argument("--corpus", choices=("base", "x4", "scale"), default="base")
+    p.add_argument("--documents", type=int, default=2_000_000, help="with --corpus scale: its documents")
     p.add_argument("--summarize", type=Path, help="only summarize these raw samples (an earlier run's)")
     args = p.parse_args(argv)
     if args.summarize:
         print(summarize(args.summarize, args.top))
         return 0
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-    corpus_dir, _ = corpus_mod.ensure(args.cache, args.target_mb)
-    if args.corpus == "x4":
-        from speed_bench import four_times
-
-        corpus_dir = four_times(corpus_dir)
-    else:
-        corpus_dir = corpus_dir / "base"
+    corpus_dir = corpus_of(args)
     output = args.cache / "runs" / "profile"
     shutil.rmtree(output, ignore_errors=True)
     raw = args.cache / f"profile-{args.workers}w-{args.corpus}.txt"

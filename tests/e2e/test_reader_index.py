@@ -132,6 +132,21 @@ def test_a_removal_rewrites_the_index(sample_tree, tmp_path):
     assert cli.main(["verify", "--output", str(out), "--runner=FnApiRunner"]) == 0
 
 
+def test_publish_builds_the_index_from_the_groups_parts_not_the_manifest(tmp_path, monkeypatch):
+    """Issue 38: publish's serial work is per group, not per document: the index comes from the
+    writers' parts, and it is the bytes a parse of the manifest gives."""
+    parse = reader_index.build_from_manifest
+
+    def refused(*args, **kwargs):
+        raise AssertionError("publish parsed the manifest")
+
+    monkeypatch.setattr(reader_index, "build_from_manifest", refused)
+    out = bucketed_sample(tmp_path / "out", *FLAGS)
+    rebuilt = io.BytesIO()
+    parse(LocalFileSystem(), str(out), rebuilt)
+    assert (out / reader_index.INDEX_NAME).read_bytes() == rebuilt.getvalue()
+
+
 @pytest.mark.parametrize("rows", [
     [],
     [("1024/p00_00000.npy", "a", 3)],

@@ -34,6 +34,7 @@ from typing import NamedTuple
 import apache_beam as beam
 import numpy as np
 
+from shards import index as reader_index
 from shards import layout, manifest, storage
 from transforms.core.batches import RefBatch, Refs, TokenBatch, first_copies, stream_order
 from transforms.core.drops import DUPLICATE_ID, Drops
@@ -105,12 +106,11 @@ class ShardGroup(NamedTuple):
     manifest_url: str
 
 
-def bucketed_keys(batch: TokenBatch, config: ShardConfig) -> tuple[list[int], np.ndarray]:
+def bucketed_keys(batch: TokenBatch, config: ShardConfig) -> tuple[np.ndarray, np.ndarray]:
     """Each document's group (its partition: every copy of an id lands in one, so duplicates meet)
-    and its sort key in its bucket (the seeded shuffle key)."""
-    partitions = [layout.partition_of(i, config.partitions) for i in batch.ids]
-    sort_keys = np.fromiter((layout.shuffle_key(i, config.seed) for i in batch.ids), np.int64, len(batch.ids))
-    return partitions, sort_keys
+    and its sort key in its bucket (the seeded shuffle key), as int64 arrays: each id encoded once."""
+    raw = list(map(str.encode, batch.ids))
+    return layout.partitions_of(raw, config.partitions), layout.shuffle_keys(raw, config.seed)
 
 
 def write_group(bucket: str, partition: int, refs: Refs, order: np.ndarray, config: ShardConfig,
@@ -145,10 +145,21 @@ def write_group(bucket: str, partition: int, refs: Refs, order: np.ndarray, conf
     finally:
         reader.close()
     width = layout.partition_digits(config.partitions)
-    manifest_file = AtomicFile(fs, posixpath.join(staged, "manifest", bucket, f"p{partition:0{width}d}.txt"))
+    manifest_path = posixpath.join(staged, "manifest", bucket, f"p{partition:0{width}d}.txt")
+    # The group's part of the reader index first (shards.index.encode_part): publish builds the
+    # index from the parts, so its serial work is per group, not per document.
+    part = AtomicFile(fs, index_part_url(manifest_path))
+    part.write(reader_index.encode_part(refs.ids[order].tolist(), refs.lengths[order]))
+    part.commit()
+    manifest_file = AtomicFile(fs, manifest_path)
     manifest_file.write("".join(rows).encode("utf-8"))
     manifest_file.commit()
     return ShardGroup(bucket, partition, tuple(files), storage.unstrip(fs, manifest_file.path, config.output))
+
+
+def index_part_url(manifest_url: str) -> str:
+    """Where the reader index part of the group whose manifest rows are at ``manifest_url`` is."""
+    return manifest_url.removesuffix(".txt") + ".idx"
 
 
 def bucket_indexes(lengths: np.ndarray) -> np.ndarray:
@@ -156,12 +167,12 @@ def bucket_indexes(lengths: np.ndarray) -> np.ndarray:
     return np.searchsorted(np.asarray(layout.BUCKET_BOUNDS, np.int64), lengths, side="left")
 
 
-def shard_group_keys(batch: TokenBatch, config: ShardConfig) -> tuple[list[tuple[int, int]], np.ndarray]:
-    """What SpillTokens keys documents by: (partition, bucket index), so that each (bucket,
-    partition) group's documents of a flush are one stretch of the spill file and its references
-    one RefBatch; and the sort keys of bucketed_keys."""
+def shard_group_keys(batch: TokenBatch, config: ShardConfig) -> tuple[np.ndarray, np.ndarray]:
+    """What SpillTokens keys documents by: (partition, bucket index), one row per document, so
+    that each (bucket, partition) group's documents of a flush are one stretch of the spill file
+    and its references one RefBatch; and the sort keys of bucketed_keys."""
     partitions, sort_keys = bucketed_keys(batch, config)
-    return list(zip(partitions, bucket_indexes(batch.lengths).tolist(), strict=True)), sort_keys
+    return np.stack([partitions, bucket_indexes(batch.lengths)], axis=1), sort_keys
 
 
 class PlannedGroup(NamedTuple):

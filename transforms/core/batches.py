@@ -19,6 +19,7 @@ from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 
 class DocBatch(NamedTuple):
@@ -136,10 +137,13 @@ class Refs(NamedTuple):
         )
 
     def id_ranks(self) -> np.ndarray:
-        """Each id's rank among the distinct ids, in Python's string order."""
+        """Each id's rank among the distinct ids, in Python's string order: ranked by Arrow over
+        the ids' UTF-8 bytes, whose order is their code points' (Python's), at a third of the cost
+        of numpy sorting the Python strings (a group of short documents is all ids)."""
         if not self.size:
             return np.zeros(0, np.int64)
-        return np.unique(self.ids, return_inverse=True)[1].astype(np.int64)
+        ranks = pc.rank(pa.array(self.ids, pa.large_string()), sort_keys="ascending", tiebreaker="dense")
+        return ranks.to_numpy().astype(np.int64) - 1
 
 
 def first_copies(refs: Refs, id_rank: np.ndarray) -> np.ndarray:

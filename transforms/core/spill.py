@@ -53,8 +53,10 @@ DEFAULT_CONNECTIONS = storage.DEFAULT_CONNECTIONS
 DEFAULT_READ_BYTES = 8 << 20
 DEFAULT_ROUND_BYTES = 64 << 20
 
-# key_fn(batch, config) -> (a group key per document, a 63-bit sort key per document)
-KeyFn = Callable[[TokenBatch, object], tuple[list, np.ndarray]]
+# key_fn(batch, config) -> (a group key per document, a 63-bit sort key per document). The group
+# keys are a list of hashable keys, or an int64 array: one int per document, or one row of ints
+# (a tuple key) per document, grouped without a Python step per document.
+KeyFn = Callable[[TokenBatch, object], tuple["list | np.ndarray", np.ndarray]]
 
 
 class RefPointer(NamedTuple):
@@ -131,7 +133,7 @@ class SpillTokensFn(beam.DoFn):
         held = _Held(batches, [self._key_fn(batch, self._config) for batch in batches])
         out = []
         for (key, source), members in sorted(held.stretches.items(), key=lambda kv: (repr(kv[0][0]), kv[0][1])):
-            ref, tokens = held.stretch(np.asarray(members, np.int64), self._path, source, self._offset)
+            ref, tokens = held.stretch(members, self._path, source, self._offset)
             self._file.write(memoryview(tokens).cast("B"))
             self._offset += tokens.nbytes
             out.append((key, self._write_ref(ref)))
@@ -167,16 +169,13 @@ class _Held:
 
     def __init__(self, batches: list[TokenBatch], keyed: list[tuple[list, np.ndarray]]):
         self.batches = batches
-        self.stretches: dict = {}
-        base = 0
-        for batch, (keys, _) in zip(batches, keyed, strict=True):
-            source = batch.source
-            for i, key in enumerate(keys, base):
-                self.stretches.setdefault((key, source), []).append(i)
-            base += batch.size
         sizes = [batch.size for batch in batches]
         self.batch_of = np.repeat(np.arange(len(batches), dtype=np.int64), sizes)
-        self.ids = [doc_id for batch in batches for doc_id in batch.ids]
+        if all(isinstance(keys, np.ndarray) for keys, _ in keyed):
+            self.stretches = _array_stretches(batches, [keys for keys, _ in keyed], self.batch_of)
+        else:
+            self.stretches = _listed_stretches(batches, [keys for keys, _ in keyed])
+        self.ids = np.array([doc_id for batch in batches for doc_id in batch.ids], dtype=object)
         self.lengths = np.concatenate([batch.lengths for batch in batches])
         self.starts = np.concatenate([np.cumsum(batch.lengths) - batch.lengths for batch in batches])
         self.sort_keys = np.concatenate([np.asarray(sort_keys, np.int64) for _, sort_keys in keyed])
@@ -196,9 +195,53 @@ class _Held:
                                self.lengths[piece]) for piece in pieces]
         tokens = parts[0] if len(parts) == 1 else np.concatenate(parts)
         offsets = offset + (np.cumsum(lengths) - lengths) * tokens.dtype.itemsize
-        ref = RefBatch(spill_path, source, [self.ids[i] for i in index.tolist()], self.sort_keys[index], lengths,
+        ref = RefBatch(spill_path, source, self.ids[index].tolist(), self.sort_keys[index], lengths,
                        offsets, self.rows[index], {name: values[index] for name, values in self.extra.items()})
         return ref, tokens
+
+
+def _listed_stretches(batches: list[TokenBatch], keys: list) -> dict:
+    """The documents (indexes end to end over ``batches``, in the order they came) of each
+    (group key, input file), from a list of keys per batch."""
+    stretches: dict = {}
+    base = 0
+    for batch, batch_keys in zip(batches, keys, strict=True):
+        for i, key in enumerate(batch_keys, base):
+            stretches.setdefault((key, batch.source), []).append(i)
+        base += batch.size
+    return {k: np.asarray(v, np.int64) for k, v in stretches.items()}
+
+
+def _array_stretches(batches: list[TokenBatch], keys: list[np.ndarray], batch_of: np.ndarray) -> dict:
+    """As _listed_stretches, from int64 arrays of keys (a key per document, or a row of ints per
+    document: the key is then the row as a tuple): grouped by numpy, the keys made Python ints."""
+    sources = sorted({batch.source for batch in batches})
+    source_of_batch = np.asarray([sources.index(batch.source) for batch in batches], np.int64)
+    table = np.concatenate([np.asarray(k, np.int64).reshape(len(k), -1) for k in keys])
+    columns = np.concatenate([table, source_of_batch[batch_of][:, None]], axis=1)
+    codes = _row_codes(columns)
+    order = np.argsort(codes, kind="stable")  # each stretch's documents in the order they came
+    codes = codes[order]
+    starts = np.flatnonzero(np.concatenate([[True], codes[1:] != codes[:-1]]))
+    one = keys[0].ndim == 1
+    firsts = columns[order[starts]].tolist()
+    return {(row[0] if one else tuple(row[:-1]), sources[row[-1]]): members
+            for row, members in zip(firsts, np.split(order, starts[1:]), strict=True)}
+
+
+def _row_codes(columns: np.ndarray) -> np.ndarray:
+    """One int64 per row of ``columns`` (ints), equal for equal rows and ordered as the rows are:
+    each column's rank among its distinct values, combined in mixed radix (a sort of a few int
+    columns, where numpy's unique over rows sorts them as opaque bytes, ten times slower)."""
+    codes = np.zeros(len(columns), np.int64)
+    span = 1
+    for column in columns.T:
+        distinct, rank = np.unique(column, return_inverse=True)
+        span *= len(distinct)
+        if span >= 1 << 62:  # too many combinations for one int64: the rows' own unique
+            return np.unique(columns, axis=0, return_inverse=True)[1].reshape(-1).astype(np.int64)
+        codes = codes * len(distinct) + rank.reshape(-1)
+    return codes
 
 
 def load_refs(fs, pointers, connections: int = DEFAULT_CONNECTIONS) -> list[RefBatch]:

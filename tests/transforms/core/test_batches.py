@@ -79,3 +79,14 @@ def test_the_data_has_repeats_and_ties():
 def test_an_empty_group():
     refs = Refs.concat([])
     assert first_copies(refs, refs.id_ranks()).tolist() == [] and stream_order(refs, refs.id_ranks()).tolist() == []
+
+
+def test_id_ranks_are_python_string_order_among_distinct_ids():
+    """Arrow ranks the ids' UTF-8 bytes: the same order as Python's over the strings, whatever the
+    characters (accents, a NUL, astral planes, a prefix of another id), copies sharing a rank."""
+    ids = ["b", "a", "é", "a\0b", "a", "𝔘x", "\uffff", "ab", "", "b"]
+    n = len(ids)
+    refs = Refs.concat([RefBatch("/s.bin", "/in.parquet", ids, np.zeros(n, np.int64), np.ones(n, np.int64),
+                                 np.zeros(n, np.int64), np.arange(n, dtype=np.int64))])
+    distinct = sorted(set(ids))
+    assert refs.id_ranks().tolist() == [distinct.index(i) for i in refs.ids.tolist()]

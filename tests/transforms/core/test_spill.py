@@ -346,3 +346,30 @@ def test_a_reader_of_s3_gets_a_connection_pool_as_large_as_its_requests_in_fligh
     plain, _ = storage.filesystem("s3://bucket/out")
     assert "max_pool_connections" not in plain.config_kwargs
     s3fs.S3FileSystem.clear_instance_cache()
+
+
+def _batch(source: str, ids: list[str]):
+    from transforms.core.batches import TokenBatch
+
+    n = len(ids)
+    return TokenBatch(source, ids, np.arange(n, dtype=np.int64), np.ones(n, np.int64), np.arange(n, dtype=np.uint32))
+
+
+@pytest.mark.parametrize("as_rows", [False, True])
+def test_keys_given_as_arrays_make_the_stretches_a_list_of_keys_makes(as_rows):
+    """A key_fn may give its group keys as an int64 array (one int, or one row of ints, per
+    document): the stretches, their keys (Python ints and tuples) and their members are those of
+    the same keys as a list."""
+    from transforms.core.spill import _array_stretches, _listed_stretches
+
+    batches = [_batch("b.parquet", ["x", "y", "z", "w"]), _batch("a.parquet", ["p", "q", "r"]),
+               _batch("b.parquet", ["s", "t"])]
+    rows = [np.array([[3, 0], [1, 0], [3, 0], [1, 2]]), np.array([[1, 0], [3, 0], [1, 0]]),
+            np.array([[3, 0], [1, 2]])]
+    arrays = rows if as_rows else [r[:, 0] for r in rows]
+    listed = [[tuple(k) for k in r.tolist()] if as_rows else r[:, 0].tolist() for r in rows]
+    batch_of = np.repeat(np.arange(3), [4, 3, 2])
+    got = _array_stretches(batches, arrays, batch_of)
+    want = _listed_stretches(batches, listed)
+    assert list(got) == list(want) or sorted(map(repr, got)) == sorted(map(repr, want))
+    assert {repr(k): v.tolist() for k, v in got.items()} == {repr(k): v.tolist() for k, v in want.items()}
