@@ -55,7 +55,7 @@ def run_job(
             print(plan(options), flush=True)
             return None
         mode = RunMode(dry_run=is_dry_run(pipeline_options), wait=wait)
-        pipeline = _built(build, options, pipeline_options, run_id, mode)
+        pipeline = built(build, options, pipeline_options, run_id, mode)
     output = storage.normalize(options.output)
     on_stop = functools.partial(_stopped, output, run_id, pipeline_options)
     with stopping(on_stop, dry_run=mode.dry_run) as interrupted, showing_progress(
@@ -79,7 +79,7 @@ def _tokenizer_name(options) -> str | None:
     return name if isinstance(name, str) else None
 
 
-def _built(build, options, pipeline_options: PipelineOptions, run_id: str, mode: RunMode) -> beam.Pipeline:
+def built(build, options, pipeline_options: PipelineOptions, run_id: str, mode: RunMode) -> beam.Pipeline:
     """The job's pipeline, built by ``build`` in ``mode``. A build that fails (a launch check)
     removes the temporary directory Beam made for the pipeline: only ``run`` would have."""
     import apache_beam as beam

@@ -35,14 +35,13 @@ from typing import TYPE_CHECKING
 
 from pipelines import errors, flags, job, launch, progress, run_mode, summary
 from pipelines.progress_display import LauncherBar
-from shards import lock, storage, tree
+from shards import kinds, lock, storage, tree
 from shards import tokenizer_files as files
 from shards.removal.lists import (
     check_id_field,
     is_tree_source,
     log_ids,
     log_url_of,
-    read_removal_list,
     read_removal_source,
 )
 from shards.version import tool_version
@@ -50,16 +49,15 @@ from transforms.bpe import pretokenize
 from transforms.bpe.learn import learn_merges
 from transforms.bpe.settings import TrainBpeSettings
 from transforms.bucketed.settings import DOCUMENT_FILTER_FLAGS
-from transforms.core.progress import Stage, announce_stages
 from transforms.core.records import UsageError
 
-if TYPE_CHECKING:  # Beam and the steps are imported by build(): --help and a flag's error import none of it
+if TYPE_CHECKING:  # Beam and the graph are imported by build(): --help and a flag's error import none of it
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
 log = logging.getLogger(__name__)
 
-KIND = "tokenizer"
+KIND = kinds.TOKENIZER.name
 RUN_STATS_NAME = "run_stats.json"
 
 
@@ -97,66 +95,13 @@ def run_url(output: str, run_id: str) -> str:
 
 
 def build(pipeline: beam.Pipeline, options: TrainBpeSettings, run_id: str, mode: run_mode.RunMode = run_mode.RUN):
-    """Adds the counting to ``pipeline``: the count shards and run_stats.json go to the run directory."""
-    import apache_beam as beam
+    """Adds the counting to ``pipeline`` (pipelines/train_bpe_graph.py). The one place this module
+    loads Beam and the steps: when a run builds."""
+    from pipelines import train_bpe_graph
 
-    from transforms.bpe.count import STATS, WriteWordCounts
-    from transforms.bucketed.filter import DROPPED
-    from transforms.core.drops import CountDrops
-    from transforms.inputs.read import RECORDS, CountRecords, ReadDocuments, ReadUnitFn
-    from transforms.removal import MATCHED
-    from transforms.run.steps import RunUnits
-
-    output = storage.normalize(options.output)
-    counting = options.count_config(run_url(output, run_id))
-    progress_dir = progress.progress_dir(pipeline.options, run_id)
-    read_config = options.read_config()
-    read = ReadDocuments(read_config, progress_dir=progress_dir)  # the units planned and checked; run below
-    launch.prepare_output(output, KIND, inputs=[u.path for u in read.units], mode=mode)
-    read.log_planned()  # once the output is claimed: a launch error is the only line said
-    announce_stages(progress_dir, [Stage("read and count", "read", read.planned.keys, read.planned.what,
-                                         total=read.planned.total)])
-
-    read_unit = ReadUnitFn(read_config, read.planned if progress_dir else None, progress_dir)
-    # Each input unit read, cleared of removed ids, filtered and counted in one step, as the other jobs do.
-    counted = pipeline | "CountInputUnits" >> RunUnits(read.units, read_unit, _count_steps(options, counting),
-                                                       (DROPPED, RECORDS, MATCHED, STATS))
-    distinct = counted.main | "WriteWordCounts" >> WriteWordCounts(counting)
-    raw = counted[RECORDS] | "CountDocuments" >> CountRecords()
-    numbers = (
-        raw | "NameRecords" >> beam.Map(lambda n: ("documents_read", n)),
-        (counted[DROPPED],) | "CountDrops" >> CountDrops()
-        | "NameDrops" >> beam.Map(lambda d: (f"dropped:{d[0]}", d[1])),
-        counted[STATS],
-        distinct,
-    )
-    stats_url = storage.join(counting.run_url, RUN_STATS_NAME)
-    return (
-        numbers
-        | "CollectNumbers" >> beam.Flatten()
-        | "SumNumbers" >> beam.CombinePerKey(sum)
-        | "GatherNumbers" >> beam.combiners.ToDict()
-        | "WriteRunStats" >> beam.Map(_write_run_stats, stats_url)
-    )
-
-
-def _count_steps(options: TrainBpeSettings, counting) -> list[beam.DoFn]:
-    """The DoFns each input unit's batches go through: removed ids dropped (a missing or
-    unreadable list fails here, at launch), the filter's conditions, the word count."""
-    from transforms.bpe.count import CountWordsFn
-    from transforms.bucketed.filter import FilterDocumentsFn
-    from transforms.removal import DropRemovedFn
-
-    steps = []
-    if options.removal_list:
-        removal_url = storage.normalize(options.removal_list)
-        read_removal_list(removal_url)
-        steps.append(DropRemovedFn((removal_url,)))
-    return [*steps, FilterDocumentsFn(options.conditions()), CountWordsFn(counting)]
-
-
-def _write_run_stats(numbers: dict, url: str) -> None:
-    storage.write_atomic(url, json.dumps(dict(sorted(numbers.items()))).encode())
+    counting = options.count_config(run_url(storage.normalize(options.output), run_id))
+    return train_bpe_graph.build(pipeline, options, run_id, mode, counting,
+                                 storage.join(counting.run_url, RUN_STATS_NAME))
 
 
 def removal_record(options: TrainBpeSettings) -> dict | None:
@@ -324,11 +269,7 @@ def run(argv: list[str] | None = None, say_summary: bool = True) -> files.Traini
         options, pipeline_options = parse_args(argv)
         dry_run = run_mode.is_dry_run(pipeline_options)
         removal = removal_record(options)
-        import apache_beam as beam
-
-        pipeline = beam.Pipeline(options=pipeline_options)
-        with run_mode.building(run_mode.RunMode(dry_run=dry_run)) as mode:
-            build(pipeline, options, run_id, mode)
+        pipeline = job.built(build, options, pipeline_options, run_id, run_mode.RunMode(dry_run=dry_run))
     output = storage.normalize(options.output)
     launch_seconds = time.monotonic() - start
     with job.stopping(functools.partial(_stopped, output, run_id), dry_run=dry_run) as interrupted:

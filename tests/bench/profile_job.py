@@ -41,7 +41,7 @@ FIXED = "fixed: "
 STAGES = [
     (FIXED + "imports", r"_find_and_load"),
     (FIXED + "tokenizer load and probe", r"TokenizerConfig\.load|load_encoder"),
-    (FIXED + "flags, pipeline build", r"parse_settings|_built \("),
+    (FIXED + "flags, pipeline build", r"parse_settings|built \("),
     ("read (parquet, Arrow)", r"ReadUnitFn"),
     ("tokenizer call (quicktok/tiktoken)", r"encode_flat \([^;]*$|encode_one \([^;]*$"),
     ("NFC", r"<locals>\.prepare \(|encode_text \([^;]*$"),  # not BucketedFormat.prepare (publish)
