@@ -1,9 +1,10 @@
 """Runs a writing job: parse, build, run the pipeline, read back the stats the job published and
 print its summary; a failure deletes the run's temporary files and says what the output holds.
 
-Each job module keeps its own settings, ``build`` and summary, and hands them to ``run_job``. The
-run loop's guard (``stopping``) and its wait (``wait_for``) are every pipeline command's: the jobs',
-train-bpe's and remove's; each says only what its output holds once it stopped.
+Each job module keeps its own settings, ``build`` (its graph in pipelines/<job>_graph.py) and
+summary, and hands them to ``run_job``. The run loop's guard (``stopping``) and its wait
+(``wait_for``) are every pipeline command's: the jobs', train-bpe's, remove's and verify's; each says
+only what its output holds once it stopped.
 """
 
 from __future__ import annotations

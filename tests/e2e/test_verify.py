@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 
 import numpy as np
 import pytest
 from conftest import finepdfs_row
 
-from pipelines import bucketed, verify
+from pipelines import bucketed, cli, verify
 from shards import layout, manifest
 from shards import tree as ownership
 
@@ -59,6 +60,35 @@ def test_a_good_tree_passes_with_and_without_its_source(tree, capsys):
     code, text = run_verify(out, capsys, "--input", str(src), "--sample", "0.3")
     assert code == 0 and "30% of ids" in text
     assert not (out / layout.TEMP_DIR_NAME).exists()
+
+
+class _SwallowingResult:
+    """A runner's result that turns Ctrl-C into its own error, as a portable runner may."""
+
+    cancelled = False
+
+    def wait_until_finish(self):
+        try:
+            signal.raise_signal(signal.SIGINT)
+        except KeyboardInterrupt:
+            raise RuntimeError("KeyboardInterrupt [while running 'VerifyOutput']") from None
+
+    def cancel(self):
+        self.cancelled = True
+
+
+def test_ctrl_c_is_one_line_and_cancels_the_verify_job_even_when_the_runner_swallowed_it(tree, capsys, monkeypatch):
+    """verify waits in the run loop every pipeline command shares (pipelines.job.stopping, wait_for)."""
+    import apache_beam as beam
+
+    _, out = tree
+    result = _SwallowingResult()
+    monkeypatch.setattr(beam.Pipeline, "run", lambda self, *a, **k: result)
+    code = cli.main(["verify", "--output", str(out), *RUNNER])
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("pretokenize verify:")]
+    assert code == 2 and said == ["pretokenize verify: interrupted; the tree was not changed (verify writes nothing "
+                                  "there)"]
+    assert result.cancelled
 
 
 def test_flipped_token_is_caught_by_the_checksums_and_against_the_source(damaged, capsys):
