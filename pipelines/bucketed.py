@@ -39,8 +39,7 @@ def parse_args(argv: list[str]) -> tuple[BucketedSettings, PipelineOptions]:
 
 def build(pipeline: beam.Pipeline, options: BucketedSettings, run_id: str | None = None,
           mode: run_mode.RunMode = run_mode.RUN):
-    """Adds the job to ``pipeline`` (pipelines/bucketed_graph.py); returns the PCollection holding the
-    published DatasetStats. The one place this module loads Beam and the steps: when a run builds."""
+    """The job added to ``pipeline`` (pipelines/bucketed_graph.py): the PCollection of its published DatasetStats."""
     from pipelines import bucketed_graph
 
     return bucketed_graph.build(pipeline, options, run_id, mode)

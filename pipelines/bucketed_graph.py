@@ -1,7 +1,5 @@
-"""The bucketed job's Beam graph: the launch checks, then the steps from input units to published
-shards. Apart from pipelines/bucketed.py (its flags, summary and run) so that ``pretokenize bucketed
---help`` and a flag's error import no Beam: that module imports this one once, when a run builds.
-"""
+"""The bucketed job's Beam graph (launch checks, then steps), apart from its flags in pipelines/bucketed.py
+so that --help and a flag's error import no Beam: bucketed.build imports this module when a run builds."""
 
 from __future__ import annotations
 

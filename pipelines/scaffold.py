@@ -36,8 +36,7 @@ def parse_args(argv: list[str]) -> tuple[ScaffoldSettings, PipelineOptions]:
 
 def build(pipeline: beam.Pipeline, options: ScaffoldSettings, run_id: str | None = None,
           mode: run_mode.RunMode = run_mode.RUN):
-    """Adds the job to ``pipeline`` (pipelines/scaffold_graph.py); returns the PCollection holding the
-    published ScaffoldStats. The one place this module loads Beam and the steps: when a run builds."""
+    """The job added to ``pipeline`` (pipelines/scaffold_graph.py): the PCollection of its published ScaffoldStats."""
     from pipelines import scaffold_graph
 
     return scaffold_graph.build(pipeline, options, run_id, mode)

@@ -1,7 +1,5 @@
-"""The scaffold job's Beam graph: the launch checks, then the steps from input units to published
-llm.c shards. Apart from pipelines/scaffold.py (its flags, summary and run) so that ``pretokenize
-scaffold --help`` and a flag's error import no Beam: that module imports this one once, when a run builds.
-"""
+"""The scaffold job's Beam graph (launch checks, then steps), apart from its flags in pipelines/scaffold.py
+so that --help and a flag's error import no Beam: scaffold.build imports this module when a run builds."""
 
 from __future__ import annotations
 

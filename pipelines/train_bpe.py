@@ -95,8 +95,7 @@ def run_url(output: str, run_id: str) -> str:
 
 
 def build(pipeline: beam.Pipeline, options: TrainBpeSettings, run_id: str, mode: run_mode.RunMode = run_mode.RUN):
-    """Adds the counting to ``pipeline`` (pipelines/train_bpe_graph.py). The one place this module
-    loads Beam and the steps: when a run builds."""
+    """Adds the counting to ``pipeline`` (pipelines/train_bpe_graph.py), the run's numbers to RUN_STATS_NAME."""
     from pipelines import train_bpe_graph
 
     counting = options.count_config(run_url(storage.normalize(options.output), run_id))

@@ -1,8 +1,5 @@
-"""train-bpe's Beam graph: the words of the input counted into count shards and the run's numbers.
-Apart from pipelines/train_bpe.py (its flags, the merges learnt on the launcher, the files published)
-so that ``pretokenize train-bpe --help`` and a flag's error import no Beam: that module imports this
-one once, when a run builds.
-"""
+"""train-bpe's Beam graph (the words counted), apart from its flags, learner and publishing in
+pipelines/train_bpe.py so that --help and a flag's error import no Beam: train_bpe.build imports it."""
 
 from __future__ import annotations
 

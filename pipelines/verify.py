@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
 import json
 import sys
 import tempfile
@@ -23,7 +22,7 @@ import uuid
 from typing import TYPE_CHECKING
 
 from pipelines.beam_flags import view
-from pipelines.errors import RunStopped, launching, stopped_line
+from pipelines.errors import launching, stopped_line
 from pipelines.flags import add_setting_flags, add_workers_flag, parse_settings, tool_parser
 from pipelines.job import stopping, wait_for
 from pipelines.launch import new_run_id
@@ -213,19 +212,14 @@ def check(args: VerifySettings, options: PipelineOptions) -> Verdict | None:
 
     stages = [Stage("verify", "verify", ("files",), "files", total=len(units))]
     try:
-        with stopping(functools.partial(_stopped, output)) as interrupted, showing_progress(
+        unchanged = "the tree was not changed (verify writes nothing there)"  # said after what stopped it
+        with stopping(lambda e, stop: stopped_line(e, output, stop, unchanged)) as interrupted, showing_progress(
                 options, new_run_id(), stages, ending=("reporting", "done")):
             wait_for(pipeline.run(), interrupted)
         result = _read_report(report_url)
     finally:
         _remove_scratch(scratch)
     return _verdict(result, output, args.sample if source else None)
-
-
-def _stopped(output: str, error: BaseException, interrupted: bool) -> RunStopped | None:
-    """The one line of a verify job that stopped (the run loop's, pipelines.job.stopping): the
-    tree is as it was, since verify writes nothing there; None raises any other error as it is."""
-    return stopped_line(error, output, interrupted, "the tree was not changed (verify writes nothing there)")
 
 
 def _unfinished_problem(output: str, error: IncompleteTreeError | UnreadableStatsError) -> str:
