@@ -15,7 +15,8 @@ A condition is ``COLUMN OP VALUE`` (``--keep``, repeatable):
   (EOS included, the manifest's processed_token_count), checked once it is tokenized: no input
   column can be spelled so, so it never clashes with one (FinePDFs has its own ``token_count``).
 - OP: ``==``, ``!=``, ``>=``, ``>``, ``<=``, ``<``, or ``in [V, V, ...]``.
-- VALUE: a number (``3``, ``-0.5``, ``1e-3``), ``true``/``false``, ``null``, or a string quoted
+- VALUE: a number (``3``, ``-0.5``, ``1e-3``; an integer beyond ±2**53, which a float64 does not
+  hold exactly, is refused), ``true``/``false``, ``null``, or a string quoted
   with ``"`` or ``'`` (a backslash escapes the quote or itself). A bare word is no string.
 
 Nulls: a null value fails every comparison (``x >= 0.9`` drops a null ``x``: no threshold can
@@ -104,6 +105,7 @@ _TOKEN = re.compile(r"""\s*(?:(?P<num>-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)
     |(?P<op>""" + _SYMBOLS + r"""|\[|\]|,)
     |(?P<word>@tokens|[A-Za-z_][A-Za-z0-9_.\-]*)
     )""", re.VERBOSE)
+_EXACT = 2**53  # the largest integer every integer up to which a float64 holds exactly
 _WORDS = {"true": True, "false": False, "null": None}
 
 
@@ -127,6 +129,9 @@ def _literal(text: str, token: tuple[str, str]):
         value = float(spelled) if any(c in spelled for c in ".eE") else int(spelled)
         if isinstance(value, float) and not math.isfinite(value):
             raise ConditionError(text, f"{spelled} is not a finite number")
+        if isinstance(value, int) and abs(value) > _EXACT:
+            # The filter compares as float64 (filter.holds), which Arrow refuses for such an int.
+            raise ConditionError(text, f"{spelled} is beyond the integers a float64 holds exactly (±2**53)")
         return value
     if kind == "str":
         return re.sub(r"\\(.)", r"\1", spelled[1:-1])

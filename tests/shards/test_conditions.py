@@ -57,6 +57,8 @@ def test_the_name_spells_every_literal_one_way():
         (f"{TOKENS} == 'a'", "a number of tokens"),
         ("x == 1e999", "not a finite number"),
         ("x == 'open", "cannot read"),
+        ("x > 99999999999999999999999", "beyond"),
+        ("x in [1, -9007199254740993]", "beyond"),
     ],
 )
 def test_a_malformed_condition_is_one_error_naming_it(text, problem):
@@ -111,3 +113,14 @@ def test_the_stats_lines_read_back_typed():
     assert back == {"language": "eng_Latn", "lid_threshold": 0.9, "min_token_count": 1, "language_fields": "lang",
                     "keep": ("x == 'a, b'", "y >= 2")}
     assert conditions.conditions(back) == conditions.conditions(values)
+
+
+@pytest.mark.parametrize("text", ["x > 9007199254740992", "x in [1, -9007199254740992]", "x < 1e300"])
+def test_every_number_a_condition_takes_is_one_the_filter_compares(text):
+    """A number read as a condition is compared as a float64 (filter.holds): one a float64 does
+    not hold exactly failed in the workers with Arrow's traceback, after the launch took it."""
+    import pyarrow as pa
+
+    from transforms.bucketed.filter import holds
+
+    assert holds(parse(text), pa.array([1.0, None])).tolist()[1] is False
