@@ -295,8 +295,17 @@ def from_stats(settings: Mapping[str, str]) -> dict[str, object]:
     out = {k: type(SHORTHANDS[k])(settings[k]) for k in STATS_HEAD}  # a KeyError when one is missing
     out.update({k: type(SHORTHANDS[k])(settings[k]) for k in STATS_TAIL if k in settings})
     if KEEP in settings:
-        out[KEEP] = tuple(json.loads(settings[KEEP]))
+        out[KEEP] = _keep_texts(settings[KEEP])
     return out
+
+
+def _keep_texts(line: str) -> tuple[str, ...]:
+    """The --keep texts of a stats line (a JSON list of strings); a ValueError for another line,
+    so a damaged file is reported as one, not met later as a TypeError."""
+    texts = json.loads(line)
+    if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+        raise ValueError(f"{KEEP}: {line[:40]!r} is not a JSON list of conditions' texts")
+    return tuple(texts)
 
 
 def record(values: Mapping[str, object]) -> dict[str, object]:

@@ -124,3 +124,13 @@ def test_every_number_a_condition_takes_is_one_the_filter_compares(text):
     from transforms.bucketed.filter import holds
 
     assert holds(parse(text), pa.array([1.0, None])).tolist()[1] is False
+
+
+@pytest.mark.parametrize("line", ["5", "null", "[1]", '{"a": 1}', '"x == 1"'])
+def test_a_damaged_keep_line_is_a_value_error(line):
+    """A tree's stats are read by stats, decode, verify and a re-run: a keep line that is JSON but
+    not a list of texts failed in them with a TypeError or AttributeError traceback (or was read
+    as the characters of a string), where a damaged stats file says so in one line."""
+    settings = {"language": "eng_Latn", "lid_threshold": "0.9", "min_token_count": "1", "keep": line}
+    with pytest.raises(ValueError, match="keep"):
+        conditions.from_stats(settings)
