@@ -21,10 +21,15 @@ import dataclasses
 import json
 import math
 import os
+import tempfile
 
 CACHE_ENV = "PRETOKENIZE_PROGRESS_CACHE"
 FILE_NAME = "job-rates.json"
 KEPT_KINDS = 64  # the kinds of run remembered, the latest kept
+# Figures beyond these are no run's (a hand-edited file): times the planned work, they could make
+# an estimate no clock can show.
+MAX_STARTUP = 86400.0  # seconds to the first figure
+MAX_PER_WORK = 60.0  # seconds a byte or a row
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,11 +63,12 @@ def _read_all() -> dict[str, list]:
 
 
 def load_prior(kind: str) -> Prior | None:
-    """The figures the last run of ``kind`` left, or None (none, or not two finite non-negative numbers)."""
+    """The figures the last run of ``kind`` left, or None (none, or not two finite non-negative
+    numbers within MAX_STARTUP and MAX_PER_WORK)."""
     entry = _read_all().get(kind)
     if not (isinstance(entry, list) and len(entry) == 2 and all(isinstance(x, int | float) for x in entry)):
         return None
-    if not all(math.isfinite(x) and x >= 0 for x in entry):
+    if not all(math.isfinite(x) and x >= 0 for x in entry) or entry[0] > MAX_STARTUP or entry[1] > MAX_PER_WORK:
         return None
     return Prior(float(entry[0]), float(entry[1]))
 
@@ -76,9 +82,16 @@ def save_prior(kind: str, prior: Prior) -> None:
     path = cache_file()
     with contextlib.suppress(OSError):
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        with open(path + f".{os.getpid()}.tmp", "w") as f:
-            json.dump(entries, f)
-        os.replace(path + f".{os.getpid()}.tmp", path)
+        # A new file of a random name (mkstemp: O_EXCL), never a predictable one a symlink planted
+        # in a shared cache directory could send the write through.
+        fd, tmp = tempfile.mkstemp(prefix=FILE_NAME + ".", suffix=".tmp", dir=os.path.dirname(path))
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(entries, f)
+            os.replace(tmp, path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
 
 
 def measured_prior(start: float, first: tuple[float, int] | None, end: float, work_total: int | None) -> Prior | None:

@@ -84,3 +84,26 @@ def test_before_any_figure_the_display_shows_the_last_runs_estimate_then_keeps_t
 
 def _full_kind() -> str:
     return " / ".join([KIND, *(f"{s.label} in {s.unit}" for s in STAGES)])
+
+
+@pytest.mark.parametrize("entry", ["[1e308, 1e308]", "[0, 1e300]", "[1e300, 0]"])
+def test_figures_too_large_to_be_a_runs_are_ignored(cache, entry):
+    """A hand-edited file's huge figures made the estimate infinite: the display's thread died on
+    it (OverflowError formatting the ETA), and the run showed no progress at all after."""
+    save_prior(KIND, Prior(1.0, 1e-6))
+    (cache / progress_prior.FILE_NAME).write_text(f'{{"{KIND}": {entry}}}')
+    prior = load_prior(KIND)
+    assert prior is None or progress.format_duration(prior.seconds_left(10**12, 0.0))
+
+
+def test_the_cache_is_written_through_no_symlink(cache, tmp_path):
+    """A temporary file's name is predictable (the pid): one planted as a symlink in a shared cache
+    directory ($PRETOKENIZE_PROGRESS_CACHE=/tmp/...) must not be written through."""
+    import os
+
+    cache.mkdir()
+    victim = tmp_path / "victim"
+    victim.write_text("keep me")
+    os.symlink(victim, cache / f"{progress_prior.FILE_NAME}.{os.getpid()}.tmp")
+    save_prior(KIND, Prior(1.0, 1e-6))
+    assert victim.read_text() == "keep me"
