@@ -117,6 +117,9 @@ def partition_of(doc_id: str, num_partitions: int) -> int:
     return _hash64(doc_id.encode("utf-8"), b"partition") % num_partitions
 
 
+SEED_LIMIT = 1 << 64  # a seed is 8 bytes of the shuffle hash's key: 0 <= seed < SEED_LIMIT
+
+
 def shuffle_key(doc_id: str, seed: int) -> int:
     """Where a document sorts inside its (bucket, partition): a seeded hash of its id, 63 bits."""
     key = seed.to_bytes(8, "little", signed=False)

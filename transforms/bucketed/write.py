@@ -86,8 +86,8 @@ class ShardConfig(RunPaths):
             raise ValueError(f"unknown dtype {self.dtype!r}")
         if self.max_shard_bytes < layout.DTYPES[self.dtype].itemsize:
             raise ValueError(f"max_shard_bytes must hold at least one token, got {self.max_shard_bytes}")
-        if self.seed < 0:
-            raise ValueError(f"seed must be >= 0, got {self.seed}")
+        if not 0 <= self.seed < layout.SEED_LIMIT:
+            raise ValueError(f"seed must be within 0..{layout.SEED_LIMIT - 1}, got {self.seed}")
 
 
 class ShardFile(NamedTuple):

@@ -87,8 +87,8 @@ class LlmcShardConfig(RunPaths):
     def __post_init__(self):
         if not 1 <= self.shard_tokens <= llmc.MAX_SHARD_TOKENS:
             raise ValueError(f"--shard-tokens must be within 1..{llmc.MAX_SHARD_TOKENS}, got {self.shard_tokens}")
-        if self.seed < 0:
-            raise ValueError(f"--seed must be >= 0, got {self.seed}")
+        if not 0 <= self.seed < layout.SEED_LIMIT:
+            raise ValueError(f"--seed must be within 0..{layout.SEED_LIMIT - 1}, got {self.seed}")
         r = self.order_ranges
         if r < 1 or r > 1 << 20 or r & (r - 1):
             raise ValueError(f"order_ranges must be a power of two within 1..{1 << 20}, got {r}")

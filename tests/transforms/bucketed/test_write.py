@@ -323,3 +323,14 @@ def test_groups_written_at_once_hold_at_most_the_scratch_budget_between_them():
         t.join(timeout=30)
     assert not any(t.is_alive() for t in threads)
     assert peak[0] <= 100 and budget.used == 0
+
+
+@pytest.mark.parametrize("seed", [-1, 1 << 64, 99999999999999999999999])
+def test_a_seed_the_shuffle_key_cannot_take_is_refused_at_launch(tmp_path, seed):
+    """The seed is 8 bytes of the shuffle hash's key (layout.shuffle_key): --seed 99999999999999999999999
+    passed the launch and failed in every worker with OverflowError's traceback."""
+    from transforms.scaffold.write import LlmcShardConfig
+
+    for make in (ShardConfig, LlmcShardConfig):
+        with pytest.raises(ValueError, match="seed must be within 0"):
+            make(output=str(tmp_path), run_id="t", seed=seed)
