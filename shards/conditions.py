@@ -105,7 +105,7 @@ _TOKEN = re.compile(r"""\s*(?:(?P<num>-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)
     |(?P<op>""" + _SYMBOLS + r"""|\[|\]|,)
     |(?P<word>@tokens|[A-Za-z_][A-Za-z0-9_.\-]*)
     )""", re.VERBOSE)
-_EXACT = 2**53  # the largest integer every integer up to which a float64 holds exactly
+EXACT_INT = 2**53  # the largest integer every integer up to which a float64 holds exactly
 _WORDS = {"true": True, "false": False, "null": None}
 
 
@@ -129,7 +129,7 @@ def _literal(text: str, token: tuple[str, str]):
         value = float(spelled) if any(c in spelled for c in ".eE") else int(spelled)
         if isinstance(value, float) and not math.isfinite(value):
             raise ConditionError(text, f"{spelled} is not a finite number")
-        if isinstance(value, int) and abs(value) > _EXACT:
+        if isinstance(value, int) and abs(value) > EXACT_INT:
             # The filter compares as float64 (filter.holds), which Arrow refuses for such an int.
             raise ConditionError(text, f"{spelled} is beyond the integers a float64 holds exactly (±2**53)")
         return value

@@ -80,8 +80,8 @@ class InputFields:
             raise ValueError("--language must not be empty")
         if not 0.0 <= self.lid_threshold <= 1.0:  # NaN fails too
             raise ValueError(f"--lid-threshold must be within [0, 1], got {self.lid_threshold}")
-        if self.min_token_count < 0:
-            raise ValueError(f"--min-token-count must be >= 0, got {self.min_token_count}")
+        if not 0 <= self.min_token_count <= conditions.EXACT_INT:  # the filter compares it with Arrow
+            raise ValueError(f"--min-token-count must be within 0..{conditions.EXACT_INT}, got {self.min_token_count}")
         self.conditions()  # a condition that cannot be read says so here, naming it
         try:
             self.read_config()

@@ -334,3 +334,10 @@ def test_a_seed_the_shuffle_key_cannot_take_is_refused_at_launch(tmp_path, seed)
     for make in (ShardConfig, LlmcShardConfig):
         with pytest.raises(ValueError, match="seed must be within 0"):
             make(output=str(tmp_path), run_id="t", seed=seed)
+
+
+def test_a_min_token_count_the_filter_cannot_compare_is_refused_at_launch():
+    """--min-token-count 99999999999999999999999 passed the launch and failed in every worker with
+    Arrow's OverflowError traceback (the token count column is compared as int64)."""
+    with pytest.raises(ValueError, match="--min-token-count must be within 0"):
+        BucketedSettings(input="in", output="out", min_token_count=99999999999999999999999)
