@@ -435,16 +435,21 @@ class ReaderIndex(NamedTuple):
         be the manifest's, the table only sorts their hashes, so a table that lies (crafted, or
         damaged the way no check at open sees) finds the document slower, never hides it."""
         want = np.frombuffer(doc_id, dtype=np.uint8)
-        probes = sorted({0, len(want) // 2, len(want) - 1}) if len(want) else []
         try:
             for a in range(0, self.documents, _CHECK_ROWS):
                 offsets = np.asarray(self.id_offsets[a:min(self.documents, a + _CHECK_ROWS) + 1])
                 rows = np.flatnonzero(np.diff(offsets) == len(want))
-                for k in probes:  # a few bytes compared first: few rows are left to compare whole
-                    rows = rows[np.asarray(self.id_blob[offsets[rows] + k]) == want[k]]
-                for row in (a + rows).tolist():
-                    if self.id(row) == doc_id:
-                        return row
+                blob = np.asarray(self.id_blob[offsets[0]:offsets[-1]])
+                starts = offsets[rows] - offsets[0]
+                # A byte at a time over the rows of its length still alike: ids of one shape (every
+                # FinePDFs id is <urn:uuid:...>) share most bytes, so no row is compared in Python.
+                for k, byte in enumerate(want.tolist()):
+                    if not len(starts):
+                        break
+                    alike = blob[starts + k] == byte
+                    rows, starts = rows[alike], starts[alike]
+                if len(rows):
+                    return a + int(rows[0])
                 release(self)  # the ids read so far: the scan holds a slice of them at a time
         finally:
             release(self)
