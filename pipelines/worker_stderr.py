@@ -22,7 +22,8 @@ which the command says in one line, as with one worker. The worker's harness has
 on its standard error, three times with their tracebacks: Beam's ``apache_beam.runners`` loggers'
 ERROR records and the traceback the harness prints itself, whose last exception names the step
 (``[while running '...']``). Such a report is read whole (up to a blank line that no chained
-traceback follows) and kept back; any other report is passed on whole. Those loggers' records also
+traceback follows, or a line that cannot continue it: another worker's, as the workers share the
+pipe) and kept back; any other report is passed on whole. Those loggers' records also
 go to the launcher through Beam's logging service, where the launcher keeps Beam's own from the
 terminal as it does in an in-process run (transforms.core.progress.show_worker_logs).
 """
@@ -98,8 +99,10 @@ class ErrorReports:
                 self._held = [line]
                 return []
             return [] if harness_line(line) else [line]
+        if harness_line(line):  # another worker's record, amid the report: dropped as anywhere
+            return []
         ended = not self._held[-1].strip() and line.strip() and line.rstrip(b"\r\n") not in _CHAINED
-        if ended or len(self._held) >= _LONGEST_REPORT:
+        if ended or _foreign(self._held[-1], line) or len(self._held) >= _LONGEST_REPORT:
             return self.end() + self.feed(line)
         self._held.append(line)
         return []
@@ -109,6 +112,19 @@ class ErrorReports:
         report, self._held = self._held, []
         failed_step = report and (_RUNNER_ERROR.match(report[0]) or any(_STEP_FAILED in line for line in report))
         return [] if failed_step else report
+
+
+def _foreign(previous: bytes, line: bytes) -> bool:
+    """Whether ``line`` cannot continue the report whose last line is ``previous``: after a line
+    that is not indented (a traceback's exception, a record's message), a line neither indented,
+    blank, a traceback's or a chained one's heading, nor another runner ERROR record. The workers
+    share the pipe: such a line is another worker's (a crash's message), never to be kept back
+    with a failed step's report."""
+    def plain(text: bytes) -> bool:
+        return bool(text.strip()) and not text[:1].isspace()
+
+    heading = line.rstrip(b"\r\n") in (_TRACEBACK, *_CHAINED) or _RUNNER_ERROR.match(line)
+    return plain(previous) and previous.rstrip(b"\r\n") != _TRACEBACK and plain(line) and not heading
 
 
 def _on_descriptor_2(stream) -> bool:

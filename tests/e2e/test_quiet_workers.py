@@ -16,7 +16,7 @@ import sys
 import pytest
 from conftest import REPO, SAMPLE_PARQUET
 
-from pipelines.worker_stderr import _pass_on, harness_line
+from pipelines.worker_stderr import ErrorReports, _pass_on, harness_line
 
 CLI = "import sys; from pipelines.cli import main; sys.exit(main())"
 HARNESS = re.compile(r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL):|sdk harness|Logging handler created|control channel|"
@@ -80,3 +80,18 @@ def test_beams_reports_of_a_failed_step_are_kept_back_whole_and_other_reports_pa
         os.close(write_end)
         _pass_on(read_end, os.dup(f.fileno()))
     assert out.read_bytes() == b"\n".join([b"a line of ours", *other, b"after", *crash])
+
+
+@pytest.mark.unit
+def test_another_workers_message_after_a_failed_steps_report_is_passed_on():
+    """The workers share one pipe. A failed step's report is kept back up to a blank line; a line
+    another worker wrote after its last line (its exception) was kept back with it, so a crash's
+    only message (``Fatal Python error: Segmentation fault``) never reached the terminal."""
+    reports = ErrorReports()
+    step = [b"ERROR:apache_beam.runners.common:bad input: x [while running 'read']",
+            b"Traceback (most recent call last):", b'  File "a"', b"BadInputError: x [while running 'read']"]
+    other = [b"Fatal Python error: Segmentation fault", b"", b"Current thread 0x1 (most recent call first):",
+             b'  File "tok.py", line 3 in encode']
+    interleaved = [b"INFO:__main__:Logging handler created."]
+    out = [kept for line in [*step, *interleaved, *other] for kept in reports.feed(line + b"\n")] + reports.end()
+    assert b"".join(out) == b"".join(line + b"\n" for line in other)
