@@ -255,7 +255,9 @@ def parse_stats_text(text: str, tables: dict[str, Callable[[list[str]], tuple]])
     settings: dict[str, str] = {}
     rows: dict[str, dict] = {header: {} for header in tables}
     table = None
-    for line in text.splitlines():
+    # Lines as written ("\n".join), not str.splitlines: a value may hold U+2028 or U+0085 (a --keep
+    # string; JSON leaves them as they are), which splitlines would break the line at.
+    for line in (raw.removesuffix("\r") for raw in text.split("\n")):
         if not line.strip() or line.startswith("#"):
             continue
         if line in tables:

@@ -108,3 +108,17 @@ def test_stats_text_round_trips():
     assert back.to_text() == text
     with pytest.raises(ValueError, match="kept_documents"):
         DatasetStats.from_text(text.replace("kept_documents: 6", "kept_documents: 7"))
+
+
+@pytest.mark.parametrize("brk", ["\u2028", "\u2029", "\x85"])
+def test_stats_with_a_line_separator_in_a_value_round_trip(brk):
+    """The stats are lines joined by "\\n"; a --keep value (or a field name) holding a character
+    str.splitlines breaks at (JSON leaves them as they are) was split there when read: the run that
+    published the tree failed reading its own stats, and every command called the tree unreadable."""
+    keep = (f'dump != "a{brk}b"',)
+    stats = DatasetStats(raw_documents=1, filter={**DEFAULT_FILTER, "keep": keep}, tokenizer="gpt2", eos_id=1,
+                         vocab_size=2, dtype="uint32", partitions=1, seed=0, buckets={"1024": BucketStats(1, 2, 1)},
+                         drops={f'dump != "a{brk}b"': 0})
+    back = DatasetStats.from_text(stats.to_text())
+    assert back.filter["keep"] == keep and back.drops == stats.drops
+    assert back.to_text() == stats.to_text()
