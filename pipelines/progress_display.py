@@ -164,9 +164,10 @@ class JobDisplay:
             self._draw(finished=exc_type is None)
         if exc_type is None:
             self._remember()
-        for bar in self._tqdm:
-            # A job that failed while it was built (a launch error: the display is up from before the
-            # build) leaves no bar and no progress line: its error is said alone.
+        # A job that failed while it was built (a launch error: the display is up from before the
+        # build) leaves no bar and no progress line: its error is said alone, at the start of the
+        # first bar's line (cleared last, the cursor ends there).
+        for bar in reversed(self._tqdm) if launch_failed else self._tqdm:
             bar.leave = not launch_failed
             bar.close()
         self._redirect.close()

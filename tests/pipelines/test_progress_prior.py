@@ -148,9 +148,9 @@ def test_the_bars_and_the_estimate_are_drawn_while_the_job_is_built(tmp_path, ca
     (during,) = _launch_then_fail(tmp_path, monkeypatch, terminal, "job ETA ~")
     # 3 s of start-up, then 20 s for the planned million bytes: from the last run's figures
     assert "read and tokenize" in during and re.search(r"job ETA ~2[0-3]s", during), during
-    # The launch failed: its bars are cleared (the last thing drawn is an empty line), its error said alone.
-    last = terminal.text.rsplit("\r", 1)[-1]
-    assert "read and tokenize" not in last and "write" not in last, repr(terminal.text[-300:])
+    # The launch failed: its bars are cleared, and the error is said from the start of the first one's line.
+    cleared = terminal.text.rsplit("]", 1)[-1]  # after the last bar's last frame
+    assert not cleared.replace("\x1b[A", "").strip() and cleared.endswith("\r"), repr(terminal.text[-300:])
 
 
 def test_a_launch_error_leaves_no_progress_line_in_a_log(tmp_path, cache, monkeypatch, caplog):
