@@ -80,6 +80,8 @@ def _launch(pipeline: beam.Pipeline, options: BucketedSettings, run_id: str | No
     # The input before the tokenizer: a missing or unreadable one (local or remote) costs no load.
     # Its units are logged once the tokenizer has loaded, so that a load error is said alone.
     read = ReadDocuments(read_config, progress_dir=progress_dir)
+    # The display's bars and ETA from here, announced again once the output says what is done.
+    progress.announce_write_stages(progress_dir, read.units, set(), "tokenize", "tokenize")
     encoder = tokenizer.load()
     tokenizer = tokenizer.pinned(encoder)  # each worker checks it loads these very files
     read.log_planned()

@@ -56,16 +56,22 @@ def run_job(
             print(plan(options), flush=True)
             return None
         mode = RunMode(dry_run=is_dry_run(pipeline_options), wait=wait)
-        pipeline = built(build, options, pipeline_options, run_id, mode)
     output = storage.normalize(options.output)
-    on_stop = functools.partial(_stopped, output, run_id, pipeline_options)
-    with stopping(on_stop, dry_run=mode.dry_run) as interrupted, showing_progress(
-            pipeline_options, run_id, tokenizer=_tokenizer_name(options)):
-        result = pipeline.run()
-        if not mode.wait or mode.dry_run:
-            print(_not_waiting(mode, result, output, pipeline_options), flush=True)
-            return None
-        wait_for(result, interrupted)
+    on_stop = functools.partial(_stopped, output, run_id)
+    # The display is up while the job is built (the tokenizer loaded, the input planned, the output
+    # claimed): its bars and ETA appear as soon as the build announces the planned work, not seconds
+    # later when the pipeline starts (issue 37). A launch error clears them before it is said.
+    with showing_progress(pipeline_options, run_id, tokenizer=_tokenizer_name(options),
+                          building=True) as running:
+        with launching():
+            pipeline = built(build, options, pipeline_options, run_id, mode)
+        running()
+        with stopping(on_stop, dry_run=mode.dry_run) as interrupted:
+            result = pipeline.run()
+            if not mode.wait or mode.dry_run:
+                print(_not_waiting(mode, result, output, pipeline_options), flush=True)
+                return None
+            wait_for(result, interrupted)
     remove_progress(pipeline_options, run_id)
     seconds = time.monotonic() - start
     stats = read_stats(options.output)
@@ -140,12 +146,11 @@ def wait_for(result, interrupted: list) -> None:
         raise
 
 
-def _stopped(output: str, run_id: str, pipeline_options: PipelineOptions, error: BaseException,
-             interrupted: bool) -> RunStopped | None:
-    """A failed or interrupted run's progress and temporary files deleted; a RunStopped saying what
-    the output holds, or None: the error is raised as it is. Deleting them may fail too (the store
-    that failed the run): that is said in the same line, never instead of it."""
-    remove_progress(pipeline_options, run_id)
+def _stopped(output: str, run_id: str, error: BaseException, interrupted: bool) -> RunStopped | None:
+    """A failed or interrupted run's temporary files deleted (its progress is, by showing_progress,
+    once the display has drawn its last figures); a RunStopped saying what the output holds, or
+    None: the error is raised as it is. Deleting them may fail too (the store that failed the
+    run): that is said in the same line, never instead of it."""
     state, kept_note, kept = _abandoned(output, run_id)
     stopped = stopped_line(error, output, interrupted, f"{state}; {kept_note}")
     if stopped is None and kept:

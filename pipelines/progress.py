@@ -48,17 +48,22 @@ def announce_write_stages(progress_dir: str | None, units, done: set[int], encod
 
 @contextlib.contextmanager
 def showing_progress(pipeline_options: PipelineOptions, run_id: str, stages=None,
-                     ending: tuple[str, str] = ("publishing", "published"), tokenizer: str | None = None):
+                     ending: tuple[str, str] = ("publishing", "published"), tokenizer: str | None = None,
+                     building: bool = False):
     """The job run inside shows its progress (pipelines/progress_display.py) on a local runner:
     its workers share their totals in progress_dir() (named to them by the environment, which a
     worker process inherits), and the display draws the stages announced there (``stages``, or
     those the job's build announced). Worker processes' own standard error is kept to what is not
     Beam's harness logging (pipelines/worker_stderr.py). Nothing on a remote runner, whose UI shows progress.
     With ``tokenizer`` named, the job ETA before the first figures comes from the last run of the same
-    kind (pipelines/progress_prior.py), and this run's figures are kept for the next."""
+    kind (pipelines/progress_prior.py), and this run's figures are kept for the next.
+
+    Yields what to call once the job is built and its pipeline starts (JobDisplay.running). With
+    ``building``, the job is built inside (run_job): the display draws the bars as soon as the build
+    announces its stages, and a launch error before that call leaves no bar or line of it."""
     shared = progress_dir(pipeline_options, run_id)
     if shared is None:
-        yield
+        yield lambda: None
         return
     with contextlib.suppress(OSError):  # the workers' Progress writes into it, never creates it
         os.makedirs(shared, exist_ok=True)
@@ -69,8 +74,8 @@ def showing_progress(pipeline_options: PipelineOptions, run_id: str, stages=None
     os.environ[SHARED_ENV] = shared
     try:
         with filtering_worker_stderr(_worker_processes(pipeline_options)), JobDisplay(
-                shared, ending=ending, kind=_run_kind(pipeline_options, tokenizer)):
-            yield
+                shared, ending=ending, kind=_run_kind(pipeline_options, tokenizer), launching=building) as display:
+            yield display.running
     finally:
         if previous is None:
             os.environ.pop(SHARED_ENV, None)

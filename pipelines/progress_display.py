@@ -119,7 +119,8 @@ class JobDisplay:
     inside it: bars when ``stream`` is a terminal, else a log line every ``interval`` seconds."""
 
     def __init__(self, shared_dir: str, stream=None, interval: float | None = None,
-                 ending: tuple[str, str] = ("publishing", "published"), kind: str | None = None):
+                 ending: tuple[str, str] = ("publishing", "published"), kind: str | None = None,
+                 launching: bool = False):
         self.shared_dir = shared_dir
         self.kind = kind  # the kind of run (workers, tokenizer) whose previous ETA figures to use, or None
         self.ending = ending  # what the last bar says once its stage is done, then once the job is
@@ -137,6 +138,8 @@ class JobDisplay:
         self._start = time.monotonic()
         self._redirect = contextlib.ExitStack()
         self._prior: Prior | None = None
+        # When the job's pipeline started; None while it is launching (being built: running() ends it).
+        self._running: float | None = None if launching else self._start
 
     def __enter__(self) -> JobDisplay:
         if self.bars:
@@ -148,13 +151,24 @@ class JobDisplay:
         self._thread.start()
         return self
 
+    def running(self) -> None:
+        """The job is built and its pipeline starts: up to now it was launching (see __exit__), and a
+        log's lines count their interval from here, as when the display came up only now."""
+        self._running = time.monotonic()
+
     def __exit__(self, exc_type, exc, tb) -> None:
         self._stop.set()
         self._thread.join()
-        self._draw(finished=exc_type is None)
+        launch_failed = exc_type is not None and self._running is None
+        if not launch_failed:
+            self._draw(finished=exc_type is None)
         if exc_type is None:
             self._remember()
-        for bar in self._tqdm:
+        # A job that failed while it was built (a launch error: the display is up from before the
+        # build) leaves no bar and no progress line: its error is said alone, at the start of the
+        # first bar's line (cleared last, the cursor ends there).
+        for bar in reversed(self._tqdm) if launch_failed else self._tqdm:
+            bar.leave = not launch_failed
             bar.close()
         self._redirect.close()
 
@@ -163,21 +177,13 @@ class JobDisplay:
         while not self._stop.wait(REDRAW_SECONDS if self.bars else 0.5):
             if self.bars:
                 self._draw()
-            elif time.monotonic() - last_line >= self.interval:
+            elif self._running is not None and time.monotonic() - max(last_line, self._running) >= self.interval:
                 last_line = time.monotonic()
                 self._draw()
 
     def _draw(self, finished: bool = False) -> None:
-        if not self._stages:
-            self._stages = announced_stages(self.shared_dir)
-            if not self._stages:
-                return
-            self._started = [self._start] + [None] * (len(self._stages) - 1)
-            self._first_work = [None] * len(self._stages)
-            self._ended = [False] * len(self._stages)
-            self._prior = load_prior(self._full_kind()) if self.kind else None
-            if self.bars:
-                self._tqdm = [self._new_bar(i, s) for i, s in enumerate(self._stages)]
+        if not self._read_stages():
+            return
         figures = stage_figures(self.shared_dir, self._stages)
         if finished:  # published: every stage is done, whatever the last shared figures said
             figures = [(max(d, t or 0), max(d, t or 0)) for d, t in figures]
@@ -216,6 +222,31 @@ class JobDisplay:
             to_end = "" if left is None else f"; job ETA {shown}{' (from the last run)' if estimated else ''}"
             log.info("progress: %s%s%s", "; ".join(self._lines), to_end, f" ({self.ending[1]})" if finished else "")
             self._lines = []
+
+    def _read_stages(self) -> bool:
+        """Whether there are stages to draw, read from what the job announced. Until the first of
+        its work is seen they are read again: a job announces its planned work as soon as it is
+        known, then again without the units an interrupted run finished, once the output is claimed."""
+        if self._stages and any(self._first_work):
+            return True
+        stages = announced_stages(self.shared_dir)
+        if not stages or stages == self._stages:
+            return bool(self._stages)
+        if self._stages and [(s.label, s.unit) for s in stages] == [(s.label, s.unit) for s in self._stages]:
+            self._stages = stages  # the same bars, with the totals left to do
+            for bar, stage in zip(self._tqdm, stages, strict=True):
+                bar.reset(total=stage.total)
+            return True
+        self._stages = stages
+        self._started = [self._start] + [None] * (len(self._stages) - 1)
+        self._first_work = [None] * len(self._stages)
+        self._ended = [False] * len(self._stages)
+        self._prior = load_prior(self._full_kind()) if self.kind else None
+        if self.bars:
+            for bar in self._tqdm:
+                bar.close()
+            self._tqdm = [self._new_bar(i, s) for i, s in enumerate(self._stages)]
+        return True
 
     def _job_left(self, figures: list[tuple[int, int | None]], now: float) -> float | None:
         """The seconds to the end of the job (job_seconds_left, in each stage's work: Stage.work_keys);

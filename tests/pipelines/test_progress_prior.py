@@ -3,7 +3,9 @@ start-up and rate (pipelines/progress_prior.py), shown marked ``~`` until this r
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import re
 import time
 
 import pytest
@@ -107,3 +109,89 @@ def test_the_cache_is_written_through_no_symlink(cache, tmp_path):
     os.symlink(victim, cache / f"{progress_prior.FILE_NAME}.{os.getpid()}.tmp")
     save_prior(KIND, Prior(1.0, 1e-6))
     assert victim.read_text() == "keep me"
+
+
+class _Terminal:
+    """A stream that says it is a terminal: the display draws its bars into ``text``."""
+
+    def __init__(self):
+        self.text = ""
+
+    def write(self, s):
+        self.text += s
+
+    def flush(self):
+        pass
+
+    def isatty(self):
+        return True
+
+
+class _Log(_Terminal):
+    def isatty(self):
+        return False
+
+
+def _launch_then_fail(tmp_path, monkeypatch, stream, wait_for_text: str | None) -> list[str]:
+    """run_job of a job whose build announces STAGES then fails as a tokenizer that will not load
+    does; what ``stream`` (the display's) held while the build waited for ``wait_for_text``."""
+    from types import SimpleNamespace
+
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipelines import job, progress_display
+    from pipelines import progress as job_progress
+    from pipelines.errors import UsageError
+
+    monkeypatch.setattr(progress_display.sys, "stderr", stream)
+    seen = []
+
+    def build(pipeline, options, run_id, mode):
+        announce_stages(job_progress.progress_dir(pipeline.options, run_id), STAGES)
+        deadline = time.monotonic() + 5
+        while wait_for_text and wait_for_text not in stream.text and time.monotonic() < deadline:
+            time.sleep(0.05)
+        seen.append(stream.text)
+        raise OSError("tokenizer gpt2 would not load")
+
+    settings = SimpleNamespace(output=str(tmp_path / "out"), tokenizer="gpt2")
+    with pytest.raises(UsageError, match="would not load"):
+        job.run_job([], lambda argv: (settings, PipelineOptions(["--runner=FnApiRunner"])), build,
+                    lambda *a: "")
+    return seen
+
+
+def test_the_bars_and_the_estimate_are_drawn_while_the_job_is_built(tmp_path, cache, monkeypatch):
+    """The launcher loads the tokenizer and claims the output after the input is planned: seconds
+    (a fifth of a two-worker run of the bench corpus) in which the display is already up, with the
+    last run's estimate, once the build has announced the planned work (issue 37)."""
+    save_prior(" / ".join(["tokenizer gpt2, 1 worker", *(f"{s.label} in {s.unit}" for s in STAGES)]),
+               Prior(3.0, 2e-5))
+    terminal = _Terminal()
+    (during,) = _launch_then_fail(tmp_path, monkeypatch, terminal, "job ETA ~")
+    # 3 s of start-up, then 20 s for the planned million bytes: from the last run's figures
+    assert "read and tokenize" in during and re.search(r"job ETA ~2[0-3]s", during), during
+    # The launch failed: its bars are cleared, and the error is said from the start of the first one's line.
+    cleared = terminal.text.rsplit("]", 1)[-1]  # after the last bar's last frame
+    assert not cleared.replace("\x1b[A", "").strip() and cleared.endswith("\r"), repr(terminal.text[-300:])
+
+
+def test_a_launch_error_leaves_no_progress_line_in_a_log(tmp_path, cache, monkeypatch, caplog):
+    monkeypatch.setenv(progress.INTERVAL_ENV, "0")
+    with caplog.at_level(logging.INFO, logger="pretokenize.progress"):
+        _launch_then_fail(tmp_path, monkeypatch, _Log(), None)
+        time.sleep(0.1)
+    assert not [r for r in caplog.records if "progress:" in r.getMessage()]
+
+
+def test_stages_announced_again_before_any_work_take_the_new_totals(tmp_path):
+    """A job announces its planned work, then the work left once an interrupted run's finished
+    units are known: the display's bars take the second totals."""
+    terminal = _Terminal()
+    announce_stages(str(tmp_path), STAGES)
+    with JobDisplay(str(tmp_path), stream=terminal) as display:
+        time.sleep(0.3)
+        announce_stages(str(tmp_path), [dataclasses.replace(STAGES[0], total=60, work_total=600_000), STAGES[1]])
+        time.sleep(0.3)
+        totals = [bar.total for bar in display._tqdm]
+    assert totals == [60, None]
