@@ -21,9 +21,9 @@ A step that fails in a worker (bad input found there, say) reaches the launcher 
 which the command says in one line, as with one worker. The worker's harness has already reported it
 on its standard error, three times with their tracebacks: Beam's ``apache_beam.runners`` loggers'
 ERROR records and the traceback the harness prints itself, whose last exception names the step
-(``[while running '...']``). Such a report is read whole (up to a blank line that no chained
-traceback follows, or a line that cannot continue it: another worker's, as the workers share the
-pipe) and kept back; any other report is passed on whole. Those loggers' records also
+(``[while running '...']``), with frames of Beam's DoFnRunner. Such a report is read whole (up
+to a blank line that no chained traceback follows, or a line that cannot continue it: another
+worker's, as the workers share the pipe) and kept back; any other report is passed on whole. Those loggers' records also
 go to the launcher through Beam's logging service, where the launcher keeps Beam's own from the
 terminal as it does in an in-process run (transforms.core.progress.show_worker_logs).
 """
@@ -43,6 +43,10 @@ _TRACEBACK = b"Traceback (most recent call last):"
 _CHAINED = (b"During handling of the above exception, another exception occurred:",
             b"The above exception was the direct cause of the following exception:")
 _STEP_FAILED = b" [while running '"  # what Beam's DoFnRunner adds to the error of a failed step
+# A frame of Beam's DoFnRunner: the traceback is of a step's failure, which reaches the launcher as the
+# job's error. Two workers' reports longer than a pipe's atomic write interleave, so a part of one may
+# be judged alone, without the line that names its step.
+_STEP_FRAME = b"in apache_beam.runners.common.DoFnRunner."
 _LONGEST_REPORT = 5000  # lines held at most: a report longer than this is passed on as it comes
 
 
@@ -110,7 +114,8 @@ class ErrorReports:
     def end(self) -> list[bytes]:
         """The held report's lines to pass on, now that it has ended (or the pipe has)."""
         report, self._held = self._held, []
-        failed_step = report and (_RUNNER_ERROR.match(report[0]) or any(_STEP_FAILED in line for line in report))
+        failed_step = report and (_RUNNER_ERROR.match(report[0])
+                                  or any(_STEP_FAILED in line or _STEP_FRAME in line for line in report))
         return [] if failed_step else report
 
 

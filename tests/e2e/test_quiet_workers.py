@@ -95,3 +95,19 @@ def test_another_workers_message_after_a_failed_steps_report_is_passed_on():
     interleaved = [b"INFO:__main__:Logging handler created."]
     out = [kept for line in [*step, *interleaved, *other] for kept in reports.feed(line + b"\n")] + reports.end()
     assert b"".join(out) == b"".join(line + b"\n" for line in other)
+
+
+@pytest.mark.unit
+def test_a_part_of_a_failed_steps_report_without_its_step_is_kept_back_too():
+    """Two workers' reports, longer than one atomic write to the pipe, interleave: a part of one may
+    end (a blank line, then another worker's traceback) before the line naming its step. Under load in
+    CI such a part, the tokenizer changed under a two-worker run, reached the terminal as a traceback."""
+    reports = ErrorReports()
+    part = [b"Traceback (most recent call last):",
+            b'  File "apache_beam/runners/common.py", line 1512, in apache_beam.runners.common.DoFnRunner.process',
+            b'  File "/x/transforms/bucketed/tokenize.py", line 108, in setup',
+            b"transforms.tokenizers.load.TokenizerChanged: bad input: the tokenizer changed while the job ran", b"",
+            b"During handling of the above exception, another exception occurred:", b""]
+    other = [b"Traceback (most recent call last):", b'  File "e"', b"ImportError: no module", b""]
+    out = [kept for line in [*part, *other] for kept in reports.feed(line + b"\n")] + reports.end()
+    assert b"".join(out) == b"".join(line + b"\n" for line in other)

@@ -9,7 +9,7 @@ import json
 
 import pytest
 from conftest import finepdfs_row
-from test_unreachable_storage import closed_port, run_cli, s3_env
+from test_unreachable_storage import closed_port, run_cli_process, s3_env
 
 
 @pytest.fixture
@@ -60,7 +60,7 @@ def test_an_unreachable_store_is_one_line(case, local, tmp_path):
         assert cli.main(["bucketed", "--input", str(src), "--output", str(out), "--tokenizer", "gpt2",
                          "--runner=FnApiRunner"]) == 0
     args, url = CASES[case](src, flagged, out)
-    result = run_cli(args, s3_env(closed_port()))
+    result = run_cli_process(args, s3_env(closed_port()))
     said = [line for line in result.stderr.strip().splitlines() if " INFO " not in line and " WARNING " not in line]
     assert result.returncode == 2, result.stderr[-3000:]
     assert len(said) == 1, result.stderr[-3000:]
