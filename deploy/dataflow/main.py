@@ -11,6 +11,9 @@ What differs from the ``pretokenize`` command:
   not to wait in it (deploy/README.md);
 - a template passes a boolean parameter as ``--annotate=true`` or ``--annotate=false``, which the
   job's own on/off flags are given as ``--annotate`` or left out;
+- a template parameter is given once, so a repeatable flag (``--keep``) takes one value or a JSON
+  list of them (``["is_truncated == false", "full_doc_lid_score >= 0.8"]``), given to the job as
+  one flag each; a condition never starts with ``[``;
 - the runner is Dataflow unless a ``--runner`` is given (Beam's default would run the whole job
   inside the launcher);
 - the workers install ``requirements.txt`` beside this file (gcsfs, for gs://) unless a
@@ -20,6 +23,7 @@ What differs from the ``pretokenize`` command:
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -44,10 +48,13 @@ def job_argv(argv: list[str]) -> list[str]:
             rest.append(arg)
     if job not in TEMPLATE_JOBS:
         raise UsageError(f"--job={job}: the template runs {' or '.join(TEMPLATE_JOBS)}")
-    switches = _switches(job)
+    switches, repeatable = _switches(job), _repeatable(job)
     flags = []
     for arg in rest:
         name, eq, value = arg.partition("=")
+        if eq and name.replace("_", "-") in repeatable and value.lstrip().startswith("["):
+            flags += [f"{name}={item}" for item in _json_list(arg, value)]
+            continue
         if eq and name.replace("_", "-") in switches:
             if value.lower() in _TRUE:
                 flags.append(name)
@@ -70,6 +77,24 @@ def _switches(job: str) -> set[str]:
     """The job's on/off flags (``--annotate``), spelled with dashes."""
     parser = jobs.load(job).make_parser()
     return {s for a in parser._actions if a.nargs == 0 for s in a.option_strings if s.startswith("--")}
+
+
+def _repeatable(job: str) -> set[str]:
+    """The job's flags that may be given more than once (``--keep``), spelled with dashes."""
+    parser = jobs.load(job).make_parser()
+    return {s for a in parser._actions if a.__class__.__name__ == "_AppendAction"
+            for s in a.option_strings if s.startswith("--")}
+
+
+def _json_list(arg: str, value: str) -> list[str]:
+    """The values of a repeatable flag's parameter given as a JSON list of strings."""
+    try:
+        items = json.loads(value)
+    except ValueError as e:
+        raise UsageError(f"{arg}: not a JSON list of strings ({e})") from None
+    if not isinstance(items, list) or not all(isinstance(item, str) for item in items):
+        raise UsageError(f"{arg}: not a JSON list of strings")
+    return items
 
 
 def main(argv: list[str]) -> int:

@@ -46,6 +46,7 @@ EXAMPLE_VALUES = {
     "eos_token": "<|endoftext|>",
     "removal_list": "gs://example-bucket/removals.txt",
     "text_field": "text",
+    "keep": "is_truncated == false",
 }
 
 
@@ -160,6 +161,18 @@ def test_the_template_turns_boolean_parameters_into_switches_and_defaults_to_dat
         job_argv(["--job=verify"])
 
 
+def test_a_repeatable_flag_takes_one_value_or_a_json_list_of_them():
+    """A template's parameter is given once: --keep, repeatable on the command line, takes a JSON list."""
+    job_argv = template_main().job_argv
+    conditions = ["is_truncated == false", 'dump in ["a", "b"]']
+    argv = job_argv(["--input=a", "--keep=" + json.dumps(conditions)])
+    assert [arg for arg in argv if arg.startswith("--keep")] == [f"--keep={c}" for c in conditions]
+    assert [arg for arg in job_argv(["--input=a", "--keep=x >= 1"]) if arg.startswith("--keep")] == ["--keep=x >= 1"]
+    for bad in ("[1, 2]", "[not json", '["a", null]'):
+        with pytest.raises(UsageError, match="not a JSON list of strings"):
+            job_argv(["--input=a", f"--keep={bad}"])
+
+
 def test_a_template_parameter_of_the_other_job_is_refused_in_one_line(tmp_path, capsys):
     argv = [f"--input={SAMPLE_PARQUET}", f"--output={tmp_path / 'out'}", "--job=scaffold", "--annotate=true",
             "--lid_threshold=0.9", *DATAFLOW_FLAGS]
@@ -225,7 +238,8 @@ def test_each_parameter_is_a_flag_of_the_jobs_it_is_shown_for(parameter):
                                          f"--output={EXAMPLE_VALUES['output']}", f"--{name}={value}"])
         settings, _ = JOBS[job].parse_args(argv[1:])
         got = getattr(settings, name)
-        assert got == (action.type(value) if action.type else {"true": True}.get(value, value)), (name, got)
+        expected = action.type(value) if action.type else {"true": True}.get(value, value)
+        assert got == ((expected,) if action.__class__.__name__ == "_AppendAction" else expected), (name, got)
 
 
 @pytest.mark.parametrize("job", list(JOBS))
