@@ -9,13 +9,13 @@ and verify. No condition has code of its own.
 
 A condition is ``COLUMN OP VALUE`` (``--keep``, repeatable):
 
-- COLUMN: a bare name (letters, digits, ``_``, ``.``, ``-``, not starting with a digit or ``-``)
+- COLUMN: a bare name (ASCII letters, digits, ``_``, ``.``, ``-``, not starting with a digit or ``-``)
   is a column of the input; ``id`` and ``text`` are the document's id and text, whatever
   --id-field and --text-field name. ``@tokens`` is the document's length in tokens as stored
   (EOS included, the manifest's processed_token_count), checked once it is tokenized: no input
   column can be spelled so, so it never clashes with one (FinePDFs has its own ``token_count``).
 - OP: ``==``, ``!=``, ``>=``, ``>``, ``<=``, ``<``, or ``in [V, V, ...]``.
-- VALUE: a number (``3``, ``-0.5``, ``1e-3``; an integer beyond ±2**53, which a float64 does not
+- VALUE: a number (``3``, ``-0.5``, ``1e-3``, in the digits 0-9 only; an integer beyond ±2**53, which a float64 does not
   hold exactly, is refused), ``true``/``false``, ``null``, or a string quoted
   with ``"`` or ``'`` (a backslash escapes the quote or itself). A bare word is no string.
 
@@ -100,7 +100,9 @@ class Condition(NamedTuple):
 
 # The operators spelled with symbols, longest first (">=" before ">"), then the list's punctuation.
 _SYMBOLS = "|".join(re.escape(s) for s in sorted((o for o in OPERATORS if not o.isalpha()), key=len, reverse=True))
-_TOKEN = re.compile(r"""\s*(?:(?P<num>-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)
+# ASCII only: re's \d and \s are Unicode-wide, and int() reads '٣' or '３' as 3 (the name and the
+# card would say another text than the one given); a separator is a space or a tab.
+_TOKEN = re.compile(r"""[ \t]*(?:(?P<num>-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?)
     |(?P<str>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')
     |(?P<op>""" + _SYMBOLS + r"""|\[|\]|,)
     |(?P<word>@tokens|[A-Za-z_][A-Za-z0-9_.\-]*)
@@ -112,15 +114,22 @@ _WORDS = {"true": True, "false": False, "null": None}
 def _tokens(text: str) -> list[tuple[str, str]]:
     """(type, spelling) of each token of ``text``."""
     out, pos = [], 0
-    text = text.rstrip()
+    text = text.rstrip(" \t")
     while pos < len(text):
         m = _TOKEN.match(text, pos)
         if not m or m.end() == pos:
-            raise ConditionError(text, f"cannot read {text[pos:].strip()[:20]!r}; expected COLUMN OP VALUE, OP one "
-                                 f"of {', '.join(OPERATORS)}")
+            raise _unreadable(text, text[pos:].lstrip(" \t"))
         out.append((m.lastgroup, m.group(m.lastgroup)))
         pos = m.end()
     return out
+
+
+def _unreadable(text: str, rest: str) -> ConditionError:
+    """The error for the first character of ``rest`` that starts no token."""
+    if rest[0].isdigit():
+        return ConditionError(text, f"{rest[0]!r} is not an ASCII digit: a number is written with 0-9")
+    return ConditionError(text, f"cannot read {rest[:20]!r}; expected COLUMN OP VALUE, OP one of "
+                          f"{', '.join(OPERATORS)}")
 
 
 def _literal(text: str, token: tuple[str, str]):

@@ -24,6 +24,7 @@ from shards.conditions import TOKENS, Condition, ConditionError, parse
         ('title == "a \\"quoted\\" word"', "title", "==", 'a "quoted" word', "string"),
         (f"{TOKENS} <= 4096", TOKENS, "<=", 4096, "number"),
         ("meta.lang_v2==  'en'", "meta.lang_v2", "==", "en", "string"),
+        ("count\t<\t10", "count", "<", 10, "number"),
     ],
 )
 def test_a_condition_is_read_as_column_operator_value(text, column, op, value, kind):
@@ -59,6 +60,12 @@ def test_the_name_spells_every_literal_one_way():
         ("x == 'open", "cannot read"),
         ("x > 99999999999999999999999", "beyond"),
         ("x in [1, -9007199254740993]", "beyond"),
+        # ASCII only: int() and float() read other scripts' digits, and re's \d and \s match them
+        ("x == \u0663", "'\u0663' is not an ASCII digit"),
+        ("x >= \uff10.\uff15", "'\uff10' is not an ASCII digit"),
+        ("x == 1\u0663", "not an ASCII digit"),
+        ("x\u00a0== 3", "cannot read '\\xa0== 3'"),
+        ("x ==\n3", "cannot read"),
     ],
 )
 def test_a_malformed_condition_is_one_error_naming_it(text, problem):
