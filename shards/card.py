@@ -123,7 +123,7 @@ def _drops_table(doc: dict) -> list[str]:
     if not drops:
         return ["No document was dropped.", ""]
     lines = ["Documents left out, by reason:", "", "| Reason | Documents |", "|---|---:|"]
-    lines += [f"| `{reason}` | {n(count)} |" for reason, count in drops.items()]
+    lines += [f"| {conditions.code_span(reason)} | {n(count)} |" for reason, count in drops.items()]
     lines += [f"| **Total** | **{n(sum(drops.values()))}** |", ""]
     return lines
 
@@ -169,6 +169,12 @@ def _kept_when(flags: dict, filt: dict) -> list[str]:
     """The filter's conditions as the run applied them (shards.conditions), from its recorded flags
     and filter settings (a tree written before the field flags records none: the defaults)."""
     return conditions.describe(conditions.conditions({**filt, **flags}))
+
+
+def _cell(text: str) -> str:
+    """``text`` in a table's cell: a '|' (a field flag may name a column so) escaped, even inside
+    a code span, where GitHub's tables would still split the cell at it."""
+    return text.replace("|", "\\|")
 
 
 def _card(doc: dict, *sections) -> list[str]:
@@ -228,7 +234,7 @@ def _bucketed_top(doc: dict) -> list[str]:
         "",
         *_AT_A_GLANCE,
         f"| **Input** | {_input_line(doc)} |",
-        f"| **Kept when** | {', '.join(_kept_when(flags, doc['filter']))} |",
+        f"| **Kept when** | {_cell(', '.join(_kept_when(flags, doc['filter'])))} |",
         f"| **Tokenizer** | `{tok['spec']}`: ids below {n(tok['vocab_size'])}, EOS `{eos}` |",
         f"| **Content** | token ids only, little-endian `{dtype}` ({itemsize} bytes a token); no text |",
         f"| **Documents kept** | **{n(kept)}** of {n(docs['read'])} read ({share(kept, docs['read'])} kept) |",

@@ -15,9 +15,12 @@ A condition is ``COLUMN OP VALUE`` (``--keep``, repeatable):
   (EOS included, the manifest's processed_token_count), checked once it is tokenized: no input
   column can be spelled so, so it never clashes with one (FinePDFs has its own ``token_count``).
 - OP: ``==``, ``!=``, ``>=``, ``>``, ``<=``, ``<``, or ``in [V, V, ...]``.
-- VALUE: a number (``3``, ``-0.5``, ``1e-3``, in the digits 0-9 only; an integer beyond ±2**53, which a float64 does not
-  hold exactly, is refused), ``true``/``false``, ``null``, or a string quoted
-  with ``"`` or ``'`` (a backslash escapes the quote or itself). A bare word is no string.
+- VALUE: a number (``3``, ``-0.5``, ``1e-3``: the digits 0-9 only; an integer beyond ±2**53,
+  which a float64 does not hold exactly, is refused), ``true``/``false``, ``null``, or a string
+  quoted with ``"`` or ``'`` (a backslash escapes the quote or itself). A bare word is no string.
+
+Spaces and tabs separate the parts. A condition is one line of text (no line break or control
+character): the card shows each in a table's row, as code (code_span), and the command in a block.
 
 Nulls: a null value fails every comparison (``x >= 0.9`` drops a null ``x``: no threshold can
 judge it), but ``x == null`` keeps exactly the nulls, ``x != null`` the others, and ``x in [...,
@@ -40,6 +43,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
@@ -111,8 +115,17 @@ EXACT_INT = 2**53  # the largest integer every integer up to which a float64 hol
 _WORDS = {"true": True, "false": False, "null": None}
 
 
+def _control(text: str) -> str | None:
+    """The first line break or control character of ``text`` (a tab is a space), or None: the
+    card shows a condition on one line of a table, and its command in a fenced block, which a
+    line break would end or break open."""
+    return next((c for c in text if c != "\t" and unicodedata.category(c) in ("Cc", "Zl", "Zp")), None)
+
+
 def _tokens(text: str) -> list[tuple[str, str]]:
     """(type, spelling) of each token of ``text``."""
+    if _control(text):
+        raise ConditionError(text, f"{_control(text)!r}: a line break or control character cannot be in a condition")
     out, pos = [], 0
     text = text.rstrip(" \t")
     while pos < len(text):
@@ -196,8 +209,8 @@ def parse(text: str) -> Condition:
     kind = _kind(text, column, op, value)
     condition = Condition("", column, op, value, kind)
     name = render(condition)
-    if "|" in name or any(c in name for c in "\n\r"):
-        raise ConditionError(text, "a '|' or a line break cannot be in a drop reason's name")
+    if "|" in name:
+        raise ConditionError(text, "a '|' cannot be in a drop reason's name")
     return condition._replace(name=name, flag=f"--keep {name!r}")
 
 
@@ -242,9 +255,10 @@ def conditions(values: Mapping[str, object]) -> tuple[Condition, ...]:
     out = [*defaults(values), *(parse(text) for text in values.get(KEEP) or ())]
     names = [c.name for c in out]
     for c in out:
-        if not c.name or c.name != c.name.strip() or any(ch in c.name for ch in "|\n\r"):
-            raise _refused(c, f"{c.name!r} cannot name a drop reason (no '|', line break or space at "
-                                 "either end)")
+        if not c.name or c.name != c.name.strip() or "|" in c.name:
+            raise _refused(c, f"{c.name!r} cannot name a drop reason (no '|' or space at either end)")
+        if _control(c.column):
+            raise _refused(c, f"{c.column!r}: a line break or control character cannot be in a field's name")
         if names.count(c.name) > 1:
             raise _refused(c, f"the name {c.name!r} is given twice (a --keep repeated, or a language "
                                  "field named as another drop reason)")
@@ -273,19 +287,29 @@ def describe(conds: Sequence[Condition]) -> list[str]:
         if c.column == "text" and c.op == "!=" and c.value == "":
             out.append("the text is not empty")
             continue
-        names = " and ".join("the length in tokens (EOS included)" if r.column == TOKENS else f"`{r.column}`"
+        names = " and ".join("the length in tokens (EOS included)" if r.column == TOKENS else code_span(r.column)
                              for r in run)
         word = OPERATORS[c.op][1]
         if len(run) > 1:
             word = "are"
-        value = (", ".join(f"`{_bare(v)}`" for v in c.value) if c.op == "in" else
-                 f"`{_bare(c.value)}`" if c.op in ("==", "!=") else _bare(c.value))
+        value = (", ".join(code_span(_bare(v)) for v in c.value) if c.op == "in" else
+                 code_span(_bare(c.value)) if c.op in ("==", "!=") or isinstance(c.value, str) else _bare(c.value))
         out.append(f"{names} {word} {value}")
     return out
 
 
 def _bare(value) -> str:
     return value if isinstance(value, str) else _spell(value)
+
+
+def code_span(text: str) -> str:
+    """``text`` as a Markdown code span, which shows it literally (no markup, no HTML inside one):
+    `text`, or, when it holds a backtick or starts and ends with a space, fenced by one backtick
+    more than its longest run and padded with a space each side, which CommonMark strips again."""
+    if "`" not in text and not (text.startswith(" ") and text.endswith(" ")):
+        return f"`{text}`"
+    fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+    return f"{fence} {text} {fence}"
 
 
 def stats_lines(values: Mapping[str, object]) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:

@@ -8,7 +8,7 @@ import json
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import SAMPLE_PARQUET, stored_ids
+from conftest import SAMPLE_PARQUET, finepdfs_row, stored_ids, write_jsonl
 
 from pipelines import cli
 from shards import layout, manifest
@@ -136,3 +136,58 @@ def test_verify_without_the_source_judges_the_length_in_tokens_by_the_manifest(t
     capsys.readouterr()
     assert cli.main(["verify", "--output", str(out), *RUNNER]) == 1
     assert "tokens, but the tree keeps only @tokens <= 1024" in capsys.readouterr().out
+
+
+# Conditions whose values hold what Markdown or HTML would act on: backticks, tags, emphasis, a link.
+HOSTILE = ["extractor in ['docling', '`</td><script>alert(1)</script>']",
+           'url != "x`` <img src=x onerror=alert(1)> *y* [z](http://e.invalid)"',
+           "dump >= '<b>CC</b>'"]
+
+
+def test_a_condition_is_shown_literally_in_the_card(tmp_path):
+    """The card, rendered as CommonMark with tables: every value is text inside a code element (no
+    tag of its own, no emphasis), and the row that lists the conditions holds them all."""
+    from html.parser import HTMLParser
+
+    from markdown_it import MarkdownIt
+
+    out = tmp_path / "out"
+    assert bucketed(SAMPLE_PARQUET, out, *(f for c in HOSTILE for f in ("--keep", c))) == 0
+    card = (out / CARD_NAME).read_text()
+    tags, code, inside = [], [], []
+
+    class Elements(HTMLParser):
+        def handle_starttag(self, tag, attrs):
+            tags.append((tag, *(value for _, value in attrs)))
+            inside.append(tag == "code")
+
+        def handle_endtag(self, tag):
+            inside[-1:] = []
+
+        def handle_data(self, data):
+            if inside and inside[-1]:
+                code.append(data)
+
+    Elements().feed(MarkdownIt("commonmark").enable("table").render(card))
+    assert not {"script", "img", "b", "em"} & {t[0] for t in tags}
+    assert not [t for t in tags if "http://e.invalid" in t]
+    assert "`</td><script>alert(1)</script>" in code and "<b>CC</b>" in code
+    assert "x`` <img src=x onerror=alert(1)> *y* [z](http://e.invalid)" in code
+    assert HOSTILE[0].replace("'", '"').replace('", "', '", "') in code  # the drops table's reason, its name
+    assert kept_when(card).endswith("<code>&lt;b&gt;CC&lt;/b&gt;</code></td>")  # the last condition's end
+
+
+def kept_when(card: str) -> str:
+    """The second cell of the card's "Kept when" row as it renders (a table drops the cells a stray
+    '|' would add beyond its columns)."""
+    from markdown_it import MarkdownIt
+
+    [row] = [line for line in card.splitlines() if line.startswith("| **Kept when** |")]
+    html = MarkdownIt("commonmark").enable("table").render(f"| a | b |\n|---|---|\n{row}\n")
+    return html.split("<td>")[2].split("</tr>")[0].strip()
+
+
+def test_a_field_flag_naming_a_column_with_a_bar_keeps_the_cards_table_whole(tmp_path):
+    src = write_jsonl(tmp_path / "docs.jsonl", [finepdfs_row(f"d{i}", "some text", **{"s|b": 0.97}) for i in range(3)])
+    assert bucketed(src, tmp_path / "out", "--lid-score-field", "s|b") == 0
+    assert "<code>s|b</code> ≥ 0.9" in kept_when((tmp_path / "out" / CARD_NAME).read_text())

@@ -65,7 +65,11 @@ def test_the_name_spells_every_literal_one_way():
         ("x >= \uff10.\uff15", "'\uff10' is not an ASCII digit"),
         ("x == 1\u0663", "not an ASCII digit"),
         ("x\u00a0== 3", "cannot read '\\xa0== 3'"),
-        ("x ==\n3", "cannot read"),
+        # one line of printable text: the card shows it in a table's row and its command in a fenced block
+        ("x ==\n3", "line break or control character"),
+        ('x == "a\nb"', "'\\n': a line break"),
+        ("x == 'a\u2028b'", "line break or control character"),
+        ("x == 'a\x1b[31m'", "line break or control character"),
     ],
 )
 def test_a_malformed_condition_is_one_error_naming_it(text, problem):
@@ -108,6 +112,26 @@ def test_the_card_says_each_condition():
         "`language` and `page_average_lid` are `eng_Latn`", "`page_average_lid_score` ≥ 0.9", "`token_count` ≥ 1",
         "the text is not empty", "`is_truncated` is `false`", "`full_doc_lid_score` ≥ 0.8",
         "`dump` is one of `a`, `b`", "`x` is not `null`", "the length in tokens (EOS included) < 9"]
+
+
+def test_a_value_is_said_in_a_code_span_whatever_it_holds():
+    said = conditions.describe([parse("x >= '<b>'"), parse("y in ['`', 'a``b']"), parse("z <= 2")])
+    assert said == ["`x` ≥ `<b>`", "`y` is one of `` ` ``, ``` a``b ```", "`z` ≤ 2"]
+
+
+def test_a_field_flag_naming_a_column_with_a_line_break_is_refused():
+    with pytest.raises(ValueError, match="--lid-score-field .*line break"):
+        conditions.conditions({"lid_score_field": "a\nb"})
+
+
+@pytest.mark.parametrize("text", ["eng_Latn", "a`b", "`", "``x`", "a``b```c", " a ", "<script>alert(1)</script>",
+                                  "*a* _b_ [l](u) <u@v.w>", "&amp;"])
+def test_a_code_span_shows_its_text_literally(text):
+    """CommonMark, as the Hub renders a card: the span is one code element holding ``text``."""
+    from markdown_it import MarkdownIt
+
+    tokens = MarkdownIt("commonmark").parseInline(f"x {conditions.code_span(text)} y")[0].children
+    assert [(t.type, t.content) for t in tokens] == [("text", "x "), ("code_inline", text), ("text", " y")]
 
 
 def test_the_stats_lines_read_back_typed():
