@@ -26,7 +26,6 @@ from pipelines.launch import new_run_id
 from pipelines.progress import showing_progress
 from pipelines.run_mode import end_dry_run, is_dry_run
 from shards import layout, lock, storage, tree
-from shards.manifest import DatasetStats
 from shards.removal import journal
 from shards.removal.audit import scan_tree_log
 from shards.removal.idmatch import Matches
@@ -36,8 +35,7 @@ from transforms.core.progress import Stage
 from transforms.core.records import BadInputError, UsageError
 from transforms.core.settings import REQUIRED, setting
 
-if TYPE_CHECKING:  # Beam and the steps are imported once the flags are read: --help imports none of it
-    import apache_beam as beam
+if TYPE_CHECKING:  # Beam and the graph are imported by rewrite(): --help and a flag's error import none of it
     from apache_beam.options.pipeline_options import PipelineOptions
 
 log = logging.getLogger(__name__)
@@ -149,11 +147,11 @@ def _report_not_found(matches: Matches) -> None:
               "give that run this list too (--removal-list)", flush=True)
 
 
-def build(pipeline: beam.Pipeline, options: RemoveSettings, plan: RemovalPlan):
-    from transforms.removal import RemoveDocuments
+def rewrite(pipeline_options: PipelineOptions, options: RemoveSettings, plan: RemovalPlan) -> None:
+    """The plan's files rewritten by its Beam job (pipelines/remove_graph.py), waited for."""
+    from pipelines import remove_graph
 
-    itemsize = layout.DTYPES[DatasetStats.from_text(plan.stats_before).dtype].itemsize
-    return pipeline | "RemoveDocuments" >> RemoveDocuments(options.output, plan, itemsize)
+    remove_graph.run(pipeline_options, options.output, plan)
 
 
 @lock.command("remove")
@@ -186,12 +184,9 @@ def run_prepared(parse: Callable[[], tuple[RemoveSettings, PipelineOptions]], re
                       if resumed else "nothing to remove: no listed id is in the output; nothing was changed",
                       flush=True)
                 return None
-            import apache_beam as beam
-
             stages = [Stage("rewrite", "rewrite", ("files",), "files", total=len(plan.files))]
-            with showing_progress(pipeline_options, new_run_id(), stages), \
-                    beam.Pipeline(options=pipeline_options) as pipeline:  # run and waited for as it closes
-                build(pipeline, options, plan)
+            with showing_progress(pipeline_options, new_run_id(), stages):
+                rewrite(pipeline_options, options, plan)
     finally:
         if scratch is not None:
             scratch.cleanup()

@@ -17,33 +17,22 @@ import argparse
 import dataclasses
 import json
 import sys
-import tempfile
-import uuid
 from typing import TYPE_CHECKING
 
-from pipelines.beam_flags import view
 from pipelines.errors import launching, stopped_line
 from pipelines.flags import add_setting_flags, add_workers_flag, parse_settings, tool_parser
 from pipelines.job import stopping, wait_for
 from pipelines.launch import new_run_id
 from pipelines.progress import showing_progress
-from pipelines.run_mode import end_dry_run, is_dry_run, workers_here
+from pipelines.run_mode import end_dry_run
 from shards import kinds, layout, lock, storage
 from shards.removal.journal import load_journal
-from shards.removal.lists import (
-    DEFAULT_ID_FIELD,
-    REMOVALS_NAME,
-    iter_log_lines,
-    open_log,
-    read_removal_list,
-    shortened_log_problem,
-)
-from shards.tree import IncompleteTreeError, OutputTree, Tree, UnreadableStatsError, inside
+from shards.tree import IncompleteTreeError, OutputTree, UnreadableStatsError
 from transforms.core.progress import Stage
 from transforms.core.records import UsageError
 from transforms.core.settings import REQUIRED, setting
 
-if TYPE_CHECKING:  # Beam and the checks are imported once the flags are read: --help imports none of it
+if TYPE_CHECKING:  # Beam and the graph are imported by check(): --help and a flag's error import none of it
     from apache_beam.options.pipeline_options import PipelineOptions
 
 
@@ -80,69 +69,14 @@ def _problems(n: int) -> str:
     return f"{n} problem" if n == 1 else f"{n} problems"
 
 
-def _verify_in_process(output: str, args: VerifySettings, kind: kinds.TreeKind) -> Verdict:
+def _verify_in_process(output: str, args: VerifySettings, kind: kinds.TreeKind, shown: int) -> Verdict:
     """The kind's own checks (its ``checks`` in shards/kinds.py: the scaffold kind's read each split
-    once, in order), run here; a kind without them, or a tree nothing says the kind of, is checked by
-    the Beam job of transforms/tools/verify.py (check, below)."""
+    once, in order), run here, the first ``shown`` problems listed; a kind without them, or a tree
+    nothing says the kind of, is checked by the Beam job of pipelines/verify_graph.py (check, below)."""
     if args.input:
         print(f"verify: --input is not supported for {kind.name} trees; checking the format only", flush=True)
-    from transforms.tools.verify import MAX_REPORTED
-
     problems = kind.part("checks")(output)
-    return Verdict(output, len(problems), tuple(problems[:MAX_REPORTED]), kind.checked_as, more=False)
-
-
-def _removed_ids(output: str, removal_list: str | None, id_field: str) -> tuple[dict[str, str], list[str]]:
-    """Ids that must not be stored, each with the list that says so: the tree's removals.txt (the
-    audit log of `remove`) and the --removal-list the job ran with; and the audit log's problem
-    when it cannot be read, or lists ids of another field than the tree's (a list that cannot be
-    read stops the launch)."""
-    removed: dict[str, str] = {}
-    if removal_list:
-        url = storage.normalize(removal_list)
-        removed.update(dict.fromkeys(read_removal_list(url), f"the --removal-list {url}"))
-    log_url = storage.join(output, REMOVALS_NAME)
-    fs, path = storage.filesystem(log_url)
-    if fs.exists(path):
-        try:
-            audit_field, entries = open_log(iter_log_lines(log_url), where=log_url)
-            logged = dict.fromkeys((doc_id for _, doc_id in entries), REMOVALS_NAME)  # streamed: no lines held
-        except ValueError as e:
-            return removed, [f"{REMOVALS_NAME}: unreadable: {e}"]
-        removed.update(logged)
-        if audit_field is not None and audit_field != id_field:
-            return removed, [f"{REMOVALS_NAME}: lists values of the input field {audit_field!r}, but the tree's ids "
-                             f"are values of {id_field!r}: removed documents may be stored under other ids"]
-    return removed, []
-
-
-def _report_place(report: str | None, options: PipelineOptions, output: str) -> tuple[str, str | None]:
-    """Where the job writes its report, and the directory to remove afterwards (None: keep it).
-    Never under the tree being checked (``output``): verify writes nothing there."""
-    url, scratch = _report_url(report, options)
-    for flag, place in (("--report", report and url), ("--temp_location", scratch)):
-        if place and inside(place, output):
-            raise UsageError(f"{flag} {place} is inside the tree being checked ({output}), where verify writes "
-                             "nothing; give a place outside it")
-    return url, scratch
-
-
-def _report_url(report: str | None, options: PipelineOptions) -> tuple[str, str | None]:
-    if report:
-        return storage.normalize(report), None
-    name = f"pretokenize-verify-{uuid.uuid4().hex[:12]}"
-    temp_location = view(options, "GoogleCloudOptions").temp_location
-    if temp_location:
-        scratch = storage.join(storage.normalize(temp_location), name)
-        return storage.join(scratch, "report.json"), scratch
-    if not workers_here(options):  # they could not write this machine's temporary directory
-        runner = view(options, "StandardOptions").runner
-        raise UsageError(
-            f"--runner {runner}: its workers cannot write this machine's temporary directory; pass "
-            "--temp_location (a URL they and this launcher both reach, e.g. s3://bucket/tmp) or --report"
-        )
-    scratch = storage.join(tempfile.gettempdir(), name)  # created by the job when it writes the report
-    return storage.join(scratch, "report.json"), scratch
+    return Verdict(output, len(problems), tuple(problems[:shown]), kind.checked_as, more=False)
 
 
 def _read_report(url: str) -> dict:
@@ -175,9 +109,7 @@ def run(argv: list[str] | None = None) -> int:
 
 def check(args: VerifySettings, options: PipelineOptions) -> Verdict | None:
     """What verify finds in the tree ``args.output`` (None for a dry run, which checks nothing)."""
-    import apache_beam as beam
-
-    from transforms.tools.verify import VerifyOutput, write_report
+    from pipelines import verify_graph  # Beam and the checks, once the flags are read: --help imports none of it
 
     with launching():
         output, tree, held = _open_tree(args)
@@ -185,41 +117,28 @@ def check(args: VerifySettings, options: PipelineOptions) -> Verdict | None:
         print(f"verify: {held}", flush=True)
     kind = tree.tree_kind
     if kind is not None and kind.checks is not None:
-        return _verify_in_process(output, args, kind)
+        return _verify_in_process(output, args, kind, verify_graph.MAX_REPORTED)
     try:
         stats = tree.stats()
     except (IncompleteTreeError, UnreadableStatsError) as e:
         return Verdict(output, 1, (_unfinished_problem(output, e),), None, more=False)
     with launching():
-        config, units, launch_problems, removed = _plan_checks(output, stats, args)
-        launch_problems += _left_match_problems(output)
-        source = storage.normalize(args.input) if args.input else None
-        dry_run = is_dry_run(options)  # a local runner refuses it, as the jobs do
-        report_url, scratch = _report_place(args.report, options, output)
-        pipeline = beam.Pipeline(options=options)
-        verify = VerifyOutput(config, units, launch_problems, stats, source, frozenset(removed))
-        if verify.retokenizer:
-            _say_retokenizer(verify.retokenizer, stats)
-        (
-            pipeline
-            | "VerifyOutput" >> verify
-            | "WriteReport" >> beam.Map(write_report, report_url)
-        )
-    if dry_run:  # translated, never run: no report to read, no scratch directory made
-        pipeline.run()
+        job = verify_graph.build(options, args, output, stats)
+    if job.dry_run:  # translated, never run: no report to read, no scratch directory made
+        job.pipeline.run()
         print(end_dry_run(output, options), flush=True)
         return None
 
-    stages = [Stage("verify", "verify", ("files",), "files", total=len(units))]
+    stages = [Stage("verify", "verify", ("files",), "files", total=len(job.units))]
     try:
         unchanged = "the tree was not changed (verify writes nothing there)"  # said after what stopped it
         with stopping(lambda e, stop: stopped_line(e, output, stop, unchanged)) as interrupted, showing_progress(
                 options, new_run_id(), stages, ending=("reporting", "done")):
-            wait_for(pipeline.run(), interrupted)
-        result = _read_report(report_url)
+            wait_for(job.pipeline.run(), interrupted)
+        result = _read_report(job.report_url)
     finally:
-        _remove_scratch(scratch)
-    return _verdict(result, output, args.sample if source else None)
+        _remove_scratch(job.scratch)
+    return _verdict(result, output, args.sample if args.input else None)
 
 
 def _unfinished_problem(output: str, error: IncompleteTreeError | UnreadableStatsError) -> str:
@@ -238,13 +157,6 @@ def _unfinished_problem(output: str, error: IncompleteTreeError | UnreadableStat
             "finished first, then LIST is applied; a bucketed re-run into this output finishes it too)")
 
 
-def _say_retokenizer(retokenizer: str, stats) -> None:
-    ids = stats.special_tokens == "tokenizer"
-    mode = ", added tokens as their ids (special_tokens: tokenizer)" if ids else ""
-    print(f"  re-encoding the input with {retokenizer} (the tree says "
-          f"{stats.tokenizer_backend or 'nothing: written by tiktoken'}){mode}", flush=True)
-
-
 def _open_tree(args: VerifySettings) -> tuple[str, OutputTree, str | None]:
     """The output's URL, its tree, and the line saying a writer holds it (verify takes no lock)."""
     output = storage.normalize(args.output)
@@ -253,54 +165,6 @@ def _open_tree(args: VerifySettings) -> tuple[str, OutputTree, str | None]:
         if not fs.isdir(path):
             raise FileNotFoundError(f"--output {output} is not a directory")
     return output, OutputTree.open(output), lock.held_line(output)
-
-
-def _left_match_problems(output: str) -> list[str]:
-    """A line when a killed ``remove`` left its id match's files (the ids it was given, encoded)
-    and no live writer holds the tree: that they are there, never what they hold."""
-    out = Tree(output)
-    found = lock.holder(output)
-    writing = found is not None and lock.why_free(found, break_lock=False) is None
-    count = 0 if writing else out.match_files()
-    if not count:
-        return []
-    name = out.temp_name(out.JOURNAL_DIR, out.MATCH_DIR)
-    return [f"{name}: {count} files a killed remove left while matching its list (they hold the listed ids, "
-            "encoded); the next command that writes this tree deletes them"]
-
-
-def _plan_checks(output: str, stats, args: VerifySettings):
-    """What the launcher checks before the pipeline runs: the config, the files to check, the
-    problems found already (checksums, removal log, index), and the removed ids."""
-    from transforms.bucketed.filter import token_conditions
-    from transforms.tools.verify import (
-        VerifyConfig,
-        checksum_table,
-        files_holding_ids,
-        index_problems,
-        job_settings,
-        plan_units,
-    )
-
-    checksums, checksum_problems = checksum_table(output)
-    config = VerifyConfig(output, stats.dtype, stats.eos_id, stats.vocab_size, stats.partitions, args.sample,
-                          checksums, eos_inside=stats.special_tokens == "tokenizer",
-                          length_conditions=tuple(token_conditions(job_settings(stats).conditions())))
-    removed, removal_problems = _removed_ids(output, args.removal_list,
-                                             stats.field_settings.get("id_field", DEFAULT_ID_FIELD))
-    if not removal_problems:
-        logged = sum(1 for where in removed.values() if where == REMOVALS_NAME)
-        log_url = storage.join(output, REMOVALS_NAME)
-        fs, path = storage.filesystem(log_url)
-        problem = shortened_log_problem(REMOVALS_NAME, logged if fs.exists(path) else None, stats.removal_list_ids)
-        removal_problems += [problem] if problem else []
-    units, launch_problems, rows = plan_units(output, removed)
-    launch_problems += files_holding_ids(output, removed, {u.rel_path for u in units})
-    launch_problems += checksum_problems + removal_problems + index_problems(output)
-    if checksums is not None:
-        launch_problems += [f"{layout.CHECKSUMS_NAME} names {rel}, which is not in the tree"
-                            for rel in sorted(set(checksums) - {u.rel_path for u in units})]
-    return config, units, launch_problems, removed
 
 
 @dataclasses.dataclass(frozen=True)

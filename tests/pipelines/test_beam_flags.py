@@ -16,17 +16,24 @@ pytestmark = pytest.mark.unit
 TYPO = """
 import sys
 from pipelines.cli import main
-code = main(["bucketed", "--input", sys.argv[1], "--output", sys.argv[2], "--tokenzier", "gpt2"])
+code = main(sys.argv[1:])
 print(code, "apache_beam" in sys.modules)
 """
 
 
-def test_a_typo_is_refused_with_its_did_you_mean_and_no_beam_imported(tmp_path):
-    done = subprocess.run([sys.executable, "-c", TYPO, str(SAMPLE_PARQUET), str(tmp_path / "out")], cwd=REPO,
+@pytest.mark.parametrize(("job", "flags", "said"), [
+    ("bucketed", ["--input", str(SAMPLE_PARQUET), "--tokenzier", "gpt2"],
+     "--tokenzier (did you mean --tokenizer?); see --help; nothing was published"),
+    # the tools' Beam graphs (pipelines/remove_graph.py, verify_graph.py) are imported only once they run
+    ("remove", ["--removal-list", "ids.txt", "--removal-lsit", "ids.txt"],
+     "--removal-lsit (did you mean --removal-list?); see --help; nothing was published"),
+    ("verify", ["--smaple", "0.5"], "--smaple (did you mean --sample?); see --help"),
+], ids=("bucketed", "remove", "verify"))
+def test_a_typo_is_refused_with_its_did_you_mean_and_no_beam_imported(job, flags, said, tmp_path):
+    done = subprocess.run([sys.executable, "-c", TYPO, job, "--output", str(tmp_path / "out"), *flags], cwd=REPO,
                           capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["2", "False"]
-    assert done.stderr.strip() == ("pretokenize bucketed: unknown flag or argument: --tokenzier (did you mean "
-                                   "--tokenizer?); see --help; nothing was published")
+    assert done.stderr.strip() == f"pretokenize {job}: unknown flag or argument: {said}"
     assert not (tmp_path / "out").exists()
 
 

@@ -179,12 +179,12 @@ def test_verify_reports_to_this_machine_only_when_its_workers_run_here(flags, he
     directory; workers elsewhere could not write it, and verify asks for --report instead."""
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from pipelines import verify
+    from pipelines import verify_graph
 
     options = PipelineOptions(flags)
     if here:
-        url, scratch = verify._report_url(None, options)
+        url, scratch = verify_graph._report_url(None, options)
         assert scratch.startswith(tempfile.gettempdir()) and url.endswith("report.json")
     else:
         with pytest.raises(UsageError, match="its workers cannot write this machine's temporary directory"):
-            verify._report_url(None, options)
+            verify_graph._report_url(None, options)
