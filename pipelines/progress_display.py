@@ -140,6 +140,7 @@ class JobDisplay:
         self._prior: Prior | None = None
         # When the job's pipeline started; None while it is launching (being built: running() ends it).
         self._running: float | None = None if launching else self._start
+        self._launching = launching  # whether the build is seen (its time tells this run's speed)
 
     def __enter__(self) -> JobDisplay:
         if self.bars:
@@ -219,7 +220,7 @@ class JobDisplay:
             if active is not None and self._started[active] is not None and (total is None or done < total):
                 self._tqdm[active].set_postfix_str(f"job ETA {shown}")
         if not self.bars and self._lines:
-            to_end = "" if left is None else f"; job ETA {shown}{' (from the last run)' if estimated else ''}"
+            to_end = "" if left is None else f"; job ETA {shown}{' (from the last runs)' if estimated else ''}"
             log.info("progress: %s%s%s", "; ".join(self._lines), to_end, f" ({self.ending[1]})" if finished else "")
             self._lines = []
 
@@ -248,12 +249,16 @@ class JobDisplay:
             self._tqdm = [self._new_bar(i, s) for i, s in enumerate(self._stages)]
         return True
 
+    def _work(self, figures: list[tuple[int, int | None]]) -> list[tuple[int, int | None]]:
+        """Each stage's (done, total) in what its time grows with (Stage.work_keys) while it runs."""
+        if not any(stage.work_keys for stage in self._stages):
+            return figures
+        work = work_figures(self.shared_dir, self._stages)
+        return [f if self._ended[i] else w for i, (w, f) in enumerate(zip(work, figures, strict=True))]
+
     def _job_left(self, figures: list[tuple[int, int | None]], now: float) -> float | None:
-        """The seconds to the end of the job (job_seconds_left, in each stage's work: Stage.work_keys);
-        a stage's time runs from when the one before it ended."""
-        if any(stage.work_keys for stage in self._stages):
-            work = work_figures(self.shared_dir, self._stages)
-            figures = [f if self._ended[i] else w for i, (w, f) in enumerate(zip(work, figures, strict=True))]
+        """The seconds to the end of the job from this run's figures alone (job_seconds_left, in each
+        stage's work); a stage's time runs from when the one before it ended."""
         ends = [*self._started[1:], None]
         counted, elapsed = [], []
         for i, (figure, start, end) in enumerate(zip(figures, self._started, ends, strict=True)):
@@ -266,14 +271,22 @@ class JobDisplay:
         return job_seconds_left(counted, elapsed)
 
     def _left(self, figures: list[tuple[int, int | None]], now: float) -> tuple[float | None, bool]:
-        """The seconds to the end of the job, and whether they are the estimate from the last run of
-        this kind (pipelines.progress_prior): until this run's figures give a rate, for the work not
-        yet seen done."""
-        left = self._job_left(figures, now)
-        if left is not None or self._prior is None or self._work_total() <= 0:
+        """The seconds to the end of the job, and whether they are the kept runs' estimate alone
+        (pipelines.progress_prior: this run has no rate yet). While the first stage runs and runs of
+        this kind are kept, they carry the estimate, scaled by this run's speed, until this run's
+        rate outweighs them; after it, this run's figures alone."""
+        work = self._work(figures)
+        left = self._job_left(work, now)
+        total = self._work_total()
+        if self._prior is None or total <= 0 or self._ended[0]:
             return left, False
-        seen = self._first_work[0][1] if self._first_work[0] else 0
-        return self._prior.seconds_left(max(self._work_total() - seen, 0), now - self._start), True
+        first = self._first_work[0]
+        launch = self._running - self._start if self._launching and self._running is not None else None
+        speed = self._prior.speed(launch, None if first is None else first[0] - self._start, now - self._start)
+        if first is None:
+            return self._prior.seconds_left(total, now - self._start, speed), True
+        done = work[0][0]
+        return self._prior.blended_left(total, done, now - first[0], done - first[1], speed), done <= first[1]
 
     def _full_kind(self) -> str:
         """The kind of run, as previous runs' figures are kept (pipelines.progress_prior)."""
@@ -285,9 +298,12 @@ class JobDisplay:
         return (first.work_total if first.work_keys and first.work_total else first.total) or 0
 
     def _remember(self) -> None:
-        """A run that ended leaves its start-up and rate for the next of its kind."""
+        """A run that ended leaves its parts' times for the next of its kind."""
         if self.kind and self._stages:
-            prior = measured_prior(self._start, self._first_work[0], time.monotonic(), self._work_total())
+            stage_end = self._started[1] if len(self._started) > 1 else None
+            running = self._running if self._launching else None
+            prior = measured_prior(self._start, running, self._first_work[0], stage_end, time.monotonic(),
+                                   self._work_total())
             if prior is not None:
                 save_prior(self._full_kind(), prior)
 
