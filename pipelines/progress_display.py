@@ -140,7 +140,6 @@ class JobDisplay:
         self._prior: Prior | None = None
         # When the job's pipeline started; None while it is launching (being built: running() ends it).
         self._running: float | None = None if launching else self._start
-        self._launching = launching  # whether the build is seen (its time tells this run's speed)
 
     def __enter__(self) -> JobDisplay:
         if self.bars:
@@ -281,8 +280,7 @@ class JobDisplay:
         if self._prior is None or total <= 0 or self._ended[0]:
             return left, False
         first = self._first_work[0]
-        launch = self._running - self._start if self._launching and self._running is not None else None
-        speed = self._prior.speed(launch, None if first is None else first[0] - self._start, now - self._start)
+        speed = self._prior.speed(None if first is None else first[0] - self._start, now - self._start)
         if first is None:
             return self._prior.seconds_left(total, now - self._start, speed), True
         done = work[0][0]
@@ -301,9 +299,7 @@ class JobDisplay:
         """A run that ended leaves its parts' times for the next of its kind."""
         if self.kind and self._stages:
             stage_end = self._started[1] if len(self._started) > 1 else None
-            running = self._running if self._launching else None
-            prior = measured_prior(self._start, running, self._first_work[0], stage_end, time.monotonic(),
-                                   self._work_total())
+            prior = measured_prior(self._start, self._first_work[0], stage_end, time.monotonic(), self._work_total())
             if prior is not None:
                 save_prior(self._full_kind(), prior)
 

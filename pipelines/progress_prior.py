@@ -5,15 +5,17 @@ With two worker processes the workers' first figures can arrive after half of a 
 batch for 4 s of a 10 s run on a quiet machine). Until then this run has no rate to go by. The
 launcher knows the work planned (the first stage's text bytes, or its rows), and the last
 ``KEPT_RUNS`` runs of the same kind (the same stages, tokenizer and number of workers) say how long
-each part took: the build (the display's start to the pipeline's), the start-up (to the first
-figure), the first stage's work after its first figure, and the rest (the later stages and the
-publish), each per unit of planned work where it grows with it. The median of each is the estimate
+each part took: the start-up (from the display's start to the first figure), the first stage's
+work after its first figure, and the rest (the later stages and the publish), the last two per
+unit of planned work. The median of each is the estimate
 (one run slowed by a cold disk cache or a busy machine does not make it), marked ``~`` while this
 run has no rate of its own.
 
 The load of the machine changes between runs, so the estimate is scaled by how much slower this
-run's own parts went than the kept runs' (``Prior.speed``): its build, then its start-up once the
-first figure has come. Once figures come, the rate measured since the first counts more with every
+run goes than the kept runs (``Prior.speed``): at least as much as it is already late for its
+first figure, then as much as its start-up took longer. (The launcher's build, seconds before, was
+tried as an earlier sign and left out: on four runs of the same work it took 1.0 to 2.0 s, in no
+relation to how fast each run went.) Once figures come, the rate measured since the first counts more with every
 unit of work done, the kept runs' rate (so scaled) weighing as ``PRIOR_WEIGHT`` of the planned work:
 a first figure or two, a batch each, say little of a rate. On the bench corpus's two-worker runs
 with a load that changed between runs, this put the ETA at half the run within 30% of the time left
@@ -41,7 +43,7 @@ KEPT_KINDS = 64  # the kinds of run remembered, the latest kept
 KEPT_RUNS = 5  # the runs of a kind whose median is the estimate
 # Figures beyond these are no run's (a hand-edited file): times the planned work, they could make
 # an estimate no clock can show.
-MAX_SECONDS = 86400.0  # to the pipeline's start, and to the first figure
+MAX_SECONDS = 86400.0  # to the first figure
 MAX_PER_WORK = 60.0  # seconds a byte or a row
 # How much slower (or faster) this run may be taken to go than the kept runs, and how far the
 # measured ratio is believed: a part of a few seconds is a noisy clock, so the ratio is shrunk
@@ -55,29 +57,21 @@ PRIOR_WEIGHT = 0.25
 
 @dataclasses.dataclass(frozen=True)
 class Prior:
-    """A run's parts, in seconds from the display's start: ``launch`` to the pipeline's start (0:
-    not seen, the display came up with the pipeline), ``startup`` to the first stage's first
-    figure; and in seconds per unit of the first stage's planned work: ``per_work`` for its work
-    after that figure, ``tail`` for what came after the stage (the later stages, the publish)."""
+    """A run's parts: ``startup``, seconds from the display's start to the first stage's first
+    figure; then in seconds per unit of the first stage's planned work, ``per_work`` for its work
+    after that figure and ``tail`` for what came after the stage (the later stages, the publish)."""
 
-    launch: float
     startup: float
     per_work: float
     tail: float
 
-    def speed(self, launch: float | None, first: float | None, elapsed: float) -> float:
+    def speed(self, first: float | None, elapsed: float) -> float:
         """How many times slower this run goes than the kept runs: by its start-up once its first
-        figure has come (``first``: seconds from the display's start), else by its build once the
-        pipeline has started (``launch``), and at least by how late it already is; 1 when nothing
-        says. Within SPEED_LIMITS, shrunk toward 1."""
-        if first is not None and self.startup > 0:
-            ratio = first / self.startup
-        else:
-            ratio = 1.0
-            if self.launch > 0:
-                ratio = launch / self.launch if launch is not None else max(ratio, elapsed / self.launch)
-            if self.startup > 0:
-                ratio = max(ratio, elapsed / self.startup)
+        figure has come (``first``: seconds from the display's start), else at least by how late it
+        already is; 1 when nothing says. Within SPEED_LIMITS, shrunk toward 1."""
+        if self.startup <= 0:
+            return 1.0
+        ratio = first / self.startup if first is not None else max(1.0, elapsed / self.startup)
         return min(max(ratio, SPEED_LIMITS[0]), SPEED_LIMITS[1]) ** SPEED_TRUST
 
     def seconds_left(self, work_total: int, elapsed: float, speed: float) -> float:
@@ -113,11 +107,11 @@ def _read_all() -> dict[str, list]:
 
 def load_prior(kind: str) -> Prior | None:
     """The median of each of the kept runs' figures of ``kind``, or None: no run kept, or none whose
-    figures are four finite non-negative numbers within MAX_SECONDS and MAX_PER_WORK."""
+    figures are three finite non-negative numbers within MAX_SECONDS and MAX_PER_WORK."""
     runs = _runs(_read_all().get(kind))
     if not runs:
         return None
-    return Prior(*(statistics.median(run[i] for run in runs) for i in range(4)))
+    return Prior(*(statistics.median(run[i] for run in runs) for i in range(3)))
 
 
 def _runs(entry) -> list[list[float]]:
@@ -128,10 +122,10 @@ def _runs(entry) -> list[list[float]]:
 
 
 def _a_runs(run) -> bool:
-    numbers = isinstance(run, list) and len(run) == 4 and all(type(x) in (int, float) for x in run)
+    numbers = isinstance(run, list) and len(run) == 3 and all(type(x) in (int, float) for x in run)
     if not numbers:
         return False
-    limits = (MAX_SECONDS, MAX_SECONDS, MAX_PER_WORK, MAX_PER_WORK)
+    limits = (MAX_SECONDS, MAX_PER_WORK, MAX_PER_WORK)
     return all(math.isfinite(x) and 0 <= x <= limit for x, limit in zip(run, limits, strict=True))
 
 
@@ -140,7 +134,7 @@ def save_prior(kind: str, prior: Prior) -> None:
     never worth failing a run over."""
     entries = _read_all()
     runs = _runs(entries.pop(kind, None))
-    runs.append([round(prior.launch, 3), round(prior.startup, 3), prior.per_work, prior.tail])
+    runs.append([round(prior.startup, 3), prior.per_work, prior.tail])
     entries[kind] = runs[-KEPT_RUNS:]
     entries = dict(list(entries.items())[-KEPT_KINDS:])
     path = cache_file()
@@ -158,15 +152,13 @@ def save_prior(kind: str, prior: Prior) -> None:
                 os.unlink(tmp)
 
 
-def measured_prior(start: float, running: float | None, first: tuple[float, int] | None, stage_end: float | None,
-                   end: float, work_total: int | None) -> Prior | None:
-    """What a run that ended at ``end`` leaves for the next: its build (to ``running``, None: the
-    display came up with the pipeline), its start-up to the first figure (``first``: when, and the
-    work done then), the seconds per unit of the first stage's work after it (to ``stage_end``, None:
-    the job's end), and per unit of all of it from there to the end."""
+def measured_prior(start: float, first: tuple[float, int] | None, stage_end: float | None, end: float,
+                   work_total: int | None) -> Prior | None:
+    """What a run that ended at ``end`` leaves for the next: its start-up to the first figure
+    (``first``: when, and the work done then), the seconds per unit of the first stage's work after
+    it (to ``stage_end``; None: the job's end), and per unit of all of it from there to the end."""
     if first is None or not work_total or work_total <= first[1]:
         return None
     seen_at, seen = first
     stage_end = end if stage_end is None else max(min(stage_end, end), seen_at)
-    return Prior(max(running - start, 0.0) if running is not None else 0.0, max(seen_at - start, 0.0),
-                 (stage_end - seen_at) / (work_total - seen), (end - stage_end) / work_total)
+    return Prior(max(seen_at - start, 0.0), (stage_end - seen_at) / (work_total - seen), (end - stage_end) / work_total)

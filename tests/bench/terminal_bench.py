@@ -33,7 +33,7 @@ COLUMNS, ROWS = 120, 50
 POLL = 0.5
 HARNESS = re.compile(r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL):|sdk harness|Logging handler created|control channel|"
                      r"apitools not found|Traceback")
-ETA = re.compile(r"job ETA (~?)((?:\d+[dhms])+)")  # ~: an estimate from the last run (pipelines/progress_prior.py)
+ETA = re.compile(r"job ETA (~?)((?:\d+[dhms])+)")  # ~: the kept runs' estimate (pipelines/progress_prior.py)
 BAR = re.compile(r"^read and ", re.MULTILINE)
 UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 
