@@ -188,6 +188,8 @@ class JobDisplay:
         if finished:  # published: every stage is done, whatever the last shared figures said
             figures = [(max(d, t or 0), max(d, t or 0)) for d, t in figures]
         now, last = time.monotonic(), len(figures) - 1
+        if self.bars and not self._tqdm:
+            self._tqdm = self._new_bars(figures, now)
         for i, (done, total) in enumerate(figures):
             if self._ended[i]:
                 continue
@@ -212,14 +214,14 @@ class JobDisplay:
                 self._lines.append(self._line(self._stages[i], done, total, now - self._started[i]))
             self._ended[i] = ended
         left, estimated = (None, False) if finished else self._left(figures, now)
-        shown = f"~{progress.format_duration(left)}" if estimated else progress.format_duration(left or 0)
         if self.bars and left is not None:
             active = next((i for i, ended in enumerate(self._ended) if not ended), None)
             done, total = figures[active] if active is not None else (0, None)
             if active is not None and self._started[active] is not None and (total is None or done < total):
-                self._tqdm[active].set_postfix_str(f"job ETA {shown}")
+                self._tqdm[active].set_postfix_str(_eta_text(left, estimated))
         if not self.bars and self._lines:
-            to_end = "" if left is None else f"; job ETA {shown}{' (from the last runs)' if estimated else ''}"
+            kept = " (from the last runs)" if estimated else ""
+            to_end = "" if left is None else f"; {_eta_text(left, estimated)}{kept}"
             log.info("progress: %s%s%s", "; ".join(self._lines), to_end, f" ({self.ending[1]})" if finished else "")
             self._lines = []
 
@@ -234,7 +236,7 @@ class JobDisplay:
             return bool(self._stages)
         if self._stages and [(s.label, s.unit) for s in stages] == [(s.label, s.unit) for s in self._stages]:
             self._stages = stages  # the same bars, with the totals left to do
-            for bar, stage in zip(self._tqdm, stages, strict=True):
+            for bar, stage in zip(self._tqdm, stages, strict=True) if self._tqdm else ():
                 bar.reset(total=stage.total)
             return True
         self._stages = stages
@@ -242,10 +244,9 @@ class JobDisplay:
         self._first_work = [None] * len(self._stages)
         self._ended = [False] * len(self._stages)
         self._prior = load_prior(self._full_kind()) if self.kind else None
-        if self.bars:
-            for bar in self._tqdm:
-                bar.close()
-            self._tqdm = [self._new_bar(i, s) for i, s in enumerate(self._stages)]
+        for bar in self._tqdm:
+            bar.close()
+        self._tqdm = []  # drawn anew by the next _draw, with the job ETA on the first (_new_bars)
         return True
 
     def _work(self, figures: list[tuple[int, int | None]]) -> list[tuple[int, int | None]]:
@@ -309,14 +310,27 @@ class JobDisplay:
             return f"{stage.label} {done:,} {stage.unit}"
         return f"{stage.label} {share_line(done, progress.Planned(total, stage.unit), since)}"
 
-    def _new_bar(self, position: int, stage: Stage):
+    def _new_bars(self, figures: list[tuple[int, int | None]], now: float) -> list:
+        """The stages' bars, the first drawn with the job ETA already on it: a bar drawn first
+        without it could stay so for a second, while the launcher's main thread holds the interpreter
+        (a tokenizer's tables built in one call of a C library)."""
+        left, estimated = self._left(figures, now)
+        first = None if left is None else _eta_text(left, estimated)
+        return [self._new_bar(i, stage, first if i == 0 else None) for i, stage in enumerate(self._stages)]
+
+    def _new_bar(self, position: int, stage: Stage, postfix: str | None = None):
         from tqdm import tqdm
 
         # A terminal that says it has no size (a bare pseudo-terminal) gets 80 x 24, not 0 x 0 (no bars).
         sized = all(_size(self.stream))
         return tqdm(total=stage.total, desc=f"{stage.label:<17}", unit=f" {stage.unit}", unit_scale=_scaled(stage.unit),
                     position=position, file=self.stream, dynamic_ncols=sized, ncols=None if sized else 80,
-                    nrows=None if sized else 24, leave=True, smoothing=0)
+                    nrows=None if sized else 24, leave=True, smoothing=0, postfix=postfix)
+
+
+def _eta_text(left: float, estimated: bool) -> str:
+    """``job ETA 41s``; ``job ETA ~41s`` when it is the kept runs' estimate alone."""
+    return f"job ETA {'~' if estimated else ''}{progress.format_duration(left)}"
 
 
 def _scaled(unit: str) -> bool:

@@ -244,3 +244,20 @@ def test_stages_announced_again_before_any_work_take_the_new_totals(tmp_path):
         time.sleep(0.3)
         totals = [bar.total for bar in display._tqdm]
     assert totals == [60, None]
+
+
+def test_stages_announced_again_take_the_new_totals_in_a_log_too(tmp_path, caplog):
+    """Without bars (a log), the second announcement (a resumed run's work left) once stopped the
+    display's thread: it zipped the bars, none, against the stages."""
+    announce_stages(str(tmp_path), STAGES)
+    with caplog.at_level(logging.INFO, logger="pretokenize.progress"), \
+            JobDisplay(str(tmp_path), stream=open(tmp_path / "log", "w"), interval=0):
+        time.sleep(0.7)
+        announce_stages(str(tmp_path), [dataclasses.replace(STAGES[0], total=60, work_total=600_000), STAGES[1]])
+        time.sleep(0.7)
+        read = Progress("read", shared_dir=str(tmp_path))
+        read.add(documents=30, bytes=300_000)
+        progress.flush_all()
+        time.sleep(0.7)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("progress:")]
+    assert any("50.0% of 60 rows" in line for line in lines), lines
