@@ -55,8 +55,9 @@ def showing_progress(pipeline_options: PipelineOptions, run_id: str, stages=None
     worker process inherits), and the display draws the stages announced there (``stages``, or
     those the job's build announced). Worker processes' own standard error is kept to what is not
     Beam's harness logging (pipelines/worker_stderr.py). Nothing on a remote runner, whose UI shows progress.
-    With ``tokenizer`` named, the job ETA before the first figures comes from the last run of the same
-    kind (pipelines/progress_prior.py), and this run's figures are kept for the next.
+    With ``tokenizer`` named, the job ETA while reading comes from the last runs of the same kind
+    (pipelines/progress_prior.py), weighed against this run's figures as they come, and this run's
+    figures are kept for the next.
 
     Yields what to call once the job is built and its pipeline starts (JobDisplay.running). With
     ``building``, the job is built inside (run_job): the display draws the bars as soon as the build

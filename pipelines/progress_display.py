@@ -188,6 +188,8 @@ class JobDisplay:
         if finished:  # published: every stage is done, whatever the last shared figures said
             figures = [(max(d, t or 0), max(d, t or 0)) for d, t in figures]
         now, last = time.monotonic(), len(figures) - 1
+        if self.bars and not self._tqdm:
+            self._tqdm = self._new_bars(figures, now)
         for i, (done, total) in enumerate(figures):
             if self._ended[i]:
                 continue
@@ -212,14 +214,14 @@ class JobDisplay:
                 self._lines.append(self._line(self._stages[i], done, total, now - self._started[i]))
             self._ended[i] = ended
         left, estimated = (None, False) if finished else self._left(figures, now)
-        shown = f"~{progress.format_duration(left)}" if estimated else progress.format_duration(left or 0)
         if self.bars and left is not None:
             active = next((i for i, ended in enumerate(self._ended) if not ended), None)
             done, total = figures[active] if active is not None else (0, None)
             if active is not None and self._started[active] is not None and (total is None or done < total):
-                self._tqdm[active].set_postfix_str(f"job ETA {shown}")
+                self._tqdm[active].set_postfix_str(_eta_text(left, estimated))
         if not self.bars and self._lines:
-            to_end = "" if left is None else f"; job ETA {shown}{' (from the last run)' if estimated else ''}"
+            kept = " (from the last runs)" if estimated else ""
+            to_end = "" if left is None else f"; {_eta_text(left, estimated)}{kept}"
             log.info("progress: %s%s%s", "; ".join(self._lines), to_end, f" ({self.ending[1]})" if finished else "")
             self._lines = []
 
@@ -234,7 +236,7 @@ class JobDisplay:
             return bool(self._stages)
         if self._stages and [(s.label, s.unit) for s in stages] == [(s.label, s.unit) for s in self._stages]:
             self._stages = stages  # the same bars, with the totals left to do
-            for bar, stage in zip(self._tqdm, stages, strict=True):
+            for bar, stage in zip(self._tqdm, stages, strict=True) if self._tqdm else ():
                 bar.reset(total=stage.total)
             return True
         self._stages = stages
@@ -242,18 +244,21 @@ class JobDisplay:
         self._first_work = [None] * len(self._stages)
         self._ended = [False] * len(self._stages)
         self._prior = load_prior(self._full_kind()) if self.kind else None
-        if self.bars:
-            for bar in self._tqdm:
-                bar.close()
-            self._tqdm = [self._new_bar(i, s) for i, s in enumerate(self._stages)]
+        for bar in self._tqdm:
+            bar.close()
+        self._tqdm = []  # drawn anew by the next _draw, with the job ETA on the first (_new_bars)
         return True
 
+    def _work(self, figures: list[tuple[int, int | None]]) -> list[tuple[int, int | None]]:
+        """Each stage's (done, total) in what its time grows with (Stage.work_keys) while it runs."""
+        if not any(stage.work_keys for stage in self._stages):
+            return figures
+        work = work_figures(self.shared_dir, self._stages)
+        return [f if self._ended[i] else w for i, (w, f) in enumerate(zip(work, figures, strict=True))]
+
     def _job_left(self, figures: list[tuple[int, int | None]], now: float) -> float | None:
-        """The seconds to the end of the job (job_seconds_left, in each stage's work: Stage.work_keys);
-        a stage's time runs from when the one before it ended."""
-        if any(stage.work_keys for stage in self._stages):
-            work = work_figures(self.shared_dir, self._stages)
-            figures = [f if self._ended[i] else w for i, (w, f) in enumerate(zip(work, figures, strict=True))]
+        """The seconds to the end of the job from this run's figures alone (job_seconds_left, in each
+        stage's work); a stage's time runs from when the one before it ended."""
         ends = [*self._started[1:], None]
         counted, elapsed = [], []
         for i, (figure, start, end) in enumerate(zip(figures, self._started, ends, strict=True)):
@@ -266,14 +271,21 @@ class JobDisplay:
         return job_seconds_left(counted, elapsed)
 
     def _left(self, figures: list[tuple[int, int | None]], now: float) -> tuple[float | None, bool]:
-        """The seconds to the end of the job, and whether they are the estimate from the last run of
-        this kind (pipelines.progress_prior): until this run's figures give a rate, for the work not
-        yet seen done."""
-        left = self._job_left(figures, now)
-        if left is not None or self._prior is None or self._work_total() <= 0:
+        """The seconds to the end of the job, and whether they are the kept runs' estimate alone
+        (pipelines.progress_prior: this run has no rate yet). While the first stage runs and runs of
+        this kind are kept, they carry the estimate, scaled by this run's speed, until this run's
+        rate outweighs them; after it, this run's figures alone."""
+        work = self._work(figures)
+        left = self._job_left(work, now)
+        total = self._work_total()
+        if self._prior is None or total <= 0 or self._ended[0]:
             return left, False
-        seen = self._first_work[0][1] if self._first_work[0] else 0
-        return self._prior.seconds_left(max(self._work_total() - seen, 0), now - self._start), True
+        first = self._first_work[0]
+        speed = self._prior.speed(None if first is None else first[0] - self._start, now - self._start)
+        if first is None:
+            return self._prior.seconds_left(total, now - self._start, speed), True
+        done = work[0][0]
+        return self._prior.blended_left(total, done, now - first[0], done - first[1], speed), done <= first[1]
 
     def _full_kind(self) -> str:
         """The kind of run, as previous runs' figures are kept (pipelines.progress_prior)."""
@@ -285,9 +297,10 @@ class JobDisplay:
         return (first.work_total if first.work_keys and first.work_total else first.total) or 0
 
     def _remember(self) -> None:
-        """A run that ended leaves its start-up and rate for the next of its kind."""
+        """A run that ended leaves its parts' times for the next of its kind."""
         if self.kind and self._stages:
-            prior = measured_prior(self._start, self._first_work[0], time.monotonic(), self._work_total())
+            stage_end = self._started[1] if len(self._started) > 1 else None
+            prior = measured_prior(self._start, self._first_work[0], stage_end, time.monotonic(), self._work_total())
             if prior is not None:
                 save_prior(self._full_kind(), prior)
 
@@ -297,14 +310,27 @@ class JobDisplay:
             return f"{stage.label} {done:,} {stage.unit}"
         return f"{stage.label} {share_line(done, progress.Planned(total, stage.unit), since)}"
 
-    def _new_bar(self, position: int, stage: Stage):
+    def _new_bars(self, figures: list[tuple[int, int | None]], now: float) -> list:
+        """The stages' bars, the first drawn with the job ETA already on it: a bar drawn first
+        without it could stay so for a second, while the launcher's main thread holds the interpreter
+        (a tokenizer's tables built in one call of a C library)."""
+        left, estimated = self._left(figures, now)
+        first = None if left is None else _eta_text(left, estimated)
+        return [self._new_bar(i, stage, first if i == 0 else None) for i, stage in enumerate(self._stages)]
+
+    def _new_bar(self, position: int, stage: Stage, postfix: str | None = None):
         from tqdm import tqdm
 
         # A terminal that says it has no size (a bare pseudo-terminal) gets 80 x 24, not 0 x 0 (no bars).
         sized = all(_size(self.stream))
         return tqdm(total=stage.total, desc=f"{stage.label:<17}", unit=f" {stage.unit}", unit_scale=_scaled(stage.unit),
                     position=position, file=self.stream, dynamic_ncols=sized, ncols=None if sized else 80,
-                    nrows=None if sized else 24, leave=True, smoothing=0)
+                    nrows=None if sized else 24, leave=True, smoothing=0, postfix=postfix)
+
+
+def _eta_text(left: float, estimated: bool) -> str:
+    """``job ETA 41s``; ``job ETA ~41s`` when it is the kept runs' estimate alone."""
+    return f"job ETA {'~' if estimated else ''}{progress.format_duration(left)}"
 
 
 def _scaled(unit: str) -> bool:

@@ -1,17 +1,30 @@
-"""The job ETA before a local run's workers have shared a figure: from this user's previous runs.
+"""The job ETA before a local run's own figures say enough: from this user's previous runs.
 
 With two worker processes the workers' first figures can arrive after half of a short run (issue
-37: on the bench corpus at a load of 17, the worker processes start, import Beam and the tokenizer
-and read a first batch of 600 documents for 9 s after the display is up). Until then this run has
-no rate to go by. The launcher knows the work planned (the first stage's text bytes, or its rows),
-and a previous run of the same kind (the same stages, tokenizer and number of workers) says how
-long its start-up took (from the display's start to the first figure) and how long each unit of
-work took after it. The display shows that estimate, marked ``~``, until this run's own figures
-give a rate; each run that ends replaces its kind's figures.
+37: on the bench corpus the worker processes start, import Beam, load the tokenizer and read a first
+batch for 4 s of a 10 s run on a quiet machine). Until then this run has no rate to go by. The
+launcher knows the work planned (the first stage's text bytes, or its rows), and the last
+``KEPT_RUNS`` runs of the same kind (the same stages, tokenizer and number of workers) say how long
+each part took: the start-up (from the display's start to the first figure), the first stage's
+work after its first figure, and the rest (the later stages and the publish), the last two per
+unit of planned work. The median of each is the estimate
+(one run slowed by a cold disk cache or a busy machine does not make it), marked ``~`` while this
+run has no rate of its own.
+
+The load of the machine changes between runs, so the estimate is scaled by how much slower this
+run goes than the kept runs (``Prior.speed``): at least as much as it is already late for its
+first figure, then as much as its start-up took longer. (The launcher's build, seconds before, was
+tried as an earlier sign and left out: on four runs of the same work it took 1.0 to 2.0 s, in no
+relation to how fast each run went.) Once figures come, the rate measured since the first counts more with every
+unit of work done, the kept runs' rate (so scaled) weighing as ``PRIOR_WEIGHT`` of the planned work:
+a first figure or two, a batch each, say little of a rate. On the bench corpus's two-worker runs
+with a load that changed between runs, this put the ETA at half the run within 30% of the time left
+in 12 of 14 runs, where the last run's figures alone did in 6 (BENCHMARKS.md, "A terminal").
 
 Kept in the user's cache directory ($PRETOKENIZE_PROGRESS_CACHE, else $XDG_CACHE_HOME or ~/.cache,
 then beam-pretokenize/job-rates.json), never in an output tree; plain JSON numbers, read with json
-and checked, never executed. A file that does not parse is ignored, then replaced.
+and checked, never executed. A file that does not parse is ignored, then replaced; a run's figures
+that are not four numbers a run can have are left out.
 """
 
 from __future__ import annotations
@@ -21,29 +34,59 @@ import dataclasses
 import json
 import math
 import os
+import statistics
 import tempfile
 
 CACHE_ENV = "PRETOKENIZE_PROGRESS_CACHE"
 FILE_NAME = "job-rates.json"
 KEPT_KINDS = 64  # the kinds of run remembered, the latest kept
+KEPT_RUNS = 5  # the runs of a kind whose median is the estimate
 # Figures beyond these are no run's (a hand-edited file): times the planned work, they could make
 # an estimate no clock can show.
-MAX_STARTUP = 86400.0  # seconds to the first figure
+MAX_SECONDS = 86400.0  # to the first figure
 MAX_PER_WORK = 60.0  # seconds a byte or a row
+# How much slower (or faster) this run may be taken to go than the kept runs, and how far the
+# measured ratio is believed: a part of a few seconds is a noisy clock, so the ratio is shrunk
+# toward 1 (its power SPEED_TRUST).
+SPEED_LIMITS = (1 / 3, 3.0)
+SPEED_TRUST = 0.75
+# What the kept runs' rate weighs against this run's once its figures come, as a share of the
+# planned work: this run's rate counts as much once it has done a quarter of the work.
+PRIOR_WEIGHT = 0.25
 
 
 @dataclasses.dataclass(frozen=True)
 class Prior:
-    """A previous run's seconds from the display's start to its first figure (``startup``), and
-    seconds per unit of the first stage's work after it (``per_work``)."""
+    """A run's parts: ``startup``, seconds from the display's start to the first stage's first
+    figure; then in seconds per unit of the first stage's planned work, ``per_work`` for its work
+    after that figure and ``tail`` for what came after the stage (the later stages, the publish)."""
 
     startup: float
     per_work: float
+    tail: float
 
-    def seconds_left(self, work_total: int, elapsed: float) -> float:
+    def speed(self, first: float | None, elapsed: float) -> float:
+        """How many times slower this run goes than the kept runs: by its start-up once its first
+        figure has come (``first``: seconds from the display's start), else at least by how late it
+        already is; 1 when nothing says. Within SPEED_LIMITS, shrunk toward 1."""
+        if self.startup <= 0:
+            return 1.0
+        ratio = first / self.startup if first is not None else max(1.0, elapsed / self.startup)
+        return min(max(ratio, SPEED_LIMITS[0]), SPEED_LIMITS[1]) ** SPEED_TRUST
+
+    def seconds_left(self, work_total: int, elapsed: float, speed: float) -> float:
         """The whole job's time left ``elapsed`` s after the display's start, no figure seen yet: the
-        rest of the start-up (none once it has run longer than last time), then all the work."""
-        return max(self.startup - elapsed, 0.0) + self.per_work * work_total
+        rest of the start-up, all the first stage's work, then the rest, at ``speed``."""
+        return max(speed * self.startup - elapsed, 0.0) + speed * (self.per_work + self.tail) * work_total
+
+    def blended_left(self, work_total: int, done: int, since_first: float, done_since_first: int,
+                     speed: float) -> float:
+        """The whole job's time left with the first stage at ``done`` of its work: its rate since its
+        first figure (``since_first`` seconds for ``done_since_first``), weighed against the kept
+        runs' rate at ``speed`` as if that were PRIOR_WEIGHT of the work, then the rest."""
+        weight = PRIOR_WEIGHT * work_total
+        per_work = (speed * self.per_work * weight + since_first) / (weight + done_since_first)
+        return per_work * max(work_total - done, 0) + speed * self.tail * work_total
 
 
 def cache_file() -> str:
@@ -63,21 +106,36 @@ def _read_all() -> dict[str, list]:
 
 
 def load_prior(kind: str) -> Prior | None:
-    """The figures the last run of ``kind`` left, or None (none, or not two finite non-negative
-    numbers within MAX_STARTUP and MAX_PER_WORK)."""
-    entry = _read_all().get(kind)
-    if not (isinstance(entry, list) and len(entry) == 2 and all(isinstance(x, int | float) for x in entry)):
+    """The median of each of the kept runs' figures of ``kind``, or None: no run kept, or none whose
+    figures are three finite non-negative numbers within MAX_SECONDS and MAX_PER_WORK."""
+    runs = _runs(_read_all().get(kind))
+    if not runs:
         return None
-    if not all(math.isfinite(x) and x >= 0 for x in entry) or entry[0] > MAX_STARTUP or entry[1] > MAX_PER_WORK:
-        return None
-    return Prior(float(entry[0]), float(entry[1]))
+    return Prior(*(statistics.median(run[i] for run in runs) for i in range(3)))
+
+
+def _runs(entry) -> list[list[float]]:
+    """The runs of a kept entry that are a run's figures (an entry of another form: none)."""
+    if not isinstance(entry, list):
+        return []
+    return [[float(x) for x in run] for run in entry[-KEPT_RUNS:] if _a_runs(run)]
+
+
+def _a_runs(run) -> bool:
+    numbers = isinstance(run, list) and len(run) == 3 and all(type(x) in (int, float) for x in run)
+    if not numbers:
+        return False
+    limits = (MAX_SECONDS, MAX_PER_WORK, MAX_PER_WORK)
+    return all(math.isfinite(x) and 0 <= x <= limit for x, limit in zip(run, limits, strict=True))
 
 
 def save_prior(kind: str, prior: Prior) -> None:
-    """Remember ``prior`` for the next run of ``kind`` (replacing the file whole; never worth
-    failing a run over)."""
-    entries = {k: v for k, v in _read_all().items() if k != kind}
-    entries[kind] = [round(prior.startup, 3), prior.per_work]
+    """Add ``prior`` to the runs kept for ``kind`` (the last KEPT_RUNS), replacing the file whole;
+    never worth failing a run over."""
+    entries = _read_all()
+    runs = _runs(entries.pop(kind, None))
+    runs.append([round(prior.startup, 3), prior.per_work, prior.tail])
+    entries[kind] = runs[-KEPT_RUNS:]
     entries = dict(list(entries.items())[-KEPT_KINDS:])
     path = cache_file()
     with contextlib.suppress(OSError):
@@ -94,10 +152,13 @@ def save_prior(kind: str, prior: Prior) -> None:
                 os.unlink(tmp)
 
 
-def measured_prior(start: float, first: tuple[float, int] | None, end: float, work_total: int | None) -> Prior | None:
-    """What a run that ended at ``end`` leaves for the next: its start-up up to the first figure
-    (``first``: when, and the work done then), and the seconds per unit of the work after it."""
+def measured_prior(start: float, first: tuple[float, int] | None, stage_end: float | None, end: float,
+                   work_total: int | None) -> Prior | None:
+    """What a run that ended at ``end`` leaves for the next: its start-up to the first figure
+    (``first``: when, and the work done then), the seconds per unit of the first stage's work after
+    it (to ``stage_end``; None: the job's end), and per unit of all of it from there to the end."""
     if first is None or not work_total or work_total <= first[1]:
         return None
     seen_at, seen = first
-    return Prior(max(seen_at - start, 0.0), max(end - seen_at, 0.0) / (work_total - seen))
+    stage_end = end if stage_end is None else max(min(stage_end, end), seen_at)
+    return Prior(max(seen_at - start, 0.0), (stage_end - seen_at) / (work_total - seen), (end - stage_end) / work_total)

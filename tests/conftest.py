@@ -85,6 +85,22 @@ def stored_ids(tree) -> list[str]:
         return [doc_id for _, doc_id, _ in manifest.read_rows(f)]
 
 
+class TerminalStream:
+    """A stream that says it is a terminal: a progress display draws its bars into ``text``."""
+
+    def __init__(self):
+        self.text = ""
+
+    def write(self, s):
+        self.text += s
+
+    def flush(self):
+        pass
+
+    def isatty(self):
+        return True
+
+
 @dataclasses.dataclass
 class Outcome:
     """What a command did: its exit status and what it printed."""

@@ -30,10 +30,10 @@ sys.path.insert(0, str(REPO / "tests" / "bench"))
 import corpus as corpus_mod  # noqa: E402
 
 COLUMNS, ROWS = 120, 50
-POLL = 0.5
+POLL = 0.2  # a tenth of the 20% a bar must be up by, on a 10 s run
 HARNESS = re.compile(r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL):|sdk harness|Logging handler created|control channel|"
                      r"apitools not found|Traceback")
-ETA = re.compile(r"job ETA (~?)((?:\d+[dhms])+)")  # ~: an estimate from the last run (pipelines/progress_prior.py)
+ETA = re.compile(r"job ETA (~?)((?:\d+[dhms])+)")  # ~: the kept runs' estimate (pipelines/progress_prior.py)
 BAR = re.compile(r"^read and ", re.MULTILINE)
 UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 
@@ -49,22 +49,27 @@ def tmux(socket: str, *args: str, check: bool = True) -> str:
 
 def run_in_terminal(socket: str, argv: list[str], scratch: Path) -> tuple[float, list[tuple], str]:
     """(wall seconds, [(seconds since the start, the job ETA on screen or None, "~" when it is marked an
-    estimate, whether a bar is on screen)], the scrollback) of ``argv`` run in a fresh 120-column tmux session."""
-    done, conf = scratch / "exit-code", scratch / "tmux.conf"
+    estimate, whether a bar is on screen)], the scrollback) of ``argv`` run in a fresh 120-column tmux
+    session. The run's clock is the shell's: from just before the command starts (the time the tmux
+    server takes to come up is no part of it) to when its exit code is written."""
+    done, began, conf = scratch / "exit-code", scratch / "began", scratch / "tmux.conf"
     done.unlink(missing_ok=True)
+    began.unlink(missing_ok=True)
     conf.write_text("set -g history-limit 100000\n")  # the whole run's lines kept, for the count
-    command = " ".join(map(_quote, argv)) + f"; echo $? > {_quote(str(done))}; sleep 86400"
-    start = time.monotonic()
+    command = (f"date +%s.%N > {_quote(str(began))}; " + " ".join(map(_quote, argv))
+               + f"; echo $? > {_quote(str(done))}; sleep 86400")
     tmux(socket, "-f", str(conf), "new-session", "-d", "-s", "run", "-x", str(COLUMNS), "-y", str(ROWS),
          "bash", "--norc", "--noprofile", "-c", command)
     samples = []
     while not done.exists():
         screen = tmux(socket, "capture-pane", "-p", "-t", "run", check=False)
         found = ETA.findall(screen)
-        samples.append((time.monotonic() - start, seconds(found[-1][1]) if found else None,
+        samples.append((time.time(), seconds(found[-1][1]) if found else None,
                         found[-1][0] if found else "", bool(BAR.search(screen))))
         time.sleep(POLL)
-    wall = time.monotonic() - start
+    start = float(began.read_text())
+    wall = done.stat().st_mtime - start
+    samples = [(at - start, *rest) for at, *rest in samples if at >= start]
     scrollback = tmux(socket, "capture-pane", "-p", "-J", "-S", "-", "-E", "-", "-t", "run")
     tmux(socket, "kill-server", check=False)
     code = done.read_text().strip()

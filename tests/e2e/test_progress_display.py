@@ -15,7 +15,7 @@ import termios
 import time
 
 import pytest
-from conftest import REPO, SAMPLE_PARQUET, bucketed_sample
+from conftest import REPO, SAMPLE_PARQUET, TerminalStream, bucketed_sample
 
 from pipelines import cli
 from pipelines.progress_display import JobDisplay, stage_figures
@@ -125,23 +125,10 @@ def test_a_display_without_announced_stages_draws_nothing(tmp_path):
 
 @pytest.mark.parametrize("label", ["read and tokenize", "write"])
 def test_the_bars_of_a_display_end_full_when_the_job_has_published(tmp_path, label):
-    class Terminal:
-        def __init__(self):
-            self.text = ""
-
-        def write(self, s):
-            self.text += s
-
-        def flush(self):
-            pass
-
-        def isatty(self):
-            return True
-
     announce_stages(str(tmp_path), [Stage("read and tokenize", "read", ("documents",), "rows", total=100),
                                     Stage("write", "write", ("tokens",), "tokens", total_step="tokenize",
                                           total_keys=("tokens",))])
-    terminal = Terminal()
+    terminal = TerminalStream()
     with JobDisplay(str(tmp_path), stream=terminal):
         p, tok = Progress("read", shared_dir=str(tmp_path)), Progress("tokenize", shared_dir=str(tmp_path))
         p.add(documents=40)

@@ -1,5 +1,6 @@
-"""The job ETA before a run's workers have shared a figure (issue 37): the last run of the same kind's
-start-up and rate (pipelines/progress_prior.py), shown marked ``~`` until this run's figures give one."""
+"""The job ETA before a run's own figures say enough (issue 37): the kept runs of the same kind
+(pipelines/progress_prior.py), their median scaled by this run's speed, shown marked ``~`` until
+this run's figures give a rate, then weighed against it."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ import re
 import time
 
 import pytest
+from conftest import TerminalStream
 
 from pipelines import progress_prior
 from pipelines.progress_display import JobDisplay
-from pipelines.progress_prior import Prior, load_prior, measured_prior, save_prior
+from pipelines.progress_prior import PRIOR_WEIGHT, SPEED_TRUST, Prior, load_prior, measured_prior, save_prior
 from transforms.core import progress
 from transforms.core.progress import Progress, Stage, announce_stages
 
@@ -30,30 +32,73 @@ def cache(tmp_path, monkeypatch):
     return tmp_path / "cache"
 
 
-def test_the_estimate_is_the_rest_of_the_start_up_then_all_the_work():
-    prior = Prior(startup=10.0, per_work=2e-5)  # 10 s to the first figure, then 20 s a million bytes
-    assert prior.seconds_left(1_000_000, 4.0) == pytest.approx(26.0)
-    assert prior.seconds_left(1_000_000, 15.0) == pytest.approx(20.0)  # a slower start-up: the work is all still to do
-    assert prior.seconds_left(500_000, 12.0) == pytest.approx(10.0)
+def test_the_estimate_is_the_rest_of_the_start_up_then_all_the_work_then_the_rest():
+    # 10 s to the first figure, then 20 s a million bytes, then 5 s more
+    prior = Prior(startup=10.0, per_work=2e-5, tail=5e-6)
+    assert prior.seconds_left(1_000_000, 4.0, 1.0) == pytest.approx(6.0 + 20.0 + 5.0)
+    assert prior.seconds_left(1_000_000, 15.0, 1.0) == pytest.approx(25.0)  # late: the work is all still to do
+    assert prior.seconds_left(1_000_000, 4.0, 2.0) == pytest.approx(16.0 + 50.0)  # twice as slow a run
 
 
-def test_a_run_leaves_its_start_up_and_its_rate_after_the_first_figure():
-    assert measured_prior(100.0, (110.0, 100_000), 128.0, 1_000_000) == Prior(10.0, 18.0 / 900_000)
-    assert measured_prior(100.0, None, 128.0, 1_000_000) is None  # no figure ever seen: nothing to keep
-    assert measured_prior(100.0, (110.0, 1_000_000), 128.0, 1_000_000) is None
+def test_the_speed_is_how_late_this_run_is_then_its_start_up_against_the_kept_runs():
+    prior = Prior(startup=10.0, per_work=2e-5, tail=5e-6)
+    assert prior.speed(None, 4.0) == 1.0  # nothing says yet
+    assert prior.speed(None, 15.0) == pytest.approx(1.5 ** SPEED_TRUST)  # no figure at 15 s: at least this slow
+    assert prior.speed(5.0, 6.0) == pytest.approx(0.5 ** SPEED_TRUST)  # the first figure in half the time
+    assert prior.speed(20.0, 21.0) == pytest.approx(2.0 ** SPEED_TRUST)
+    assert prior.speed(500.0, 501.0) == pytest.approx(3.0 ** SPEED_TRUST)  # within the limits
+    assert Prior(0.0, 1e-5, 0.0).speed(5.0, 6.0) == 1.0  # no start-up kept to compare with
+
+
+def test_once_figures_come_this_runs_rate_outweighs_the_kept_runs_with_the_work_done():
+    prior = Prior(startup=10.0, per_work=2e-5, tail=5e-6)  # 20 s a million bytes, then 5 s
+    # Just after the first figure: the kept runs' rate for the rest, then the rest.
+    assert prior.blended_left(1_000_000, 100_000, 0.0, 0, 1.0) == pytest.approx(0.9 * 20.0 + 5.0)
+    # This run goes at 10 s a million bytes: after a tenth of the work, the estimate is between the two
+    # rates; after most of it, near this run's.
+    early = prior.blended_left(1_000_000, 200_000, 1.0, 100_000, 1.0)
+    weight = PRIOR_WEIGHT * 1_000_000
+    assert early == pytest.approx((2e-5 * weight + 1.0) / (weight + 100_000) * 800_000 + 5.0)
+    late = prior.blended_left(1_000_000, 900_000, 8.0, 800_000, 1.0)
+    assert abs(late - (1.0 + 5.0)) < abs(late - (2.0 + 5.0))
+
+
+def test_a_run_leaves_its_start_up_rate_and_rest():
+    # display at 100, first figure at 110 (100,000 bytes), read to 128, ended at 133
+    assert measured_prior(100.0, (110.0, 100_000), 128.0, 133.0, 1_000_000) == \
+        Prior(10.0, 18.0 / 900_000, 5.0 / 1_000_000)
+    assert measured_prior(100.0, (110.0, 100_000), None, 128.0, 1_000_000) == Prior(10.0, 18.0 / 900_000, 0.0)
+    assert measured_prior(100.0, None, 120.0, 128.0, 1_000_000) is None  # no figure ever seen
+    assert measured_prior(100.0, (110.0, 1_000_000), 120.0, 128.0, 1_000_000) is None
 
 
 def test_figures_are_kept_per_kind_and_a_bad_file_is_ignored(cache):
-    save_prior(KIND, Prior(9.5, 1e-5))
-    save_prior("tokenizer gpt2, 1 worker", Prior(2.0, 2e-5))
-    assert load_prior(KIND) == Prior(9.5, 1e-5)
+    save_prior(KIND, Prior(9.5, 1e-5, 1e-6))
+    save_prior("tokenizer gpt2, 1 worker", Prior(2.0, 2e-5, 1e-6))
+    assert load_prior(KIND) == Prior(9.5, 1e-5, 1e-6)
     assert load_prior("tokenizer o200k_base, 2 workers") is None
-    (cache / progress_prior.FILE_NAME).write_text('{"tokenizer gpt2, 2 workers": ["os.system", -1]}')
+    (cache / progress_prior.FILE_NAME).write_text('{"tokenizer gpt2, 2 workers": [["os.system", -1, 0]]}')
+    assert load_prior(KIND) is None
+    # the older form: ignored
+    (cache / progress_prior.FILE_NAME).write_text('{"tokenizer gpt2, 2 workers": [9.5, 1e-5]}')
     assert load_prior(KIND) is None
     (cache / progress_prior.FILE_NAME).write_text("not json")
     assert load_prior(KIND) is None
-    save_prior(KIND, Prior(1.0, 1e-6))  # replaces what did not parse
-    assert load_prior(KIND) == Prior(1.0, 1e-6)
+    save_prior(KIND, Prior(1.0, 1e-6, 0.0))  # replaces what did not parse
+    assert load_prior(KIND) == Prior(1.0, 1e-6, 0.0)
+
+
+def test_the_estimate_is_the_median_of_the_last_runs_kept(cache):
+    """One run slowed by a cold cache or a busy machine does not make the next run's estimate."""
+    for startup in (4.0, 5.0, 40.0, 6.0):
+        save_prior(KIND, Prior(startup, 1e-5 * startup, 0.0))
+    assert dataclasses.astuple(load_prior(KIND)) == pytest.approx((5.5, 5.5e-5, 0.0))
+    for _ in range(progress_prior.KEPT_RUNS):
+        save_prior(KIND, Prior(8.0, 1e-5, 1e-6))
+    assert load_prior(KIND) == Prior(8.0, 1e-5, 1e-6)  # the older runs are let go
+    text = (cache / progress_prior.FILE_NAME).read_text()
+    (cache / progress_prior.FILE_NAME).write_text(text.replace("[8.0,", '[true,', 1))
+    assert load_prior(KIND) == Prior(8.0, 1e-5, 1e-6)  # a run's bad figures leave the others
 
 
 def _job_etas(records) -> list[str]:
@@ -67,7 +112,7 @@ def test_before_any_figure_the_display_shows_the_last_runs_estimate_then_keeps_t
     announce_stages(shared, STAGES)
     display = JobDisplay(shared, stream=open(tmp_path / "log", "w"), interval=0, kind=KIND)
     with caplog.at_level(logging.INFO, logger="pretokenize.progress"):
-        save_prior(_full_kind(), Prior(30.0, 2e-5))
+        save_prior(_full_kind(), Prior(30.0, 2e-5, 0.0))
         with display:
             time.sleep(0.7)
             estimates = _job_etas(caplog.records)
@@ -78,24 +123,44 @@ def test_before_any_figure_the_display_shows_the_last_runs_estimate_then_keeps_t
             read.add(documents=50, bytes=500_000)
             progress.flush_all()
             time.sleep(0.7)
-    assert estimates and all(e.startswith("~") and e.endswith("(from the last run)") for e in estimates)
+    assert estimates and all(e.startswith("~") and e.endswith("(from the last runs)") for e in estimates)
     assert int(estimates[0][1:].split("s")[0]) in range(45, 51)  # 30 s of start-up left, then 20 s of work
     kept = load_prior(_full_kind())
-    assert kept is not None and kept.startup < 5.0 and kept != Prior(30.0, 2e-5)
+    assert kept is not None and kept != Prior(30.0, 2e-5, 0.0)  # the median of the two kept
+    assert kept.startup == pytest.approx((30.0 + 0.7) / 2, abs=1.0)
+
+
+def test_a_run_later_than_the_kept_ones_for_its_first_figure_is_taken_to_be_slower(tmp_path, cache, caplog):
+    """The kept runs had their first figure 0.3 s after the display came up, then 20 s of work; this
+    run has none after 0.9 s (a busier machine): its ETA is the kept runs' scaled by how much later it
+    already is, not the 20 s they took."""
+    shared = str(tmp_path / "shared")
+    announce_stages(shared, STAGES)
+    save_prior(_full_kind(), Prior(0.3, 2e-5, 0.0))
+    display = JobDisplay(shared, stream=open(tmp_path / "log", "w"), interval=0, kind=KIND)
+    with caplog.at_level(logging.INFO, logger="pretokenize.progress"), display:
+        time.sleep(1.2)
+    late = [_seconds(e.split(" ")[0].lstrip("~")) for e in _job_etas(caplog.records)][-1]
+    # at least 4 times as late as the kept runs: 3 ** SPEED_TRUST (the limit) times their 20 s
+    assert late == pytest.approx(3 ** SPEED_TRUST * 20, abs=1.5), late
+
+
+def _seconds(shown: str) -> int:
+    return sum(int(n) * {"h": 3600, "m": 60, "s": 1}[u] for n, u in re.findall(r"(\d+)([hms])", shown))
 
 
 def _full_kind() -> str:
     return " / ".join([KIND, *(f"{s.label} in {s.unit}" for s in STAGES)])
 
 
-@pytest.mark.parametrize("entry", ["[1e308, 1e308]", "[0, 1e300]", "[1e300, 0]"])
+@pytest.mark.parametrize("entry", ["[[1e308, 1e308, 0]]", "[[0, 1e300, 0]]", "[[1e300, 0, 0]]", "[[0, 0, 1e300]]"])
 def test_figures_too_large_to_be_a_runs_are_ignored(cache, entry):
     """A hand-edited file's huge figures made the estimate infinite: the display's thread died on
     it (OverflowError formatting the ETA), and the run showed no progress at all after."""
-    save_prior(KIND, Prior(1.0, 1e-6))
+    save_prior(KIND, Prior(1.0, 1e-6, 0.0))
     (cache / progress_prior.FILE_NAME).write_text(f'{{"{KIND}": {entry}}}')
     prior = load_prior(KIND)
-    assert prior is None or progress.format_duration(prior.seconds_left(10**12, 0.0))
+    assert prior is None or progress.format_duration(prior.seconds_left(10**12, 0.0, 3.0))
 
 
 def test_the_cache_is_written_through_no_symlink(cache, tmp_path):
@@ -107,27 +172,11 @@ def test_the_cache_is_written_through_no_symlink(cache, tmp_path):
     victim = tmp_path / "victim"
     victim.write_text("keep me")
     os.symlink(victim, cache / f"{progress_prior.FILE_NAME}.{os.getpid()}.tmp")
-    save_prior(KIND, Prior(1.0, 1e-6))
+    save_prior(KIND, Prior(1.0, 1e-6, 0.0))
     assert victim.read_text() == "keep me"
 
 
-class _Terminal:
-    """A stream that says it is a terminal: the display draws its bars into ``text``."""
-
-    def __init__(self):
-        self.text = ""
-
-    def write(self, s):
-        self.text += s
-
-    def flush(self):
-        pass
-
-    def isatty(self):
-        return True
-
-
-class _Log(_Terminal):
+class _Log(TerminalStream):
     def isatty(self):
         return False
 
@@ -164,12 +213,12 @@ def _launch_then_fail(tmp_path, monkeypatch, stream, wait_for_text: str | None) 
 def test_the_bars_and_the_estimate_are_drawn_while_the_job_is_built(tmp_path, cache, monkeypatch):
     """The launcher loads the tokenizer and claims the output after the input is planned: seconds
     (a fifth of a two-worker run of the bench corpus) in which the display is already up, with the
-    last run's estimate, once the build has announced the planned work (issue 37)."""
+    kept runs' estimate, once the build has announced the planned work (issue 37)."""
     save_prior(" / ".join(["tokenizer gpt2, 1 worker", *(f"{s.label} in {s.unit}" for s in STAGES)]),
-               Prior(3.0, 2e-5))
-    terminal = _Terminal()
+               Prior(3.0, 2e-5, 0.0))
+    terminal = TerminalStream()
     (during,) = _launch_then_fail(tmp_path, monkeypatch, terminal, "job ETA ~")
-    # 3 s of start-up, then 20 s for the planned million bytes: from the last run's figures
+    # 3 s of start-up, then 20 s for the planned million bytes: from the kept run's figures
     assert "read and tokenize" in during and re.search(r"job ETA ~2[0-3]s", during), during
     # The launch failed: its bars are cleared, and the error is said from the start of the first one's line.
     cleared = terminal.text.rsplit("]", 1)[-1]  # after the last bar's last frame
@@ -187,7 +236,7 @@ def test_a_launch_error_leaves_no_progress_line_in_a_log(tmp_path, cache, monkey
 def test_stages_announced_again_before_any_work_take_the_new_totals(tmp_path):
     """A job announces its planned work, then the work left once an interrupted run's finished
     units are known: the display's bars take the second totals."""
-    terminal = _Terminal()
+    terminal = TerminalStream()
     announce_stages(str(tmp_path), STAGES)
     with JobDisplay(str(tmp_path), stream=terminal) as display:
         time.sleep(0.3)
@@ -195,3 +244,20 @@ def test_stages_announced_again_before_any_work_take_the_new_totals(tmp_path):
         time.sleep(0.3)
         totals = [bar.total for bar in display._tqdm]
     assert totals == [60, None]
+
+
+def test_stages_announced_again_take_the_new_totals_in_a_log_too(tmp_path, caplog):
+    """Without bars (a log), the second announcement (a resumed run's work left) once stopped the
+    display's thread: it zipped the bars, none, against the stages."""
+    announce_stages(str(tmp_path), STAGES)
+    with caplog.at_level(logging.INFO, logger="pretokenize.progress"), \
+            JobDisplay(str(tmp_path), stream=open(tmp_path / "log", "w"), interval=0):
+        time.sleep(0.7)
+        announce_stages(str(tmp_path), [dataclasses.replace(STAGES[0], total=60, work_total=600_000), STAGES[1]])
+        time.sleep(0.7)
+        read = Progress("read", shared_dir=str(tmp_path))
+        read.add(documents=30, bytes=300_000)
+        progress.flush_all()
+        time.sleep(0.7)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("progress:")]
+    assert any("50.0% of 60 rows" in line for line in lines), lines
