@@ -19,7 +19,7 @@ relation to how fast each run went.) Once figures come, the rate measured since 
 unit of work done, the kept runs' rate (so scaled) weighing as ``PRIOR_WEIGHT`` of the planned work:
 a first figure or two, a batch each, say little of a rate. On the bench corpus's two-worker runs
 with a load that changed between runs, this put the ETA at half the run within 30% of the time left
-in 12 of 14 runs, where the last run's figures alone did in 6 (BENCHMARKS.md, "A terminal").
+in 11 of 14 runs (replayed on traces), where the last run's figures alone did in 6 (BENCHMARKS.md, "A terminal").
 
 Kept in the user's cache directory ($PRETOKENIZE_PROGRESS_CACHE, else $XDG_CACHE_HOME or ~/.cache,
 then beam-pretokenize/job-rates.json), never in an output tree; plain JSON numbers, read with json
