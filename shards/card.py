@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import shlex
 
 from shards import conditions, kinds, layout, llmc, storage, tree
@@ -114,7 +115,7 @@ def _input_line(doc: dict) -> str:
     inputs = doc["inputs"]
     if not inputs:
         return "none"
-    first = f"`{inputs[0]['url']}`"
+    first = code(inputs[0]["url"])
     return first if len(inputs) == 1 else f"{n(len(inputs))} files (the first: {first})"
 
 
@@ -138,24 +139,23 @@ def _provenance(doc: dict) -> list[str]:
         "|---|---|",
         f"| **Tool** | beam-pretokenize {v['beam-pretokenize']} (`pretokenize {doc['job']}`) |",
         f"| **Runtime** | Apache Beam {v['apache-beam']}, Python {v['python']} |",
-        f"| **Tokenizer** | `{tok['spec']}`, encoded by {v.get('tokenizer_library') or 'an unrecorded library'} |",
+        f"| **Tokenizer** | {_cell(code(tok['spec']))}, encoded by "
+        f"{v.get('tokenizer_library') or 'an unrecorded library'} |",
     ]
     for f in tok["files"]:
-        lines.append(f"| **sha256 of `{f['name']}`** | `{f['sha256']}` |")
+        lines.append(f"| **sha256 of {_cell(code(f['name']))}** | {_cell(code(f['sha256']))} |")
     lines += [
         "",
         "The command that made it, with every flag of the job spelled out (`--output` is not recorded: the",
         "tree's bytes do not depend on where it was written; runner flags such as `--runner` are Beam's and",
         "change nothing in the output):",
         "",
-        "```bash",
-        command(doc),
-        "```",
+        *fenced("bash", [command(doc)]),
         "",
     ]
     inputs = doc["inputs"]
     lines += [f"Input files ({n(len(inputs))}), each with its size and version when the job was planned:", ""]
-    lines += [f"- `{i['url']}` ({i['fingerprint']})" for i in inputs[:CARD_INPUTS]]
+    lines += [f"- {code(i['url'])} ({i['fingerprint']})" for i in inputs[:CARD_INPUTS]]
     if len(inputs) > CARD_INPUTS:
         lines.append(f"- … and {n(len(inputs) - CARD_INPUTS)} more, all listed in `{STATS_JSON_NAME}`")
     lines += ["", f"`{STATS_JSON_NAME}` holds all of this, and the counts above, for programs to read.", ""]
@@ -169,6 +169,20 @@ def _kept_when(flags: dict, filt: dict) -> list[str]:
     """The filter's conditions as the run applied them (shards.conditions), from its recorded flags
     and filter settings (a tree written before the field flags records none: the defaults)."""
     return conditions.describe(conditions.conditions({**filt, **flags}))
+
+
+def code(text: str) -> str:
+    """Text a user gave (a path, a URL, a tokenizer's name) as inline code, shown literally whatever
+    backticks it holds (shards.conditions.code_span)."""
+    return conditions.code_span(str(text))
+
+
+def fenced(language: str, lines: list[str]) -> list[str]:
+    """``lines`` as a fenced code block, its fence longer than any run of backticks they hold: a
+    path or flag holding three backticks would otherwise end the block and show the rest as markup."""
+    runs = [len(run) for line in lines for run in re.findall("`+", line)]
+    fence = "`" * max(3, max(runs, default=0) + 1)
+    return [f"{fence}{language}", *lines, fence]
 
 
 def _cell(text: str) -> str:
@@ -226,16 +240,16 @@ def _bucketed_top(doc: dict) -> list[str]:
     return lines + [
         "# Pre-tokenized, length-bucketed token shards",
         "",
-        f"{n(kept)} documents as {n(tokens)} token ids of the `{tok['spec']}` tokenizer, sorted into "
+        f"{n(kept)} documents as {n(tokens)} token ids of the {code(tok['spec'])} tokenizer, sorted into "
         f"{len(layout.BUCKET_NAMES)} buckets by length. No text is stored: every shard is a flat array of ids. "
         f"The tree was written by beam-pretokenize {doc['versions']['beam-pretokenize']}; this card, "
         f"`{layout.STATS_NAME}` and `{STATS_JSON_NAME}` describe the same run and are rewritten together "
         "whenever documents are removed.",
         "",
         *_AT_A_GLANCE,
-        f"| **Input** | {_input_line(doc)} |",
+        f"| **Input** | {_cell(_input_line(doc))} |",
         f"| **Kept when** | {_cell(', '.join(_kept_when(flags, doc['filter'])))} |",
-        f"| **Tokenizer** | `{tok['spec']}`: ids below {n(tok['vocab_size'])}, EOS `{eos}` |",
+        f"| **Tokenizer** | {_cell(code(tok['spec']))}: ids below {n(tok['vocab_size'])}, EOS `{eos}` |",
         f"| **Content** | token ids only, little-endian `{dtype}` ({itemsize} bytes a token); no text |",
         f"| **Documents kept** | **{n(kept)}** of {n(docs['read'])} read ({share(kept, docs['read'])} kept) |",
         f"| **Tokens** | **{n(tokens)}**" + (f", {n(round(tokens / kept))} per document on average" if kept else "")
@@ -269,7 +283,7 @@ def _bucketed_making(doc: dict) -> list[str]:
         encoding = ("special-token strings inside a text (such as `<|endoftext|>`) were encoded as ordinary "
                     "text, never as their special ids")
     return lines + [
-        f"3. **Tokenized** with `{tok['spec']}`: {encoding}; then exactly one EOS (`{eos}`) was appended. "
+        f"3. **Tokenized** with {code(tok['spec'])}: {encoding}; then exactly one EOS (`{eos}`) was appended. "
         "No BOS, no padding.",
         "4. **Bucketed** by the final length n (text tokens + EOS): bucket `N` holds the documents with "
         "previous bound < n ≤ N; `beyond` holds the longer ones.",
@@ -422,12 +436,12 @@ def _decode_snippet(text: str) -> list[str]:
     elif kind == "hf" and arg:
         load = ["from transformers import AutoTokenizer", "", f"tok = AutoTokenizer.from_pretrained({arg!r})",
                 "print(tok.decode(documents[0][:-1].tolist()))"]
-        who = f"`{arg}`'s tokenizer"
+        who = f"{code(arg)}'s tokenizer"
     else:
-        return [f"Decode the ids with the tokenizer `{text}` names; its files' sha256 are under "
+        return [f"Decode the ids with the tokenizer {code(text)} names; its files' sha256 are under "
                 "[Provenance](#provenance).", ""]
     return [f"Back to text, with {who} (it needs that library, and may download the tokenizer):", "",
-            "```python", *load, "```", ""]
+            *fenced("python", load), ""]
 
 
 def _bucketed_removal(doc: dict) -> list[str]:
@@ -505,8 +519,9 @@ def _scaffold_top(doc: dict) -> list[str]:
         "describe the same run.",
         "",
         *_AT_A_GLANCE,
-        f"| **Input** | {_input_line(doc)} |",
-        f"| **Tokenizer** | `{tok['spec']}` (GPT-2 BPE, ids 0 – {eot - 1}), EOT `{eot}`, `<ff_N>` = {ff} + N for "
+        f"| **Input** | {_cell(_input_line(doc))} |",
+        f"| **Tokenizer** | {_cell(code(tok['spec']))} (GPT-2 BPE, ids 0 – {eot - 1}), EOT `{eot}`, "
+        f"`<ff_N>` = {ff} + N for "
         f"N = 0 – {top - ff} |",
         f"| **Content** | token ids only, little-endian `uint16`, behind a {lay['header_bytes']}-byte header; "
         "no text |",

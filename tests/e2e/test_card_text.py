@@ -1,0 +1,59 @@
+"""The dataset card shows what a user gave (an input path, a tokenizer's name) literally: a path with
+backticks or a '|' neither ends its code span or the command's block nor cuts a table's row."""
+
+from __future__ import annotations
+
+import shutil
+from html.parser import HTMLParser
+
+from conftest import SAMPLE_PARQUET
+
+from pipelines import cli
+from shards.card import CARD_NAME
+
+ODD = "in ``` x | `y` ``.parquet"  # a file's name: three backticks, a bar, a code span of its own
+
+
+class _Code(HTMLParser):
+    """The text of each <code> element, and each <pre> block's, of rendered HTML."""
+
+    def __init__(self):
+        super().__init__()
+        self.code, self.blocks, self._open = [], [], []
+
+    def handle_starttag(self, tag, attrs):
+        self._open.append(tag)
+        if tag == "code":
+            (self.blocks if "pre" in self._open[:-1] else self.code).append("")
+
+    def handle_endtag(self, tag):
+        self._open.pop()
+
+    def handle_data(self, data):
+        if self._open and self._open[-1] == "code":
+            (self.blocks if "pre" in self._open[:-1] else self.code)[-1] += data
+
+
+def test_an_odd_input_path_is_shown_whole_in_the_card(tmp_path):
+    from markdown_it import MarkdownIt
+
+    src = tmp_path / ODD
+    shutil.copy(SAMPLE_PARQUET, src)
+    out = tmp_path / "out"
+    assert cli.main(["bucketed", "--input", str(src), "--output", str(out), "--tokenizer", "gpt2",
+                     "--runner=FnApiRunner"]) == 0
+    card = (out / CARD_NAME).read_text()
+    html = MarkdownIt("commonmark").enable("table").render(card)
+    found = _Code()
+    found.feed(html)
+    assert found.code.count(ODD) >= 3, found.code  # the Input row, the Read step and the list of inputs
+    [command] = [b for b in found.blocks if "pretokenize bucketed" in b]  # one block, whole
+    assert ODD in command and command.rstrip().endswith("--output DIR"), command
+    [row] = [line for line in html.split("<tr>") if "<strong>Input</strong>" in line]
+    assert row.count("<td>") == 2 and f"<code>{_escaped(ODD)}</code>" in row, row
+
+
+def _escaped(text: str) -> str:
+    import html
+
+    return html.escape(text, quote=False)
