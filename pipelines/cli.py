@@ -18,7 +18,7 @@ freeze_at_exit()
 # tool cannot act on; drop that one message (the filter must be in place before the import).
 logging.getLogger().addFilter(lambda record: "apitools not found" not in record.getMessage())
 
-from pipelines import jobs  # noqa: E402
+from pipelines import jobs, progress_prior  # noqa: E402
 from pipelines.jobs import JOBS, PLAIN_TOOLS, PUBLISHING, SUBMITTABLE  # noqa: E402
 
 
@@ -76,6 +76,7 @@ def _set_up_logging() -> None:
 def main(argv: list[str] | None = None, wait: bool = True) -> int:
     """Runs one job; ``wait``: False for a job that returns once the runner has it (bucketed and
     scaffold, from a Flex Template's launcher: deploy/dataflow/main.py)."""
+    progress_prior.command_started()  # a run's launch is timed from here: a sign of the machine's speed
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())

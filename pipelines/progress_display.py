@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 
-from pipelines.progress_prior import Prior, load_prior, measured_prior, save_prior
+from pipelines.progress_prior import Prior, launch_seconds, load_prior, measured_prior, save_prior
 from transforms.core import progress
 from transforms.core.progress import Stage, announced_stages, read_shared, share_line
 
@@ -136,6 +136,7 @@ class JobDisplay:
         self._ended: list[bool] = []
         self._lines: list[str] = []
         self._start = time.monotonic()
+        self._launch = launch_seconds(self._start)  # the command's, to its display: a sign of its speed
         self._redirect = contextlib.ExitStack()
         self._prior: Prior | None = None
         # When the job's pipeline started; None while it is launching (being built: running() ends it).
@@ -281,7 +282,7 @@ class JobDisplay:
         if self._prior is None or total <= 0 or self._ended[0]:
             return left, False
         first = self._first_work[0]
-        speed = self._prior.speed(None if first is None else first[0] - self._start, now - self._start)
+        speed = self._prior.speed(self._launch, None if first is None else first[0] - self._start, now - self._start)
         if first is None:
             return self._prior.seconds_left(total, now - self._start, speed), True
         done = work[0][0]
@@ -300,7 +301,8 @@ class JobDisplay:
         """A run that ended leaves its parts' times for the next of its kind."""
         if self.kind and self._stages:
             stage_end = self._started[1] if len(self._started) > 1 else None
-            prior = measured_prior(self._start, self._first_work[0], stage_end, time.monotonic(), self._work_total())
+            prior = measured_prior(self._launch, self._start, self._first_work[0], stage_end, time.monotonic(),
+                                   self._work_total())
             if prior is not None:
                 save_prior(self._full_kind(), prior)
 

@@ -12,9 +12,11 @@ unit of planned work. The median of each is the estimate
 run has no rate of its own.
 
 The load of the machine changes between runs, so the estimate is scaled by how much slower this
-run goes than the kept runs (``Prior.speed``): at least as much as it is already late for its
-first figure, then as much as its start-up took longer. (The launcher's build, seconds before, was
-tried as an earlier sign and left out: on four runs of the same work it took 1.0 to 2.0 s, in no
+run goes than the kept runs (``Prior.speed``): as much as its launch took longer (the command
+importing Beam and planning its input, the same work every run, before the display comes up), but
+at least as much as it is already late for its first figure; then as much as its start-up took
+longer. (The launcher's build after the display's start, the tokenizer loaded and the output
+claimed, was tried and left out: on four runs of the same work it took 1.0 to 2.0 s, in no
 relation to how fast each run went.) Once figures come, the rate measured since the first counts more with every
 unit of work done, the kept runs' rate (so scaled) weighing as ``PRIOR_WEIGHT`` of the planned work:
 a first figure or two, a batch each, say little of a rate. On the bench corpus's two-worker runs
@@ -36,6 +38,7 @@ import math
 import os
 import statistics
 import tempfile
+import time
 
 CACHE_ENV = "PRETOKENIZE_PROGRESS_CACHE"
 FILE_NAME = "job-rates.json"
@@ -43,7 +46,7 @@ KEPT_KINDS = 64  # the kinds of run remembered, the latest kept
 KEPT_RUNS = 5  # the runs of a kind whose median is the estimate
 # Figures beyond these are no run's (a hand-edited file): times the planned work, they could make
 # an estimate no clock can show.
-MAX_SECONDS = 86400.0  # to the first figure
+MAX_SECONDS = 86400.0  # to the display, and to the first figure
 MAX_PER_WORK = 60.0  # seconds a byte or a row
 # How much slower (or faster) this run may be taken to go than the kept runs, and how far the
 # measured ratio is believed: a part of a few seconds is a noisy clock, so the ratio is shrunk
@@ -57,22 +60,27 @@ PRIOR_WEIGHT = 0.25
 
 @dataclasses.dataclass(frozen=True)
 class Prior:
-    """A run's parts: ``startup``, seconds from the display's start to the first stage's first
+    """A run's parts: ``launch``, seconds from the command's start to the display's (0: not known,
+    a run from Python), ``startup``, seconds from the display's start to the first stage's first
     figure; then in seconds per unit of the first stage's planned work, ``per_work`` for its work
     after that figure and ``tail`` for what came after the stage (the later stages, the publish)."""
 
+    launch: float
     startup: float
     per_work: float
     tail: float
 
-    def speed(self, first: float | None, elapsed: float) -> float:
+    def speed(self, launch: float | None, first: float | None, elapsed: float) -> float:
         """How many times slower this run goes than the kept runs: by its start-up once its first
-        figure has come (``first``: seconds from the display's start), else at least by how late it
-        already is; 1 when nothing says. Within SPEED_LIMITS, shrunk toward 1."""
-        if self.startup <= 0:
-            return 1.0
-        ratio = first / self.startup if first is not None else max(1.0, elapsed / self.startup)
-        return min(max(ratio, SPEED_LIMITS[0]), SPEED_LIMITS[1]) ** SPEED_TRUST
+        figure has come (``first``: seconds from the display's start); before, by its launch (the
+        command importing Beam and planning its input: ``launch`` seconds), but at least by how late
+        it already is for its first figure. 1 when nothing says. Within SPEED_LIMITS; a measured
+        ratio is shrunk toward 1 (SPEED_TRUST), the lower bound of being late is not."""
+        if first is not None:
+            return _trusted(first / self.startup) if self.startup > 0 else 1.0
+        ratio = _trusted(launch / self.launch) if launch is not None and self.launch > 0 else 1.0
+        late = elapsed / self.startup if self.startup > 0 else 1.0
+        return min(max(ratio, late), SPEED_LIMITS[1])
 
     def seconds_left(self, work_total: int, elapsed: float, speed: float) -> float:
         """The whole job's time left ``elapsed`` s after the display's start, no figure seen yet: the
@@ -87,6 +95,24 @@ class Prior:
         weight = PRIOR_WEIGHT * work_total
         per_work = (speed * self.per_work * weight + since_first) / (weight + done_since_first)
         return per_work * max(work_total - done, 0) + speed * self.tail * work_total
+
+
+def _trusted(ratio: float) -> float:
+    return min(max(ratio, SPEED_LIMITS[0]), SPEED_LIMITS[1]) ** SPEED_TRUST
+
+
+_COMMAND_START: list[float] = []
+
+
+def command_started() -> None:
+    """The command starts now (pipelines.cli.main): a display's launch is timed from here. Not
+    called for a run from Python (a notebook's process started long before): no launch is timed."""
+    _COMMAND_START[:] = [time.monotonic()]
+
+
+def launch_seconds(display_start: float) -> float | None:
+    """Seconds from the command's start to ``display_start``, or None (not run as a command)."""
+    return display_start - _COMMAND_START[0] if _COMMAND_START and display_start >= _COMMAND_START[0] else None
 
 
 def cache_file() -> str:
@@ -106,12 +132,15 @@ def _read_all() -> dict[str, list]:
 
 
 def load_prior(kind: str) -> Prior | None:
-    """The median of each of the kept runs' figures of ``kind``, or None: no run kept, or none whose
-    figures are three finite non-negative numbers within MAX_SECONDS and MAX_PER_WORK."""
+    """The median of each of the kept runs' figures of ``kind`` (a launch, of those that timed it),
+    or None: no run kept, or none whose figures are four finite non-negative numbers within
+    MAX_SECONDS and MAX_PER_WORK."""
     runs = _runs(_read_all().get(kind))
     if not runs:
         return None
-    return Prior(*(statistics.median(run[i] for run in runs) for i in range(3)))
+    launches = [run[0] for run in runs if run[0] > 0]
+    return Prior(statistics.median(launches) if launches else 0.0,
+                 *(statistics.median(run[i] for run in runs) for i in range(1, 4)))
 
 
 def _runs(entry) -> list[list[float]]:
@@ -122,10 +151,10 @@ def _runs(entry) -> list[list[float]]:
 
 
 def _a_runs(run) -> bool:
-    numbers = isinstance(run, list) and len(run) == 3 and all(type(x) in (int, float) for x in run)
+    numbers = isinstance(run, list) and len(run) == 4 and all(type(x) in (int, float) for x in run)
     if not numbers:
         return False
-    limits = (MAX_SECONDS, MAX_PER_WORK, MAX_PER_WORK)
+    limits = (MAX_SECONDS, MAX_SECONDS, MAX_PER_WORK, MAX_PER_WORK)
     return all(math.isfinite(x) and 0 <= x <= limit for x, limit in zip(run, limits, strict=True))
 
 
@@ -134,7 +163,7 @@ def save_prior(kind: str, prior: Prior) -> None:
     never worth failing a run over."""
     entries = _read_all()
     runs = _runs(entries.pop(kind, None))
-    runs.append([round(prior.startup, 3), prior.per_work, prior.tail])
+    runs.append([round(prior.launch, 3), round(prior.startup, 3), prior.per_work, prior.tail])
     entries[kind] = runs[-KEPT_RUNS:]
     entries = dict(list(entries.items())[-KEPT_KINDS:])
     path = cache_file()
@@ -152,13 +181,15 @@ def save_prior(kind: str, prior: Prior) -> None:
                 os.unlink(tmp)
 
 
-def measured_prior(start: float, first: tuple[float, int] | None, stage_end: float | None, end: float,
-                   work_total: int | None) -> Prior | None:
-    """What a run that ended at ``end`` leaves for the next: its start-up to the first figure
-    (``first``: when, and the work done then), the seconds per unit of the first stage's work after
-    it (to ``stage_end``; None: the job's end), and per unit of all of it from there to the end."""
+def measured_prior(launch: float | None, start: float, first: tuple[float, int] | None, stage_end: float | None,
+                   end: float, work_total: int | None) -> Prior | None:
+    """What a run that ended at ``end`` leaves for the next: its launch (None: not timed), its
+    start-up from the display's ``start`` to the first figure (``first``: when, and the work done
+    then), the seconds per unit of the first stage's work after it (to ``stage_end``; None: the
+    job's end), and per unit of all of it from there to the end."""
     if first is None or not work_total or work_total <= first[1]:
         return None
     seen_at, seen = first
     stage_end = end if stage_end is None else max(min(stage_end, end), seen_at)
-    return Prior(max(seen_at - start, 0.0), (stage_end - seen_at) / (work_total - seen), (end - stage_end) / work_total)
+    return Prior(launch or 0.0, max(seen_at - start, 0.0), (stage_end - seen_at) / (work_total - seen),
+                 (end - stage_end) / work_total)
