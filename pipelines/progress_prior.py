@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import math
 import os
 import statistics
 import tempfile
@@ -126,7 +125,9 @@ def _a_runs(run) -> bool:
     if not numbers:
         return False
     limits = (MAX_SECONDS, MAX_PER_WORK, MAX_PER_WORK)
-    return all(math.isfinite(x) and 0 <= x <= limit for x, limit in zip(run, limits, strict=True))
+    # Compared, never converted: an integer beyond a float's range (JSON has them) would raise in
+    # math.isfinite; NaN and the infinities fail the comparison.
+    return all(0 <= x <= limit for x, limit in zip(run, limits, strict=True))
 
 
 def save_prior(kind: str, prior: Prior) -> None:

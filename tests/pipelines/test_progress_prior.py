@@ -163,6 +163,18 @@ def test_figures_too_large_to_be_a_runs_are_ignored(cache, entry):
     assert prior is None or progress.format_duration(prior.seconds_left(10**12, 0.0, 3.0))
 
 
+def test_an_integer_too_large_for_a_float_is_ignored_not_raised(cache):
+    """JSON has integers of any size, and math.isfinite raises OverflowError on one beyond a
+    float's range: the display's thread died on it, and the run's end (keeping its figures) raised.
+    NaN and Infinity, which json reads too, are no run's either."""
+    save_prior(KIND, Prior(1.0, 1e-6, 0.0))
+    runs = f"[[1, {10**400}, 0], [NaN, 0, 0], [1, Infinity, 0], [2.0, 1e-6, 0]]"
+    (cache / progress_prior.FILE_NAME).write_text(f'{{"{KIND}": {runs}}}')
+    assert load_prior(KIND) == Prior(2.0, 1e-6, 0.0)
+    save_prior(KIND, Prior(4.0, 1e-6, 0.0))
+    assert load_prior(KIND) == Prior(3.0, 1e-6, 0.0)
+
+
 def test_the_cache_is_written_through_no_symlink(cache, tmp_path):
     """A temporary file's name is predictable (the pid): one planted as a symlink in a shared cache
     directory ($PRETOKENIZE_PROGRESS_CACHE=/tmp/...) must not be written through."""
