@@ -96,7 +96,9 @@ def cache_file() -> str:
 
 
 def _read_all() -> dict[str, list]:
-    with contextlib.suppress(OSError, ValueError):
+    """The kept kinds, or none when the file cannot be read or is no JSON object (json raises
+    RecursionError, no ValueError, on nesting deeper than the interpreter's stack)."""
+    with contextlib.suppress(OSError, ValueError, RecursionError):
         with open(cache_file()) as f:
             raw = json.load(f)
         if isinstance(raw, dict):

@@ -175,6 +175,15 @@ def test_an_integer_too_large_for_a_float_is_ignored_not_raised(cache):
     assert load_prior(KIND) == Prior(3.0, 1e-6, 0.0)
 
 
+def test_a_file_nested_too_deep_for_json_is_ignored_then_replaced(cache):
+    """json raises RecursionError (no ValueError) on nesting deeper than the interpreter's stack."""
+    cache.mkdir()
+    (cache / progress_prior.FILE_NAME).write_text("[" * 100_000)
+    assert load_prior(KIND) is None
+    save_prior(KIND, Prior(1.0, 1e-6, 0.0))
+    assert load_prior(KIND) == Prior(1.0, 1e-6, 0.0)
+
+
 def test_the_cache_is_written_through_no_symlink(cache, tmp_path):
     """A temporary file's name is predictable (the pid): one planted as a symlink in a shared cache
     directory ($PRETOKENIZE_PROGRESS_CACHE=/tmp/...) must not be written through."""
