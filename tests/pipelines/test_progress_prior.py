@@ -175,11 +175,40 @@ def test_an_integer_too_large_for_a_float_is_ignored_not_raised(cache):
     assert load_prior(KIND) == Prior(3.0, 1e-6, 0.0)
 
 
+def _loaded_within(seconds: float):
+    """load_prior(KIND) run on a thread: (whether it returned in ``seconds``, what it returned)."""
+    import threading
+
+    out = []
+    thread = threading.Thread(target=lambda: out.append(load_prior(KIND)), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    return not thread.is_alive(), out
+
+
 def test_a_file_nested_too_deep_for_json_is_ignored_then_replaced(cache):
     """json raises RecursionError (no ValueError) on nesting deeper than the interpreter's stack."""
     cache.mkdir()
     (cache / progress_prior.FILE_NAME).write_text("[" * 100_000)
     assert load_prior(KIND) is None
+    save_prior(KIND, Prior(1.0, 1e-6, 0.0))
+    assert load_prior(KIND) == Prior(1.0, 1e-6, 0.0)
+
+
+@pytest.mark.parametrize("planted", ["fifo", "oversized"])
+def test_only_a_regular_file_of_a_bounded_size_is_read(cache, planted):
+    """A FIFO in the file's place (a shared cache directory) hung the display's thread on open,
+    and with it the run's end, which waits for that thread; a symlink to /dev/zero (not tried here:
+    before the fix it fills the memory) read without end, as a file of any size was read whole."""
+    import os
+
+    cache.mkdir()
+    path = cache / progress_prior.FILE_NAME
+    if planted == "fifo":
+        os.mkfifo(path)
+    else:
+        path.write_text(f'{{"{KIND}": [[1.0, 1e-6, 0.0]], "junk": [{", ".join(["[1, 2, 3]"] * 200_000)}]}}')
+    assert _loaded_within(5.0) == (True, [None])
     save_prior(KIND, Prior(1.0, 1e-6, 0.0))
     assert load_prior(KIND) == Prior(1.0, 1e-6, 0.0)
 
