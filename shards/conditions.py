@@ -299,7 +299,9 @@ def describe(conds: Sequence[Condition]) -> list[str]:
 
 
 def _bare(value) -> str:
-    return value if isinstance(value, str) else _spell(value)
+    """A value as the card says it: a string as it is, unless it is empty or blank, which is said
+    with its quotes (no code span can hold nothing, and a blank one would show as no value)."""
+    return value if isinstance(value, str) and value.strip() else _spell(value)
 
 
 def code_span(text: str) -> str:

@@ -119,6 +119,17 @@ def test_a_value_is_said_in_a_code_span_whatever_it_holds():
     assert said == ["`x` ≥ `<b>`", "`y` is one of `` ` ``, ``` a``b ```", "`z` ≤ 2"]
 
 
+def test_an_empty_or_blank_string_is_said_with_its_quotes():
+    """No code span holds nothing (a lone `` is no span): an empty value opened a span that the
+    next condition's empty value closed, and the card's row showed the conditions between as code.
+    A value of spaces alone is quoted too, so that it is seen."""
+    from markdown_it import MarkdownIt
+
+    said = conditions.describe([parse("url == ''"), parse("dump != ''"), parse("x in ['', '  ']")])
+    tokens = MarkdownIt("commonmark").parseInline(", ".join(said))[0].children
+    assert [t.content for t in tokens if t.type == "code_inline"] == ["url", '""', "dump", '""', "x", '""', '"  "']
+
+
 def test_a_field_flag_naming_a_column_with_a_line_break_is_refused():
     with pytest.raises(ValueError, match="--lid-score-field .*line break"):
         conditions.conditions({"lid_score_field": "a\nb"})
