@@ -70,6 +70,9 @@ def test_the_name_spells_every_literal_one_way():
         ('x == "a\nb"', "'\\n': a line break"),
         ("x == 'a\u2028b'", "line break or control character"),
         ("x == 'a\x1b[31m'", "line break or control character"),
+        # a byte not in UTF-8 (Python keeps it in argv as a lone surrogate): pyarrow raised on it mid-run
+        ("x == 'a\udc85b'", "'\\udc85': a byte that is not UTF-8"),
+        ("x\udcff == 1", "not UTF-8"),
     ],
 )
 def test_a_malformed_condition_is_one_error_naming_it(text, problem):
@@ -133,6 +136,8 @@ def test_an_empty_or_blank_string_is_said_with_its_quotes():
 def test_a_field_flag_naming_a_column_with_a_line_break_is_refused():
     with pytest.raises(ValueError, match="--lid-score-field .*line break"):
         conditions.conditions({"lid_score_field": "a\nb"})
+    with pytest.raises(ValueError, match="--lid-score-field .*not UTF-8"):
+        conditions.conditions({"lid_score_field": "a\udc85b"})
 
 
 @pytest.mark.parametrize("text", ["eng_Latn", "a`b", "`", "``x`", "a``b```c", " a ", "<script>alert(1)</script>",
