@@ -267,6 +267,8 @@ def conditions(values: Mapping[str, object]) -> tuple[Condition, ...]:
             raise _refused(c, f"{c.name!r} cannot name a drop reason (no '|' or space at either end)")
         if _control(c.column, "a field's name"):
             raise _refused(c, _control(c.column, "a field's name"))
+        if isinstance(c.value, str) and _control(c.value, "a value"):  # a shorthand's (--language)
+            raise _refused(c, _control(c.value, "a value"))
         if names.count(c.name) > 1:
             raise _refused(c, f"the name {c.name!r} is given twice (a --keep repeated, or a language "
                                  "field named as another drop reason)")

@@ -140,6 +140,15 @@ def test_a_field_flag_naming_a_column_with_a_line_break_is_refused():
         conditions.conditions({"lid_score_field": "a\udc85b"})
 
 
+@pytest.mark.parametrize(("language", "problem"), [("eng\nx", "line break"), ("eng\x1b[2J", "control character"),
+                                                 ("eng\udc85", "not UTF-8")])
+def test_a_language_flag_that_is_no_line_of_text_is_refused(language, problem):
+    """--language is the value of the language conditions: a line break in it broke the card's
+    row, and a byte that is not UTF-8 raised in pyarrow as the job ran."""
+    with pytest.raises(ValueError, match=f"language == .*{problem}"):
+        conditions.conditions({"language": language})
+
+
 @pytest.mark.parametrize("text", ["eng_Latn", "a`b", "`", "``x`", "a``b```c", " a ", "<script>alert(1)</script>",
                                   "*a* _b_ [l](u) <u@v.w>", "&amp;"])
 def test_a_code_span_shows_its_text_literally(text):
