@@ -130,6 +130,27 @@ def test_before_any_figure_the_display_shows_the_last_runs_estimate_then_keeps_t
     assert kept.startup == pytest.approx((30.0 + 0.7) / 2, abs=1.0)
 
 
+def test_a_run_logged_less_often_than_its_figures_come_keeps_them_all_the_same(tmp_path, cache, caplog):
+    """Not in a terminal, the display says a line every ``interval`` (10 s): a run shorter than that
+    kept no figures (its first figure was never seen before the end), and a longer one kept its
+    start-up rounded up to the next line, which then made a terminal run seem three times faster."""
+    shared = str(tmp_path / "shared")
+    announce_stages(shared, STAGES)
+    display = JobDisplay(shared, stream=open(tmp_path / "log", "w"), interval=60, kind=KIND)
+    with caplog.at_level(logging.INFO, logger="pretokenize.progress"), display:
+        time.sleep(0.3)
+        read = Progress("read", shared_dir=shared)
+        read.add(documents=10, bytes=100_000)
+        progress.flush_all()
+        time.sleep(1.5)
+        read.add(documents=90, bytes=900_000)
+        progress.flush_all()
+        time.sleep(0.3)
+    assert not _job_etas(caplog.records)  # no line before the end: the interval is a minute
+    kept = load_prior(_full_kind())
+    assert kept is not None and 0.3 <= kept.startup < 1.5
+
+
 def test_a_run_later_than_the_kept_ones_for_its_first_figure_is_taken_to_be_slower(tmp_path, cache, caplog):
     """The kept runs had their first figure 0.3 s after the display came up, then 20 s of work; this
     run has none after 0.9 s (a busier machine): its ETA is the kept runs' scaled by how much later it
