@@ -174,6 +174,9 @@ class JobDisplay:
         self._redirect.close()
 
     def _loop(self) -> None:
+        """Bars redrawn every REDRAW_SECONDS; a log's figures read every half second, said every
+        ``interval``: when a stage begins and its first work is seen are the ETA's, and the next
+        run's (_remember), to within that half second, not to within a line's interval."""
         last_line = time.monotonic()
         while not self._stop.wait(REDRAW_SECONDS if self.bars else 0.5):
             if self.bars:
@@ -181,8 +184,11 @@ class JobDisplay:
             elif self._running is not None and time.monotonic() - max(last_line, self._running) >= self.interval:
                 last_line = time.monotonic()
                 self._draw()
+            else:
+                self._draw(say=False)
 
-    def _draw(self, finished: bool = False) -> None:
+    def _draw(self, finished: bool = False, say: bool = True) -> None:
+        """The figures read and drawn (bars), or said in a log line (``say``; else only read)."""
         if not self._read_stages():
             return
         figures = stage_figures(self.shared_dir, self._stages)
@@ -211,9 +217,10 @@ class JobDisplay:
                 elif ended:
                     bar.set_postfix_str("", refresh=False)  # the job's ETA is said on the bar of the stage under way
                 bar.refresh()  # an ended stage is drawn a last time, then left as it is
-            elif total is not None or done:
+            elif say and (total is not None or done):
                 self._lines.append(self._line(self._stages[i], done, total, now - self._started[i]))
-            self._ended[i] = ended
+            if say:  # a stage ends once said: a log's next line says it done
+                self._ended[i] = ended
         left, estimated = (None, False) if finished else self._left(figures, now)
         if self.bars and left is not None:
             active = next((i for i, ended in enumerate(self._ended) if not ended), None)

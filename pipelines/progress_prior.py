@@ -25,8 +25,9 @@ in 11 of 14 runs (replayed on traces), where the last run's figures alone did in
 
 Kept in the user's cache directory ($PRETOKENIZE_PROGRESS_CACHE, else $XDG_CACHE_HOME or ~/.cache,
 then beam-pretokenize/job-rates.json), never in an output tree; plain JSON numbers, read with json
-and checked, never executed. A file that does not parse is ignored, then replaced; a run's figures
-that are not four numbers a run can have are left out.
+and checked, never executed. A file that does not parse, or is no regular file of at most
+MAX_BYTES, is ignored, then replaced; a run's figures that are not four numbers a run can have
+are left out.
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import math
 import os
+import stat
 import statistics
 import tempfile
 import time
@@ -44,6 +45,7 @@ CACHE_ENV = "PRETOKENIZE_PROGRESS_CACHE"
 FILE_NAME = "job-rates.json"
 KEPT_KINDS = 64  # the kinds of run remembered, the latest kept
 KEPT_RUNS = 5  # the runs of a kind whose median is the estimate
+MAX_BYTES = 1 << 20  # a file read at most: KEPT_KINDS kinds of KEPT_RUNS runs take about 30 kB
 # Figures beyond these are no run's (a hand-edited file): times the planned work, they could make
 # an estimate no clock can show.
 MAX_SECONDS = 86400.0  # to the display, and to the first figure
@@ -123,12 +125,25 @@ def cache_file() -> str:
 
 
 def _read_all() -> dict[str, list]:
-    with contextlib.suppress(OSError, ValueError):
-        with open(cache_file()) as f:
-            raw = json.load(f)
+    """The kept kinds, or none when the file cannot be read or is no JSON object (json raises
+    RecursionError, no ValueError, on nesting deeper than the interpreter's stack)."""
+    with contextlib.suppress(OSError, ValueError, RecursionError):
+        raw = json.loads(_bounded_text(cache_file()))
         if isinstance(raw, dict):
             return raw
     return {}
+
+
+def _bounded_text(path: str) -> bytes:
+    """The bytes of ``path`` if it is a regular file of at most MAX_BYTES, else b"" (no JSON): a
+    FIFO in its place would hang the display's thread on open (and the run's end, which waits for
+    it), a symlink to /dev/zero would be read until the memory ran out."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens at once, and is then refused
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return b""
+        data = f.read(MAX_BYTES + 1)
+    return data if len(data) <= MAX_BYTES else b""
 
 
 def load_prior(kind: str) -> Prior | None:
@@ -155,7 +170,9 @@ def _a_runs(run) -> bool:
     if not numbers:
         return False
     limits = (MAX_SECONDS, MAX_SECONDS, MAX_PER_WORK, MAX_PER_WORK)
-    return all(math.isfinite(x) and 0 <= x <= limit for x, limit in zip(run, limits, strict=True))
+    # Compared, never converted: an integer beyond a float's range (JSON has them) would raise in
+    # math.isfinite; NaN and the infinities fail the comparison.
+    return all(0 <= x <= limit for x, limit in zip(run, limits, strict=True))
 
 
 def save_prior(kind: str, prior: Prior) -> None:

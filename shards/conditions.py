@@ -20,7 +20,8 @@ A condition is ``COLUMN OP VALUE`` (``--keep``, repeatable):
   quoted with ``"`` or ``'`` (a backslash escapes the quote or itself). A bare word is no string.
 
 Spaces and tabs separate the parts. A condition is one line of text (no line break or control
-character): the card shows each in a table's row, as code (code_span), and the command in a block.
+character, no byte that is not UTF-8): the card shows each in a table's row, as code (code_span),
+and the command in a block.
 
 Nulls: a null value fails every comparison (``x >= 0.9`` drops a null ``x``: no threshold can
 judge it), but ``x == null`` keeps exactly the nulls, ``x != null`` the others, and ``x in [...,
@@ -115,17 +116,24 @@ EXACT_INT = 2**53  # the largest integer every integer up to which a float64 hol
 _WORDS = {"true": True, "false": False, "null": None}
 
 
-def _control(text: str) -> str | None:
-    """The first line break or control character of ``text`` (a tab is a space), or None: the
-    card shows a condition on one line of a table, and its command in a fenced block, which a
-    line break would end or break open."""
-    return next((c for c in text if c != "\t" and unicodedata.category(c) in ("Cc", "Zl", "Zp")), None)
+def _control(text: str, what: str) -> str | None:
+    """Why ``text`` cannot be in ``what``, or None: for its first line break or control character
+    (a tab is a space), as the card shows a condition on one line of a table, and its command in
+    a fenced block, which a line break would end or break open; or for a lone surrogate, which is
+    how Python keeps an argument's byte that is not UTF-8, and which no file can be written with
+    (pyarrow raised on it as the job ran)."""
+    c = next((c for c in text if c != "\t" and unicodedata.category(c) in ("Cc", "Zl", "Zp", "Cs")), None)
+    if c is None:
+        return None
+    if unicodedata.category(c) == "Cs":
+        return f"{c!r}: a byte that is not UTF-8 cannot be in {what}"
+    return f"{c!r}: a line break or control character cannot be in {what}"
 
 
 def _tokens(text: str) -> list[tuple[str, str]]:
     """(type, spelling) of each token of ``text``."""
-    if _control(text):
-        raise ConditionError(text, f"{_control(text)!r}: a line break or control character cannot be in a condition")
+    if _control(text, "a condition"):
+        raise ConditionError(text, _control(text, "a condition"))
     out, pos = [], 0
     text = text.rstrip(" \t")
     while pos < len(text):
@@ -257,8 +265,10 @@ def conditions(values: Mapping[str, object]) -> tuple[Condition, ...]:
     for c in out:
         if not c.name or c.name != c.name.strip() or "|" in c.name:
             raise _refused(c, f"{c.name!r} cannot name a drop reason (no '|' or space at either end)")
-        if _control(c.column):
-            raise _refused(c, f"{c.column!r}: a line break or control character cannot be in a field's name")
+        if _control(c.column, "a field's name"):
+            raise _refused(c, _control(c.column, "a field's name"))
+        if isinstance(c.value, str) and _control(c.value, "a value"):  # a shorthand's (--language)
+            raise _refused(c, _control(c.value, "a value"))
         if names.count(c.name) > 1:
             raise _refused(c, f"the name {c.name!r} is given twice (a --keep repeated, or a language "
                                  "field named as another drop reason)")
@@ -299,7 +309,9 @@ def describe(conds: Sequence[Condition]) -> list[str]:
 
 
 def _bare(value) -> str:
-    return value if isinstance(value, str) else _spell(value)
+    """A value as the card says it: a string as it is, unless it is empty or blank, which is said
+    with its quotes (no code span can hold nothing, and a blank one would show as no value)."""
+    return value if isinstance(value, str) and value.strip() else _spell(value)
 
 
 def code_span(text: str) -> str:

@@ -134,6 +134,27 @@ def test_before_any_figure_the_display_shows_the_last_runs_estimate_then_keeps_t
     assert kept.startup == pytest.approx((30.0 + 0.7) / 2, abs=1.0)
 
 
+def test_a_run_logged_less_often_than_its_figures_come_keeps_them_all_the_same(tmp_path, cache, caplog):
+    """Not in a terminal, the display says a line every ``interval`` (10 s): a run shorter than that
+    kept no figures (its first figure was never seen before the end), and a longer one kept its
+    start-up rounded up to the next line, which then made a terminal run seem three times faster."""
+    shared = str(tmp_path / "shared")
+    announce_stages(shared, STAGES)
+    display = JobDisplay(shared, stream=open(tmp_path / "log", "w"), interval=60, kind=KIND)
+    with caplog.at_level(logging.INFO, logger="pretokenize.progress"), display:
+        time.sleep(0.3)
+        read = Progress("read", shared_dir=shared)
+        read.add(documents=10, bytes=100_000)
+        progress.flush_all()
+        time.sleep(1.5)
+        read.add(documents=90, bytes=900_000)
+        progress.flush_all()
+        time.sleep(0.3)
+    assert not _job_etas(caplog.records)  # no line before the end: the interval is a minute
+    kept = load_prior(_full_kind())
+    assert kept is not None and 0.3 <= kept.startup < 1.5
+
+
 def test_a_run_later_than_the_kept_ones_for_its_first_figure_is_taken_to_be_slower(tmp_path, cache, caplog):
     """The kept runs had their first figure 0.3 s after the display came up, then 20 s of work; this
     run has none after 0.9 s (a busier machine): its ETA is the kept runs' scaled by how much later it
@@ -188,6 +209,56 @@ def test_figures_too_large_to_be_a_runs_are_ignored(cache, entry):
     (cache / progress_prior.FILE_NAME).write_text(f'{{"{KIND}": {entry}}}')
     prior = load_prior(KIND)
     assert prior is None or progress.format_duration(prior.seconds_left(10**12, 0.0, 3.0))
+
+
+def test_an_integer_too_large_for_a_float_is_ignored_not_raised(cache):
+    """JSON has integers of any size, and math.isfinite raises OverflowError on one beyond a
+    float's range: the display's thread died on it, and the run's end (keeping its figures) raised.
+    NaN and Infinity, which json reads too, are no run's either."""
+    save_prior(KIND, Prior(0.5, 1.0, 1e-6, 0.0))
+    runs = f"[[0.5, 1, {10**400}, 0], [0.5, NaN, 0, 0], [0.5, 1, Infinity, 0], [0.5, 2.0, 1e-6, 0]]"
+    (cache / progress_prior.FILE_NAME).write_text(f'{{"{KIND}": {runs}}}')
+    assert load_prior(KIND) == Prior(0.5, 2.0, 1e-6, 0.0)
+    save_prior(KIND, Prior(0.5, 4.0, 1e-6, 0.0))
+    assert load_prior(KIND) == Prior(0.5, 3.0, 1e-6, 0.0)
+
+
+def _loaded_within(seconds: float):
+    """load_prior(KIND) run on a thread: (whether it returned in ``seconds``, what it returned)."""
+    import threading
+
+    out = []
+    thread = threading.Thread(target=lambda: out.append(load_prior(KIND)), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    return not thread.is_alive(), out
+
+
+def test_a_file_nested_too_deep_for_json_is_ignored_then_replaced(cache):
+    """json raises RecursionError (no ValueError) on nesting deeper than the interpreter's stack."""
+    cache.mkdir()
+    (cache / progress_prior.FILE_NAME).write_text("[" * 100_000)
+    assert load_prior(KIND) is None
+    save_prior(KIND, Prior(0.5, 1.0, 1e-6, 0.0))
+    assert load_prior(KIND) == Prior(0.5, 1.0, 1e-6, 0.0)
+
+
+@pytest.mark.parametrize("planted", ["fifo", "oversized"])
+def test_only_a_regular_file_of_a_bounded_size_is_read(cache, planted):
+    """A FIFO in the file's place (a shared cache directory) hung the display's thread on open,
+    and with it the run's end, which waits for that thread; a symlink to /dev/zero (not tried here:
+    before the fix it fills the memory) read without end, as a file of any size was read whole."""
+    import os
+
+    cache.mkdir()
+    path = cache / progress_prior.FILE_NAME
+    if planted == "fifo":
+        os.mkfifo(path)
+    else:
+        path.write_text(f'{{"{KIND}": [[0.5, 1.0, 1e-6, 0.0]], "junk": [{", ".join(["[1, 2, 3, 4]"] * 160_000)}]}}')
+    assert _loaded_within(5.0) == (True, [None])
+    save_prior(KIND, Prior(0.5, 1.0, 1e-6, 0.0))
+    assert load_prior(KIND) == Prior(0.5, 1.0, 1e-6, 0.0)
 
 
 def test_the_cache_is_written_through_no_symlink(cache, tmp_path):

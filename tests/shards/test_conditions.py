@@ -70,6 +70,9 @@ def test_the_name_spells_every_literal_one_way():
         ('x == "a\nb"', "'\\n': a line break"),
         ("x == 'a\u2028b'", "line break or control character"),
         ("x == 'a\x1b[31m'", "line break or control character"),
+        # a byte not in UTF-8 (Python keeps it in argv as a lone surrogate): pyarrow raised on it mid-run
+        ("x == 'a\udc85b'", "'\\udc85': a byte that is not UTF-8"),
+        ("x\udcff == 1", "not UTF-8"),
     ],
 )
 def test_a_malformed_condition_is_one_error_naming_it(text, problem):
@@ -119,9 +122,31 @@ def test_a_value_is_said_in_a_code_span_whatever_it_holds():
     assert said == ["`x` ≥ `<b>`", "`y` is one of `` ` ``, ``` a``b ```", "`z` ≤ 2"]
 
 
+def test_an_empty_or_blank_string_is_said_with_its_quotes():
+    """No code span holds nothing (a lone `` is no span): an empty value opened a span that the
+    next condition's empty value closed, and the card's row showed the conditions between as code.
+    A value of spaces alone is quoted too, so that it is seen."""
+    from markdown_it import MarkdownIt
+
+    said = conditions.describe([parse("url == ''"), parse("dump != ''"), parse("x in ['', '  ']")])
+    tokens = MarkdownIt("commonmark").parseInline(", ".join(said))[0].children
+    assert [t.content for t in tokens if t.type == "code_inline"] == ["url", '""', "dump", '""', "x", '""', '"  "']
+
+
 def test_a_field_flag_naming_a_column_with_a_line_break_is_refused():
     with pytest.raises(ValueError, match="--lid-score-field .*line break"):
         conditions.conditions({"lid_score_field": "a\nb"})
+    with pytest.raises(ValueError, match="--lid-score-field .*not UTF-8"):
+        conditions.conditions({"lid_score_field": "a\udc85b"})
+
+
+@pytest.mark.parametrize(("language", "problem"), [("eng\nx", "line break"), ("eng\x1b[2J", "control character"),
+                                                 ("eng\udc85", "not UTF-8")])
+def test_a_language_flag_that_is_no_line_of_text_is_refused(language, problem):
+    """--language is the value of the language conditions: a line break in it broke the card's
+    row, and a byte that is not UTF-8 raised in pyarrow as the job ran."""
+    with pytest.raises(ValueError, match=f"language == .*{problem}"):
+        conditions.conditions({"language": language})
 
 
 @pytest.mark.parametrize("text", ["eng_Latn", "a`b", "`", "``x`", "a``b```c", " a ", "<script>alert(1)</script>",
