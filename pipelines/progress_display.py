@@ -161,10 +161,11 @@ class JobDisplay:
         self._stop.set()
         self._thread.join()
         launch_failed = exc_type is not None and self._running is None
-        if not launch_failed:
-            self._draw(finished=exc_type is None)
-        if exc_type is None:
-            self._remember()
+        with _never_fatal():  # the job has ended (or published): nothing of the display may undo that
+            if not launch_failed:
+                self._draw(finished=exc_type is None)
+            if exc_type is None:
+                self._remember()
         # A job that failed while it was built (a launch error: the display is up from before the
         # build) leaves no bar and no progress line: its error is said alone, at the start of the
         # first bar's line (cleared last, the cursor ends there).
@@ -178,14 +179,15 @@ class JobDisplay:
         ``interval``: when a stage begins and its first work is seen are the ETA's, and the next
         run's (_remember), to within that half second, not to within a line's interval."""
         last_line = time.monotonic()
-        while not self._stop.wait(REDRAW_SECONDS if self.bars else 0.5):
-            if self.bars:
-                self._draw()
-            elif self._running is not None and time.monotonic() - max(last_line, self._running) >= self.interval:
-                last_line = time.monotonic()
-                self._draw()
-            else:
-                self._draw(say=False)
+        with _never_fatal():  # a display that fails stops drawing; the job runs on
+            while not self._stop.wait(REDRAW_SECONDS if self.bars else 0.5):
+                if self.bars:
+                    self._draw()
+                elif self._running is not None and time.monotonic() - max(last_line, self._running) >= self.interval:
+                    last_line = time.monotonic()
+                    self._draw()
+                else:
+                    self._draw(say=False)
 
     def _draw(self, finished: bool = False, say: bool = True) -> None:
         """The figures read and drawn (bars), or said in a log line (``say``; else only read)."""
@@ -335,6 +337,17 @@ class JobDisplay:
         return tqdm(total=stage.total, desc=f"{stage.label:<17}", unit=f" {stage.unit}", unit_scale=_scaled(stage.unit),
                     position=position, file=self.stream, dynamic_ncols=sized, ncols=None if sized else 80,
                     nrows=None if sized else 24, leave=True, smoothing=0, postfix=postfix)
+
+
+@contextlib.contextmanager
+def _never_fatal():
+    """What the display does is never worth a job: an error in it (an estimate that cannot be
+    formatted, a figure file it cannot read) is said in one line and the display stops, where it
+    would have killed its thread with a traceback, or raised after the job had published."""
+    try:
+        yield
+    except Exception as e:  # any error of the display's own: said, and the display left
+        log.warning("the progress display stopped: %s: %s", type(e).__name__, e)
 
 
 def _eta_text(left: float, estimated: bool) -> str:

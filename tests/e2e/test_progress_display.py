@@ -5,6 +5,7 @@ stage when stderr is a file."""
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import re
 import select
@@ -173,3 +174,23 @@ def test_remove_verify_and_train_bpe_draw_their_bars_to_100_percent(command, lab
     if command == "train-bpe":  # then the merges, learnt on the launcher
         merges = bar_frames(text, "merges")
         assert merges and merges[-1][0] == 100 and "300/300" in merges[-1][1], text
+
+
+def test_an_error_in_the_display_stops_it_and_never_the_job(tmp_path, monkeypatch, capfd, caplog):
+    """An error of the display's own (here: its figures unreadable) killed its thread with a
+    traceback, and raised again from the end of the job, after the job had published: now one
+    warning line, and the job's end goes on."""
+    from pipelines import progress_display
+
+    def broken(*args):
+        raise ZeroDivisionError("a figure that cannot be divided")
+
+    announce_stages(str(tmp_path), [Stage("read and tokenize", "read", ("documents",), "rows", total=100)])
+    monkeypatch.setattr(progress_display, "stage_figures", broken)
+    with caplog.at_level(logging.WARNING, logger="pretokenize.progress"):
+        with JobDisplay(str(tmp_path), stream=TerminalStream()):
+            time.sleep(0.4)
+    assert "Traceback" not in capfd.readouterr().err
+    said = [r.getMessage() for r in caplog.records]
+    assert said and all(m == "the progress display stopped: ZeroDivisionError: a figure that cannot be divided"
+                        for m in said), said
