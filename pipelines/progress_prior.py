@@ -55,6 +55,9 @@ MAX_PER_WORK = 60.0  # seconds a byte or a row
 # toward 1 (its power SPEED_TRUST).
 SPEED_LIMITS = (1 / 3, 3.0)
 SPEED_TRUST = 0.75
+# A launch's ratio to the kept runs' that says nothing: on a quiet machine five launches of the same
+# command took 0.98 to 1.35 s with no relation to how fast each run went; under a load it was twice.
+LAUNCH_NOISE = 1.3
 # What the kept runs' rate weighs against this run's once its figures come, as a share of the
 # planned work: this run's rate counts as much once it has done a quarter of the work.
 PRIOR_WEIGHT = 0.25
@@ -76,11 +79,14 @@ class Prior:
         """How many times slower this run goes than the kept runs: by its start-up once its first
         figure has come (``first``: seconds from the display's start); before, by its launch (the
         command importing Beam and planning its input: ``launch`` seconds), but at least by how late
-        it already is for its first figure. 1 when nothing says. Within SPEED_LIMITS; a measured
-        ratio is shrunk toward 1 (SPEED_TRUST), the lower bound of being late is not."""
+        it already is for its first figure. 1 when nothing says (a launch within LAUNCH_NOISE of
+        theirs says nothing). Within SPEED_LIMITS; a measured ratio is shrunk toward 1 (SPEED_TRUST),
+        the lower bound of being late is not."""
         if first is not None:
             return _trusted(first / self.startup) if self.startup > 0 else 1.0
-        ratio = _trusted(launch / self.launch) if launch is not None and self.launch > 0 else 1.0
+        ratio = 1.0
+        if launch is not None and self.launch > 0 and not 1 / LAUNCH_NOISE < launch / self.launch < LAUNCH_NOISE:
+            ratio = _trusted(launch / self.launch)  # beyond what quiet runs' launches differ by: a load
         late = elapsed / self.startup if self.startup > 0 else 1.0
         return min(max(ratio, late), SPEED_LIMITS[1])
 

@@ -45,6 +45,7 @@ def test_the_speed_is_the_launch_or_how_late_the_run_is_then_its_start_up():
     assert prior.speed(None, None, 4.0) == 1.0  # nothing says yet
     assert prior.speed(3.0, None, 4.0) == pytest.approx(2.0 ** SPEED_TRUST)  # launched twice as slowly
     assert prior.speed(0.75, None, 4.0) == pytest.approx(0.5 ** SPEED_TRUST)  # in half the time
+    assert prior.speed(1.8, None, 4.0) == 1.0  # 20% slower: within what quiet launches differ by
     assert prior.speed(0.75, None, 15.0) == pytest.approx(1.5)  # but no figure at 15 s: at least that slow
     assert prior.speed(None, None, 45.0) == 3.0  # within the limits
     assert prior.speed(3.0, 5.0, 6.0) == pytest.approx(0.5 ** SPEED_TRUST)  # the first figure in half the time
