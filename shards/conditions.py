@@ -116,17 +116,25 @@ EXACT_INT = 2**53  # the largest integer every integer up to which a float64 hol
 _WORDS = {"true": True, "false": False, "null": None}
 
 
+# The embeddings, overrides and isolates of Unicode's bidirectional algorithm: in a value, they make
+# the card's row display as another text than the one given (U+202E turns the rest around).
+_BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
 def _control(text: str, what: str) -> str | None:
     """Why ``text`` cannot be in ``what``, or None: for its first line break or control character
     (a tab is a space), as the card shows a condition on one line of a table, and its command in
     a fenced block, which a line break would end or break open; or for a lone surrogate, which is
     how Python keeps an argument's byte that is not UTF-8, and which no file can be written with
     (pyarrow raised on it as the job ran)."""
-    c = next((c for c in text if c != "\t" and unicodedata.category(c) in ("Cc", "Zl", "Zp", "Cs")), None)
+    c = next((c for c in text if c != "\t" and (unicodedata.category(c) in ("Cc", "Zl", "Zp", "Cs")
+                                                or c in _BIDI_CONTROLS)), None)
     if c is None:
         return None
     if unicodedata.category(c) == "Cs":
         return f"{c!r}: a byte that is not UTF-8 cannot be in {what}"
+    if c in _BIDI_CONTROLS:
+        return f"{c!r}: a direction override cannot be in {what} (the card would show the rest reversed)"
     return f"{c!r}: a line break or control character cannot be in {what}"
 
 

@@ -70,6 +70,9 @@ def test_the_name_spells_every_literal_one_way():
         ('x == "a\nb"', "'\\n': a line break"),
         ("x == 'a\u2028b'", "line break or control character"),
         ("x == 'a\x1b[31m'", "line break or control character"),
+        # a direction override: the card's row would read as another text than the one given
+        ("url == '\u202egnp.exe'", "'\\u202e': a direction override"),
+        ("x == 'a\u2067b'", "direction override"),
         # a byte not in UTF-8 (Python keeps it in argv as a lone surrogate): pyarrow raised on it mid-run
         ("x == 'a\udc85b'", "'\\udc85': a byte that is not UTF-8"),
         ("x\udcff == 1", "not UTF-8"),
