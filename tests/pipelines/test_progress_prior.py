@@ -122,17 +122,20 @@ def test_before_any_figure_the_display_shows_the_last_runs_estimate_then_keeps_t
             time.sleep(0.7)
             estimates = _job_etas(caplog.records)
             read = Progress("read", shared_dir=shared)
-            read.add(documents=50, bytes=500_000)
-            progress.flush_all()
-            time.sleep(0.7)
-            read.add(documents=50, bytes=500_000)
-            progress.flush_all()
-            time.sleep(0.7)
+            _share(read, 50, 500_000, then=0.7)
+            _share(read, 50, 500_000, then=0.7)
     assert estimates and all(e.startswith("~") and e.endswith("(from the last runs)") for e in estimates)
     assert int(estimates[0][1:].split("s")[0]) in range(45, 51)  # 30 s of start-up left, then 20 s of work
     kept = load_prior(_full_kind())
     assert kept is not None and kept != Prior(0.0, 30.0, 2e-5, 0.0)  # the median of the two kept
     assert kept.startup == pytest.approx((30.0 + 0.7) / 2, abs=1.0)
+
+
+def _share(read: Progress, documents: int, text_bytes: int, then: float) -> None:
+    """The read step's figures shared, then ``then`` seconds for the display to see them."""
+    read.add(documents=documents, bytes=text_bytes)
+    progress.flush_all()
+    time.sleep(then)
 
 
 def test_a_run_logged_less_often_than_its_figures_come_keeps_them_all_the_same(tmp_path, cache, caplog):
@@ -145,12 +148,8 @@ def test_a_run_logged_less_often_than_its_figures_come_keeps_them_all_the_same(t
     with caplog.at_level(logging.INFO, logger="pretokenize.progress"), display:
         time.sleep(0.3)
         read = Progress("read", shared_dir=shared)
-        read.add(documents=10, bytes=100_000)
-        progress.flush_all()
-        time.sleep(1.5)
-        read.add(documents=90, bytes=900_000)
-        progress.flush_all()
-        time.sleep(0.3)
+        _share(read, 10, 100_000, then=1.5)
+        _share(read, 90, 900_000, then=0.3)
     assert not _job_etas(caplog.records)  # no line before the end: the interval is a minute
     kept = load_prior(_full_kind())
     assert kept is not None and 0.3 <= kept.startup < 1.5
