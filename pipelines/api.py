@@ -33,7 +33,7 @@ from pipelines import jobs
 from pipelines.beam_flags import beam_options
 from pipelines.errors import RunStopped as Stopped
 from pipelines.errors import bad_input_message, launching, unreachable_message
-from pipelines.flags import check_beam_flags, check_input, worker_flags
+from pipelines.flags import BeamArgs, check_beam_flags, check_input, worker_flags
 from pipelines.job import run_job
 from pipelines.jobs import PUBLISHING
 from shards import lock, storage
@@ -291,8 +291,8 @@ def _writing_job(job: str, settings_cls, values: dict[str, Any], run: Run) -> Jo
     module = jobs.load(job)
     with _said_as(job), _lock_scope(job, str(values.get("output")), run.break_lock):
         settings, options = _prepared(job, module, settings_cls, values, run)
-        stats = run_job([], lambda _argv: (settings, options), module.build, module.summary_table,
-                        say_summary=False)
+        stats = run_job([], lambda _argv: (settings, BeamArgs(built=options)), module.plan_input, module.build,
+                        module.summary_table, say_summary=False)
         output = storage.normalize(settings.output)
         return JobResult(job, output, stats, _written(output))
 

@@ -1,4 +1,5 @@
-"""Beam's flag names, read from its source files without importing Beam (which takes seconds).
+"""Beam's flag names, read from its source files without importing Beam (which takes seconds), and
+a flag's value read off a command line.
 
 A flag Beam knows is declared in a ``_add_argparse_args`` of some module of the apache_beam
 package, spelled there as a string literal (``'--runner'``). So a flag whose quoted spelling
@@ -59,6 +60,16 @@ def beam_flag_names() -> tuple[str, ...]:
     """The flags Beam's options module declares, for a did-you-mean (empty without its source)."""
     found = _source_flags()
     return () if found is None else found[1]
+
+
+def beam_flag(args: list[str], name: str) -> str | None:
+    """The value of Beam flag ``--name`` in ``args`` (the last one given), or None."""
+    value = None
+    for i, arg in enumerate(args):
+        flag, eq, given = arg.partition("=")
+        if flag == f"--{name}":
+            value = given if eq else (args[i + 1] if i + 1 < len(args) else "")
+    return value
 
 
 def beam_options(name: str) -> type:

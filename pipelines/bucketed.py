@@ -21,6 +21,8 @@ if TYPE_CHECKING:  # Beam and the graph are imported by build(): --help and a fl
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
+    from transforms.inputs.units import InputUnit
+
 log = logging.getLogger(__name__)
 
 
@@ -37,12 +39,24 @@ def parse_args(argv: list[str]) -> tuple[BucketedSettings, PipelineOptions]:
     return flags.parse_settings(make_parser(), argv, BucketedSettings)
 
 
+def parse_job(argv: list[str]) -> tuple[BucketedSettings, flags.BeamArgs]:
+    """parse_args with Beam's flags not yet made PipelineOptions: no Beam imported (job.run_job)."""
+    return flags.parse_job(make_parser(), argv, BucketedSettings)
+
+
+def plan_input(options: BucketedSettings, progress_dir: str | None) -> list[InputUnit]:
+    """The input planned into units at launch, before Beam is imported; the display's stages
+    announced in ``progress_dir`` (None: no display), so its bars and job ETA appear."""
+    return job.planned_input(options.read_config(), progress_dir, "tokenize", "tokenize")
+
+
 def build(pipeline: beam.Pipeline, options: BucketedSettings, run_id: str | None = None,
-          mode: run_mode.RunMode = run_mode.RUN):
-    """The job added to ``pipeline`` (pipelines/bucketed_graph.py): the PCollection of its published DatasetStats."""
+          mode: run_mode.RunMode = run_mode.RUN, units: list[InputUnit] | None = None):
+    """The job added to ``pipeline`` (pipelines/bucketed_graph.py): the PCollection of its published
+    DatasetStats. ``units``: the input as plan_input planned it (None: planned here)."""
     from pipelines import bucketed_graph
 
-    return bucketed_graph.build(pipeline, options, run_id, mode)
+    return bucketed_graph.build(pipeline, options, run_id, mode, units)
 
 
 def summary_table(stats: DatasetStats, output: str, seconds: float) -> str:
@@ -65,7 +79,7 @@ def summary_table(stats: DatasetStats, output: str, seconds: float) -> str:
 @lock.command("bucketed")
 def run(argv: list[str] | None = None, wait: bool = True) -> DatasetStats | None:
     """``wait``: False to return once the runner has the job (a Flex Template's launcher)."""
-    return job.run_job(argv or [], parse_args, build, summary_table, plan=_plan, wait=wait)
+    return job.run_job(argv or [], parse_job, plan_input, build, summary_table, plan=_plan, wait=wait)
 
 
 def _plan(options: BucketedSettings) -> str:

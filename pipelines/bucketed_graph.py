@@ -17,21 +17,23 @@ from transforms.bucketed.tokenize import TokenizeFn, TokenizerConfig
 from transforms.bucketed.write import ShardConfig, WriteShards, spill_fn
 from transforms.core.publish import PublishOutput
 from transforms.inputs.read import RECORDS, CountRecords, ReadDocuments, ReadUnitFn
+from transforms.inputs.units import InputUnit
 from transforms.removal import MATCHED, DropRemoved, DropRemovedFn
 from transforms.run import resume
 from transforms.run.provenance import launch_provenance
 
 
 def build(pipeline: beam.Pipeline, options: BucketedSettings, run_id: str | None = None,
-          mode: run_mode.RunMode = run_mode.RUN):
+          mode: run_mode.RunMode = run_mode.RUN, units: list[InputUnit] | None = None):
     """Adds the job to ``pipeline``; returns the PCollection holding the published DatasetStats.
 
     Each input unit is read, cleared of removed ids, filtered, tokenized and spilled in one step,
     its completion recorded (resume.ProcessUnits); the spilled references are then grouped into
     shards, and the shards published with the stats. What is checked and prepared first: see _launch.
+    ``units``: the input as the launch planned it (pipelines/bucketed.py plan_input; None: planned here).
     """
 
-    run = _launch(pipeline, options, run_id, mode)
+    run = _launch(pipeline, options, run_id, mode, units)
     steps = [DropRemovedFn(run.removal_sources)] if run.removal_sources else []
     steps += filter_steps(options.conditions(), TokenizeFn(run.tokenizer))
     tags = (DROPPED, RECORDS, MATCHED) if run.removal_sources else (DROPPED, RECORDS)
@@ -66,7 +68,8 @@ class _Launched:
     publish_format: BucketedFormat
 
 
-def _launch(pipeline: beam.Pipeline, options: BucketedSettings, run_id: str | None, mode: run_mode.RunMode):
+def _launch(pipeline: beam.Pipeline, options: BucketedSettings, run_id: str | None, mode: run_mode.RunMode,
+            units: list[InputUnit] | None):
     """Everything checkable, checked before the pipeline runs: the tokenizer loads and fits the
     dtype, every input file exists and has the columns the job reads, and the removal sources'
     ids are values of --id-field. Then the output is claimed (launch.prepare_output): input units
@@ -79,9 +82,7 @@ def _launch(pipeline: beam.Pipeline, options: BucketedSettings, run_id: str | No
     progress_dir = progress.progress_dir(pipeline.options, run_id)
     # The input before the tokenizer: a missing or unreadable one (local or remote) costs no load.
     # Its units are logged once the tokenizer has loaded, so that a load error is said alone.
-    read = ReadDocuments(read_config, progress_dir=progress_dir)
-    # The display's bars and ETA from here, announced again once the output says what is done.
-    progress.announce_write_stages(progress_dir, read.units, set(), "tokenize", "tokenize")
+    read = ReadDocuments(read_config, progress_dir=progress_dir, units=units)
     encoder = tokenizer.load()
     tokenizer = tokenizer.pinned(encoder)  # each worker checks it loads these very files
     read.log_planned()

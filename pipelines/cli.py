@@ -77,7 +77,13 @@ def main(argv: list[str] | None = None, wait: bool = True) -> int:
     """Runs one job; ``wait``: False for a job that returns once the runner has it (bucketed and
     scaffold, from a Flex Template's launcher: deploy/dataflow/main.py)."""
     progress_prior.command_started()  # a run's launch is timed from here: a sign of the machine's speed
-    argv = sys.argv[1:] if argv is None else argv
+    try:
+        return _main(sys.argv[1:] if argv is None else argv, wait)
+    finally:
+        progress_prior.command_ended()
+
+
+def _main(argv: list[str], wait: bool) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())
         return 0 if argv else 2

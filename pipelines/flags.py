@@ -9,13 +9,14 @@ Nothing here imports Beam before the job's own flags are parsed: ``--help`` impo
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import difflib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from pipelines.beam_flags import beam_flag_names, beam_options, surely_unknown
+from pipelines.beam_flags import beam_flag, beam_flag_names, beam_options, surely_unknown
 from pipelines.engines import engine_flags
 from pipelines.help_format import DefaultsHelpFormatter
-from pipelines.run_mode import is_local_runner
+from pipelines.run_mode import Workers, is_local_runner
 from shards import lock
 from transforms.core.records import UsageError
 from transforms.core.settings import (
@@ -34,7 +35,7 @@ from transforms.inputs.discover import expand_pattern
 from transforms.inputs.registry import input_help
 
 if TYPE_CHECKING:
-    from apache_beam.options.pipeline_options import PipelineOptions  # noqa: F401
+    from apache_beam.options.pipeline_options import PipelineOptions
 
 
 def add_flag(parser: argparse.ArgumentParser, name: str, **kwargs) -> None:
@@ -84,22 +85,33 @@ def _beam_args(known: argparse.Namespace, rest: list[str]) -> list[str]:
 
 def check_beam_flags(args: list[str], job_flags: list[str]) -> None:
     """A UsageError naming the arguments in ``args`` that neither the job (``job_flags``) nor Beam
-    knows. A flag no Beam source spells is refused before Beam is imported (pipelines/beam_flags.py)."""
-    unknown = surely_unknown(args)
-    if unknown:
-        _refuse_unknown(unknown, job_flags + list(beam_flag_names()))
+    knows, or a value Beam's parser refuses. A flag no Beam source spells is refused before Beam is
+    imported (pipelines/beam_flags.py); the rest by Beam's own parser, which imports it."""
+    refuse_surely_unknown(args, job_flags)
     from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
 
-    parser = _BeamArgumentParser(allow_abbrev=False)
+    # A value it refuses is a UsageError said in one line, not argparse's usage and exit: the
+    # progress bars may be up (run_job checks these flags once the input is planned).
+    parser = _BeamArgumentParser(allow_abbrev=False, exit_on_error=False)
     classes = {}
     for cls in PipelineOptions.__subclasses__():
         classes.setdefault(str(cls), cls)
     for cls in classes.values():
         cls._add_argparse_args(parser)
-    _, unknown = parser.parse_known_args(args)
+    try:
+        _, unknown = parser.parse_known_args(args)
+    except argparse.ArgumentError as e:
+        raise UsageError(f"{e}; see --help") from None
     if not unknown:
         return
     _refuse_unknown(unknown, job_flags + [s for a in parser._actions for s in a.option_strings])
+
+
+def refuse_surely_unknown(args: list[str], job_flags: list[str]) -> None:
+    """A UsageError for the flags in ``args`` that no Beam source spells, without importing Beam."""
+    unknown = surely_unknown(args)
+    if unknown:
+        _refuse_unknown(unknown, job_flags + list(beam_flag_names()))
 
 
 def _refuse_unknown(unknown: list[str], known: list[str]) -> None:
@@ -171,16 +183,6 @@ def add_workers_flag(parser: argparse.ArgumentParser) -> None:
              "mode); the default is one in-process worker")
 
 
-def beam_flag(args: list[str], name: str) -> str | None:
-    """The value of Beam flag ``--name`` in ``args`` (the last one given), or None."""
-    value = None
-    for i, arg in enumerate(args):
-        flag, eq, given = arg.partition("=")
-        if flag == f"--{name}":
-            value = given if eq else (args[i + 1] if i + 1 < len(args) else "")
-    return value
-
-
 def worker_flags(workers: int | None, beam_args: list[str]) -> list[str]:
     """Beam's flags for ``--workers N``: the FnApiRunner with N worker processes. A UsageError for
     N < 1, for a runner that is not local, and beside Beam's own flags for the same thing."""
@@ -238,24 +240,57 @@ def _flag_of(name: str, field) -> tuple[tuple[str, ...], dict]:
     return spellings, kwargs
 
 
-def parse_settings(parser: argparse.ArgumentParser, argv: list[str], settings_cls, input_files: bool = True):
+@dataclasses.dataclass(frozen=True)
+class BeamArgs:
+    """Beam's flags of a job's run, held without importing Beam: where its workers run
+    (``workers``), read off them, and its PipelineOptions once a run needs them (``options``:
+    Beam imported, the flags as ``given`` checked by its own parser first). Or options built
+    already (``built``: the Python API's)."""
+
+    given: tuple[str, ...] = ()  # as the command line gave them
+    args: tuple[str, ...] = ()  # with the flags --workers stands for, and a runner's defaults
+    job_flags: tuple[str, ...] = ()  # the job's own, named by a did-you-mean
+    built: Any = None
+
+    @property
+    def workers(self) -> Workers:
+        return Workers.of_options(self.built) if self.built is not None else Workers.of_args(list(self.args))
+
+    def options(self) -> PipelineOptions:
+        if self.built is not None:
+            return self.built
+        check_beam_flags(list(self.given), list(self.job_flags))
+        return beam_options("PipelineOptions")(list(self.args))
+
+
+def parse_settings(parser: argparse.ArgumentParser, argv: list[str], settings_cls,
+                   input_files: bool = True) -> tuple[Any, PipelineOptions]:
+    """parse_job's settings, and Beam's PipelineOptions (Beam imported) from the rest."""
+    settings, beam = parse_job(parser, argv, settings_cls, input_files)
+    return settings, beam.options()
+
+
+def parse_job(parser: argparse.ArgumentParser, argv: list[str], settings_cls,
+              input_files: bool = True) -> tuple[Any, BeamArgs]:
     """The job's settings object from its flags (those its fields say are spelled as floats may be
-    given as 1.5e9), and Beam's PipelineOptions from the rest.
+    given as 1.5e9), and Beam's flags from the rest, with no Beam imported.
 
     In the order a person wants to hear about a mistake, and cheapest first: the job's own flags,
     then (``input_files``: for a job whose ``--input`` is what it reads) that a local ``--input``
-    names files (before Beam loads, and before any tokenizer), then Beam's flags and the settings'
-    own checks."""
-    ours, beam_args = _parse_ours(parser, argv)
+    names files (before Beam loads, and before any tokenizer), then a flag no Beam source spells,
+    and the settings' own checks. A flag Beam's parser alone can judge is judged when the run asks
+    for the options (BeamArgs.options)."""
+    ours, given = _parse_ours(parser, argv)
     values = vars(ours)
     if input_files and values.get("input"):
         check_input(values["input"])
-    check_beam_flags(beam_args, _long_flags(parser))
-    beam_args = _beam_args(ours, beam_args)
+    job_flags = _long_flags(parser)
+    refuse_surely_unknown(given, job_flags)
+    args = _beam_args(ours, given)
 
     for name in spelled_as_float(settings_cls):
         values[name] = int(values[name])
-    return settings_cls(**values), beam_options("PipelineOptions")(beam_args)
+    return settings_cls(**values), BeamArgs(tuple(given), tuple(args), tuple(job_flags))
 
 
 def check_input(pattern: str) -> None:

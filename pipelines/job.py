@@ -18,24 +18,29 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from pipelines.errors import RunStopped, launching, noting_interrupts, stopped_line
-from pipelines.flags import wants_plan
+from pipelines.flags import BeamArgs, wants_plan
 from pipelines.launch import abandon_run, kept_work_note, new_run_id
-from pipelines.progress import remove_progress, showing_progress
+from pipelines.progress import announce_write_stages, remove_progress, showing_progress
 from pipelines.run_mode import RunMode, building, end_dry_run, is_dry_run, submitted_line
 from pipelines.summary import read_stats
 from shards import layout, storage
+from transforms.inputs.plan import plan_input
+from transforms.inputs.units import InputUnit
 
 if TYPE_CHECKING:
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
+
+    from transforms.inputs.fields import ReadConfig
 
 log = logging.getLogger("pipelines")
 
 
 def run_job(
     argv: list[str],
-    parse_args: Callable[[list[str]], tuple[Any, PipelineOptions]],
-    build: Callable[[beam.Pipeline, Any, str, RunMode], Any],
+    parse_args: Callable[[list[str]], tuple[Any, BeamArgs]],
+    plan_input: Callable[[Any, str | None], list],
+    build: Callable[..., Any],
     summary_table: Callable[[Any, str, float], str],
     plan: Callable[[Any], str] | None = None, wait: bool = True, say_summary: bool = True,
 ):
@@ -47,37 +52,56 @@ def run_job(
     whether the previous output is intact. Without ``wait`` (a Flex Template's launcher) it
     returns None once the runner has the job, and prints where its finished output will appear.
     With ``--plan``, ``plan(settings)`` is printed instead, and nothing runs (pipelines/plan.py);
-    without ``say_summary`` no summary is printed (the Python API returns the stats instead)."""
+    without ``say_summary`` no summary is printed (the Python API returns the stats instead).
+
+    The launch, in its order: the flags parsed (no Beam imported); the display up and the input
+    planned (``plan_input(settings, the display's shared directory)``): the bars and the job ETA
+    appear then, before Beam is imported, not seconds later (issue 37); Beam imported with its
+    options; the job built (``build(..., units=)``: the tokenizer loaded, the output claimed). A
+    launch error clears the bars before it is said."""
     start = time.monotonic()
     run_id = new_run_id()
     with launching():
-        options, pipeline_options = parse_args(argv)
+        options, beam_args = parse_args(argv)
         if plan is not None and wants_plan(argv):
+            beam_args.options()  # Beam's flags checked as a run checks them
             print(plan(options), flush=True)
             return None
-        mode = RunMode(dry_run=is_dry_run(pipeline_options), wait=wait)
     output = storage.normalize(options.output)
     on_stop = functools.partial(_stopped, output, run_id)
-    # The display is up while the job is built (the tokenizer loaded, the input planned, the output
-    # claimed): its bars and ETA appear as soon as the build announces the planned work, not seconds
-    # later when the pipeline starts (issue 37). A launch error clears them before it is said.
-    with showing_progress(pipeline_options, run_id, tokenizer=_tokenizer_name(options),
-                          building=True) as running:
+    workers = beam_args.workers
+    with showing_progress(workers, run_id, tokenizer=_tokenizer_name(options), building=True) as display:
         with launching():
-            pipeline = built(build, options, pipeline_options, run_id, mode)
-        running()
+            units = plan_input(options, display.shared_dir)
+            pipeline_options = beam_args.options()
+            mode = RunMode(dry_run=is_dry_run(pipeline_options), wait=wait)
+            display.launched()
+            pipeline = built(functools.partial(build, units=units), options, pipeline_options, run_id, mode)
+        display.running()
         with stopping(on_stop, dry_run=mode.dry_run) as interrupted:
             result = pipeline.run()
             if not mode.wait or mode.dry_run:
                 print(_not_waiting(mode, result, output, pipeline_options), flush=True)
                 return None
             wait_for(result, interrupted)
-    remove_progress(pipeline_options, run_id)
-    seconds = time.monotonic() - start
-    stats = read_stats(options.output)
-    if say_summary:
-        print(summary_table(stats, storage.normalize(options.output), seconds), flush=True)
+    remove_progress(workers, run_id)
+    return _published(options.output, summary_table if say_summary else None, time.monotonic() - start)
+
+
+def _published(output: str, summary_table: Callable[[Any, str, float], str] | None, seconds: float):
+    """The stats the job published, and their ``summary_table`` printed (None: not printed)."""
+    stats = read_stats(output)
+    if summary_table is not None:
+        print(summary_table(stats, storage.normalize(output), seconds), flush=True)
     return stats
+
+
+def planned_input(config: ReadConfig, progress_dir: str | None, encode_step: str, encoding: str) -> list[InputUnit]:
+    """A writing job's input planned into units (transforms.inputs.plan.plan_input: no Beam
+    imported), and its display's stages announced in ``progress_dir`` (None: no display)."""
+    units = plan_input(config)
+    announce_write_stages(progress_dir, units, set(), encode_step, encoding)
+    return units
 
 
 def _tokenizer_name(options) -> str | None:

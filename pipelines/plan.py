@@ -51,7 +51,8 @@ from transforms.core.batches import DocBatch
 from transforms.core.records import BadRecord, Document
 from transforms.inputs.compression import compression_of
 from transforms.inputs.fields import ReadConfig
-from transforms.inputs.read import plan_input, read_batches
+from transforms.inputs.plan import plan_input
+from transforms.inputs.read import read_batches
 from transforms.inputs.registry import format_of
 from transforms.inputs.units import InputUnit
 from transforms.scaffold.encode import WordEncoder, encode_document

@@ -10,9 +10,8 @@ import shutil
 import tempfile
 from typing import TYPE_CHECKING
 
-from pipelines.beam_flags import view
 from pipelines.progress_display import JobDisplay
-from pipelines.run_mode import is_local_runner
+from pipelines.run_mode import Workers
 from pipelines.worker_stderr import filtering_worker_stderr
 from transforms.core.progress import SHARED_ENV, Stage, announce_stages
 from transforms.inputs.units import planned_work
@@ -21,11 +20,11 @@ if TYPE_CHECKING:
     from apache_beam.options.pipeline_options import PipelineOptions
 
 
-def progress_dir(pipeline_options: PipelineOptions, run_id: str | None) -> str | None:
+def progress_dir(workers: Workers | PipelineOptions, run_id: str | None) -> str | None:
     """Where a local run's workers share their progress (transforms.core.progress), so a log line
     says how much of the whole job is done; None on a remote runner, whose UI shows progress.
-    run_job removes it when the run ends."""
-    if run_id is None or not is_local_runner(view(pipeline_options, "StandardOptions").runner):
+    run_job removes it when the run ends. ``workers``: where they run, or the run's PipelineOptions."""
+    if run_id is None or not _workers(workers).local:
         return None
     return os.path.join(tempfile.gettempdir(), f"pretokenize-progress-{run_id}")
 
@@ -47,7 +46,7 @@ def announce_write_stages(progress_dir: str | None, units, done: set[int], encod
 
 
 @contextlib.contextmanager
-def showing_progress(pipeline_options: PipelineOptions, run_id: str, stages=None,
+def showing_progress(workers: Workers | PipelineOptions, run_id: str, stages=None,
                      ending: tuple[str, str] = ("publishing", "published"), tokenizer: str | None = None,
                      building: bool = False):
     """The job run inside shows its progress (pipelines/progress_display.py) on a local runner:
@@ -59,12 +58,14 @@ def showing_progress(pipeline_options: PipelineOptions, run_id: str, stages=None
     (pipelines/progress_prior.py), weighed against this run's figures as they come, and this run's
     figures are kept for the next.
 
-    Yields what to call once the job is built and its pipeline starts (JobDisplay.running). With
-    ``building``, the job is built inside (run_job): the display draws the bars as soon as the build
-    announces its stages, and a launch error before that call leaves no bar or line of it."""
-    shared = progress_dir(pipeline_options, run_id)
+    Yields the display (JobDisplay: its ``shared_dir``, and ``launched`` and ``running`` to call as
+    the job's launch goes on), or NO_DISPLAY on a remote runner. With ``building``, the job is built
+    inside (run_job): the display draws the bars as soon as the launch announces its stages, and a
+    launch error before ``running`` leaves no bar or line of it."""
+    workers = _workers(workers)
+    shared = progress_dir(workers, run_id)
     if shared is None:
-        yield lambda: None
+        yield NO_DISPLAY
         return
     with contextlib.suppress(OSError):  # the workers' Progress writes into it, never creates it
         os.makedirs(shared, exist_ok=True)
@@ -74,32 +75,46 @@ def showing_progress(pipeline_options: PipelineOptions, run_id: str, stages=None
     previous = os.environ.get(SHARED_ENV)
     os.environ[SHARED_ENV] = shared
     try:
-        with filtering_worker_stderr(_worker_processes(pipeline_options)), JobDisplay(
-                shared, ending=ending, kind=_run_kind(pipeline_options, tokenizer), launching=building) as display:
-            yield display.running
+        with filtering_worker_stderr(workers.processes), JobDisplay(
+                shared, ending=ending, kind=_run_kind(workers, tokenizer), launching=building) as display:
+            yield display
     finally:
         if previous is None:
             os.environ.pop(SHARED_ENV, None)
         else:
             os.environ[SHARED_ENV] = previous
-        remove_progress(pipeline_options, run_id)
+        remove_progress(workers, run_id)
 
 
-def _run_kind(pipeline_options: PipelineOptions, tokenizer: str | None) -> str | None:
+class _NoDisplay:
+    """showing_progress's display on a remote runner: nothing drawn, nothing shared."""
+
+    shared_dir = None
+
+    def launched(self) -> None:
+        pass
+
+    def running(self) -> None:
+        pass
+
+
+NO_DISPLAY = _NoDisplay()
+
+
+def _workers(workers: Workers | PipelineOptions) -> Workers:
+    return workers if isinstance(workers, Workers) else Workers.of_options(workers)
+
+
+def _run_kind(workers: Workers, tokenizer: str | None) -> str | None:
     """What a run's ETA figures are kept under: its tokenizer and number of worker processes."""
     if tokenizer is None:
         return None
-    workers = view(pipeline_options, "DirectOptions").direct_num_workers if _worker_processes(pipeline_options) else 1
-    return f"tokenizer {tokenizer}, {workers} worker{'s' if workers != 1 else ''}"
+    count = workers.count if workers.processes else 1
+    return f"tokenizer {tokenizer}, {count} worker{'s' if count != 1 else ''}"
 
 
-def _worker_processes(pipeline_options: PipelineOptions) -> bool:
-    """Whether a local run starts worker processes (the FnApiRunner's multi_processing mode)."""
-    return view(pipeline_options, "DirectOptions").direct_running_mode == "multi_processing"
-
-
-def remove_progress(pipeline_options: PipelineOptions, run_id: str) -> None:
-    shared = progress_dir(pipeline_options, run_id)
+def remove_progress(workers: Workers | PipelineOptions, run_id: str) -> None:
+    shared = progress_dir(workers, run_id)
     if shared is None:
         return
     # Renamed first: a worker's late share (its sharing thread) names the old path and, never

@@ -136,7 +136,11 @@ class JobDisplay:
         self._ended: list[bool] = []
         self._lines: list[str] = []
         self._start = time.monotonic()
-        self._launch = launch_seconds(self._start)  # the command's, to its display: a sign of its speed
+        self._building = launching
+        # When the launch has planned the input and imported Beam (launched()), and the seconds
+        # that took from the command's start: a sign of the machine's speed (pipelines/progress_prior.py).
+        self._launched: float | None = None
+        self._launch: float | None = None
         self._redirect = contextlib.ExitStack()
         self._prior: Prior | None = None
         # When the job's pipeline started; None while it is launching (being built: running() ends it).
@@ -151,6 +155,13 @@ class JobDisplay:
             self._redirect.enter_context(_workers_quiet())
         self._thread.start()
         return self
+
+    def launched(self) -> None:
+        """The launch has planned the input and imported Beam (run_job): the job's build comes next.
+        The kept runs' parts are timed from here (pipelines/progress_prior.py)."""
+        now = time.monotonic()
+        self._launch = launch_seconds(now)
+        self._launched = now
 
     def running(self) -> None:
         """The job is built and its pipeline starts: up to now it was launching (see __exit__), and a
@@ -290,12 +301,19 @@ class JobDisplay:
         total = self._work_total()
         if self._prior is None or total <= 0 or self._ended[0]:
             return left, False
-        first = self._first_work[0]
-        speed = self._prior.speed(self._launch, None if first is None else first[0] - self._start, now - self._start)
+        first, origin = self._first_work[0], self._origin()
+        if first is None and self._building and self._launched is None:  # Beam still being imported
+            return self._prior.launching_left(total, launch_seconds(now)), True
+        speed = self._prior.speed(self._launch, None if first is None else first[0] - origin, now - origin)
         if first is None:
-            return self._prior.seconds_left(total, now - self._start, speed), True
+            return self._prior.seconds_left(total, now - origin, speed), True
         done = work[0][0]
         return self._prior.blended_left(total, done, now - first[0], done - first[1], speed), done <= first[1]
+
+    def _origin(self) -> float:
+        """What the kept runs' parts after the launch are timed from: the launch's end (launched()),
+        or the display's start for a job that has none."""
+        return self._start if self._launched is None else self._launched
 
     def _full_kind(self) -> str:
         """The kind of run, as previous runs' figures are kept (pipelines.progress_prior)."""
@@ -310,7 +328,7 @@ class JobDisplay:
         """A run that ended leaves its parts' times for the next of its kind."""
         if self.kind and self._stages:
             stage_end = self._started[1] if len(self._started) > 1 else None
-            prior = measured_prior(self._launch, self._start, self._first_work[0], stage_end, time.monotonic(),
+            prior = measured_prior(self._launch, self._origin(), self._first_work[0], stage_end, time.monotonic(),
                                    self._work_total())
             if prior is not None:
                 save_prior(self._full_kind(), prior)

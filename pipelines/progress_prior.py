@@ -5,23 +5,25 @@ With two worker processes the workers' first figures can arrive after half of a 
 batch for 4 s of a 10 s run on a quiet machine). Until then this run has no rate to go by. The
 launcher knows the work planned (the first stage's text bytes, or its rows), and the last
 ``KEPT_RUNS`` runs of the same kind (the same stages, tokenizer and number of workers) say how long
-each part took: the start-up (from the display's start to the first figure), the first stage's
-work after its first figure, and the rest (the later stages and the publish), the last two per
-unit of planned work. The median of each is the estimate
-(one run slowed by a cold disk cache or a busy machine does not make it), marked ``~`` while this
-run has no rate of its own.
+each part took: the launch (from the command's start until it has planned the input and imported
+Beam; the display comes up in between, once the input is planned), the start-up (from there to the
+first figure), the first stage's work after its first figure, and the rest (the later stages and
+the publish), the last two per unit of planned work. The median of each is the estimate (one run
+slowed by a cold disk cache or a busy machine does not make it), marked ``~`` while this run has no
+rate of its own.
 
 The load of the machine changes between runs, so the estimate is scaled by how much slower this
 run goes than the kept runs (``Prior.speed``): as much as its launch took longer (the command
-importing Beam and planning its input, the same work every run, before the display comes up), but
-at least as much as it is already late for its first figure; then as much as its start-up took
-longer. (The launcher's build after the display's start, the tokenizer loaded and the output
-claimed, was tried and left out: on four runs of the same work it took 1.0 to 2.0 s, in no
-relation to how fast each run went.) Once figures come, the rate measured since the first counts more with every
-unit of work done, the kept runs' rate (so scaled) weighing as ``PRIOR_WEIGHT`` of the planned work:
-a first figure or two, a batch each, say little of a rate. On the bench corpus's two-worker runs
-with a load that changed between runs, this put the ETA at half the run within 30% of the time left
-in 11 of 14 runs (replayed on traces), where the last run's figures alone did in 6 (BENCHMARKS.md, "A terminal").
+planning its input and importing Beam, the same work every run), but at least as much as it is
+already late for its first figure; then as much as its start-up took longer. Until the launch has
+ended, the kept runs' times are the estimate as they are. (The launcher's build after the launch,
+the tokenizer loaded and the output claimed, was tried as a sign and left out: on four runs of the
+same work it took 1.0 to 2.0 s, in no relation to how fast each run went.) Once figures come, the
+rate measured since the first counts more with every unit of work done, the kept runs' rate (so
+scaled) weighing as ``PRIOR_WEIGHT`` of the planned work: a first figure or two, a batch each, say
+little of a rate. On the bench corpus's two-worker runs with a load that changed between runs, this
+put the ETA at half the run within 30% of the time left in 11 of 14 runs (replayed on traces), where
+the last run's figures alone did in 6 (BENCHMARKS.md, "A terminal").
 
 Kept in the user's cache directory ($PRETOKENIZE_PROGRESS_CACHE, else $XDG_CACHE_HOME or ~/.cache,
 then beam-pretokenize/job-rates.json), never in an output tree; plain JSON numbers, read with json
@@ -65,10 +67,11 @@ PRIOR_WEIGHT = 0.25
 
 @dataclasses.dataclass(frozen=True)
 class Prior:
-    """A run's parts: ``launch``, seconds from the command's start to the display's (0: not known,
-    a run from Python), ``startup``, seconds from the display's start to the first stage's first
-    figure; then in seconds per unit of the first stage's planned work, ``per_work`` for its work
-    after that figure and ``tail`` for what came after the stage (the later stages, the publish)."""
+    """A run's parts: ``launch``, seconds from the command's start to the launch's end, its input
+    planned and Beam imported (0: not known, a run from Python); ``startup``, seconds from there
+    (from the display's start for a run with no launch) to the first stage's first figure; then in
+    seconds per unit of the first stage's planned work, ``per_work`` for its work after that figure
+    and ``tail`` for what came after the stage (the later stages, the publish)."""
 
     launch: float
     startup: float
@@ -77,8 +80,8 @@ class Prior:
 
     def speed(self, launch: float | None, first: float | None, elapsed: float) -> float:
         """How many times slower this run goes than the kept runs: by its start-up once its first
-        figure has come (``first``: seconds from the display's start); before, by its launch (the
-        command importing Beam and planning its input: ``launch`` seconds), but at least by how late
+        figure has come (``first``: seconds from the launch's end); before, by its launch (the
+        command planning its input and importing Beam: ``launch`` seconds), but at least by how late
         it already is for its first figure. 1 when nothing says (a launch within LAUNCH_NOISE of
         theirs says nothing). Within SPEED_LIMITS; a measured ratio is shrunk toward 1 (SPEED_TRUST),
         the lower bound of being late is not."""
@@ -90,8 +93,15 @@ class Prior:
         late = elapsed / self.startup if self.startup > 0 else 1.0
         return min(max(ratio, late), SPEED_LIMITS[1])
 
+    def launching_left(self, work_total: int, since_command: float | None) -> float:
+        """The whole job's time left while it still launches (the display is up, the command imports
+        Beam), ``since_command`` seconds after the command started (None: not timed): the rest of
+        the launch, the start-up and all the work, as the kept runs took them."""
+        rest = max(self.launch - since_command, 0.0) if since_command is not None and self.launch > 0 else 0.0
+        return rest + self.startup + (self.per_work + self.tail) * work_total
+
     def seconds_left(self, work_total: int, elapsed: float, speed: float) -> float:
-        """The whole job's time left ``elapsed`` s after the display's start, no figure seen yet: the
+        """The whole job's time left ``elapsed`` s after the launch's end, no figure seen yet: the
         rest of the start-up, all the first stage's work, then the rest, at ``speed``."""
         return max(speed * self.startup - elapsed, 0.0) + speed * (self.per_work + self.tail) * work_total
 
@@ -113,14 +123,20 @@ _COMMAND_START: list[float] = []
 
 
 def command_started() -> None:
-    """The command starts now (pipelines.cli.main): a display's launch is timed from here. Not
+    """The command starts now (pipelines.cli.main): a run's launch is timed from here. Not
     called for a run from Python (a notebook's process started long before): no launch is timed."""
     _COMMAND_START[:] = [time.monotonic()]
 
 
-def launch_seconds(display_start: float) -> float | None:
-    """Seconds from the command's start to ``display_start``, or None (not run as a command)."""
-    return display_start - _COMMAND_START[0] if _COMMAND_START and display_start >= _COMMAND_START[0] else None
+def command_ended() -> None:
+    """The command has ended (pipelines.cli.main): a run from Python in the same process after it
+    times no launch from its start."""
+    _COMMAND_START.clear()
+
+
+def launch_seconds(until: float) -> float | None:
+    """Seconds from the command's start to ``until``, or None (not run as a command)."""
+    return until - _COMMAND_START[0] if _COMMAND_START and until >= _COMMAND_START[0] else None
 
 
 def cache_file() -> str:
@@ -207,7 +223,7 @@ def save_prior(kind: str, prior: Prior) -> None:
 def measured_prior(launch: float | None, start: float, first: tuple[float, int] | None, stage_end: float | None,
                    end: float, work_total: int | None) -> Prior | None:
     """What a run that ended at ``end`` leaves for the next: its launch (None: not timed), its
-    start-up from the display's ``start`` to the first figure (``first``: when, and the work done
+    start-up from ``start`` (the launch's end) to the first figure (``first``: when, and the work done
     then), the seconds per unit of the first stage's work after it (to ``stage_end``; None: the
     job's end), and per unit of all of it from there to the end."""
     if first is None or not work_total or work_total <= first[1]:

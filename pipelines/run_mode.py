@@ -9,7 +9,7 @@ import dataclasses
 import tempfile
 from typing import TYPE_CHECKING
 
-from pipelines.beam_flags import view
+from pipelines.beam_flags import beam_flag, view
 from shards import layout, storage
 from transforms.core.records import UsageError
 
@@ -23,6 +23,36 @@ LOCAL_RUNNERS = ("DirectRunner", "FnApiRunner", "SwitchingDirectRunner", "Bundle
 
 def is_local_runner(runner: str | None) -> bool:
     return runner is None or runner.rsplit(".", 1)[-1] in LOCAL_RUNNERS
+
+
+@dataclasses.dataclass(frozen=True)
+class Workers:
+    """Where a run's workers run, as its Beam flags say: on ``runner`` (None: Beam's default, a
+    local one), and on a local runner, in ``processes`` of their own (the FnApiRunner's
+    multi_processing mode), ``count`` of them (Beam's --direct_num_workers)."""
+
+    runner: str | None = None
+    processes: bool = False
+    count: int = 1
+
+    @property
+    def local(self) -> bool:
+        return is_local_runner(self.runner)
+
+    @classmethod
+    def of_args(cls, args: list[str]) -> Workers:
+        """From Beam's flags as given (each the last given, as Beam's parser, which takes no
+        abbreviation, reads them), without importing Beam; a value Beam would refuse counts as its
+        default here, and is refused when Beam parses the flags."""
+        count = beam_flag(args, "direct_num_workers")
+        return cls(beam_flag(args, "runner"), beam_flag(args, "direct_running_mode") == "multi_processing",
+                   int(count) if count is not None and count.strip().lstrip("+-").isdigit() else 1)
+
+    @classmethod
+    def of_options(cls, pipeline_options: PipelineOptions) -> Workers:
+        direct = view(pipeline_options, "DirectOptions")
+        return cls(view(pipeline_options, "StandardOptions").runner, direct.direct_running_mode == "multi_processing",
+                   direct.direct_num_workers)
 
 
 def workers_here(pipeline_options: PipelineOptions) -> bool:

@@ -20,6 +20,8 @@ if TYPE_CHECKING:  # Beam and the graph are imported by build(): --help and a fl
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
+    from transforms.inputs.units import InputUnit
+
 log = logging.getLogger(__name__)
 
 def make_parser() -> argparse.ArgumentParser:
@@ -34,12 +36,24 @@ def parse_args(argv: list[str]) -> tuple[ScaffoldSettings, PipelineOptions]:
     return flags.parse_settings(make_parser(), argv, ScaffoldSettings)
 
 
+def parse_job(argv: list[str]) -> tuple[ScaffoldSettings, flags.BeamArgs]:
+    """parse_args with Beam's flags not yet made PipelineOptions: no Beam imported (job.run_job)."""
+    return flags.parse_job(make_parser(), argv, ScaffoldSettings)
+
+
+def plan_input(options: ScaffoldSettings, progress_dir: str | None) -> list[InputUnit]:
+    """The input planned into units at launch, before Beam is imported; the display's stages
+    announced in ``progress_dir`` (None: no display), so its bars and job ETA appear."""
+    return job.planned_input(options.read_config(), progress_dir, "scaffold", "encode")
+
+
 def build(pipeline: beam.Pipeline, options: ScaffoldSettings, run_id: str | None = None,
-          mode: run_mode.RunMode = run_mode.RUN):
-    """The job added to ``pipeline`` (pipelines/scaffold_graph.py): the PCollection of its published ScaffoldStats."""
+          mode: run_mode.RunMode = run_mode.RUN, units: list[InputUnit] | None = None):
+    """The job added to ``pipeline`` (pipelines/scaffold_graph.py): the PCollection of its published
+    ScaffoldStats. ``units``: the input as plan_input planned it (None: planned here)."""
     from pipelines import scaffold_graph
 
-    return scaffold_graph.build(pipeline, options, run_id, mode)
+    return scaffold_graph.build(pipeline, options, run_id, mode, units)
 
 
 def summary_table(stats: ScaffoldStats, output: str, seconds: float) -> str:
@@ -64,7 +78,7 @@ def summary_table(stats: ScaffoldStats, output: str, seconds: float) -> str:
 @lock.command("scaffold")
 def run(argv: list[str] | None = None, wait: bool = True) -> ScaffoldStats | None:
     """``wait``: False to return once the runner has the job (a Flex Template's launcher)."""
-    return job.run_job(argv or [], parse_args, build, summary_table, plan=_plan, wait=wait)
+    return job.run_job(argv or [], parse_job, plan_input, build, summary_table, plan=_plan, wait=wait)
 
 
 def _plan(options: ScaffoldSettings) -> str:

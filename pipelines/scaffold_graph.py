@@ -9,6 +9,7 @@ import apache_beam as beam
 
 from pipelines import launch, progress, run_mode
 from transforms.inputs.read import RECORDS, CountRecords, ReadDocuments, ReadUnitFn
+from transforms.inputs.units import InputUnit
 from transforms.run import resume
 from transforms.run.provenance import launch_provenance
 from transforms.scaffold.encode import COUNTS, DROPPED, EncodeScaffoldFn
@@ -17,12 +18,13 @@ from transforms.scaffold.write import PublishLlmcOutput, ScaffoldFormat, WriteLl
 
 
 def build(pipeline: beam.Pipeline, options: ScaffoldSettings, run_id: str | None = None,
-          mode: run_mode.RunMode = run_mode.RUN):
+          mode: run_mode.RunMode = run_mode.RUN, units: list[InputUnit] | None = None):
     """Adds the job to ``pipeline``; returns the PCollection holding the published ScaffoldStats.
 
     Checked before the pipeline runs: the options, that the tokenizer is GPT-2's vocabulary, and
     that every input file exists (and a parquet file has the id and text columns). Input units an
     interrupted run with the same input and settings finished are not redone (transforms.run.resume).
+    ``units``: the input as the launch planned it (pipelines/scaffold.py plan_input; None: planned here).
     """
 
     scaffold = options.scaffold_config()
@@ -31,8 +33,8 @@ def build(pipeline: beam.Pipeline, options: ScaffoldSettings, run_id: str | None
     progress_dir = progress.progress_dir(pipeline.options, run_id)
     # The input first: a missing or unreadable one (local or remote) is said before the tokenizer loads;
     # its units are logged once the tokenizer has loaded, so that a load error is said alone.
-    read = ReadDocuments(read_config, progress_dir=progress_dir)
-    units = read.units  # planned and checked here; read by ProcessUnits
+    read = ReadDocuments(read_config, progress_dir=progress_dir, units=units)
+    units = read.units  # planned and checked; read by ProcessUnits
     encoder = scaffold.load()
     scaffold = scaffold.pinned(encoder)  # each worker checks it loads these very files
     read.log_planned()

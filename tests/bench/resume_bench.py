@@ -30,7 +30,7 @@ from run_bench import tree_digest  # noqa: E402
 
 from shards import layout  # noqa: E402
 from transforms.inputs.fields import ReadConfig  # noqa: E402
-from transforms.inputs.read import plan_input  # noqa: E402
+from transforms.inputs.plan import plan_input  # noqa: E402
 from transforms.run import resume  # noqa: E402
 
 JOB = [sys.executable, "-m", "pipelines.cli", "bucketed"]

@@ -14,7 +14,7 @@ from test_corpus_shapes import DOCS, FINEWEB, PLAIN, run, shard_hashes, stored, 
 from shards import storage
 from transforms.core.records import BadInputError
 from transforms.inputs.fields import ReadConfig
-from transforms.inputs.read import plan_input
+from transforms.inputs.plan import plan_input
 from transforms.inputs.units import check_unchanged
 
 REPO = "org/mini"

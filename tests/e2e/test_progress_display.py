@@ -5,6 +5,7 @@ stage when stderr is a file."""
 from __future__ import annotations
 
 import fcntl
+import json
 import logging
 import os
 import re
@@ -194,3 +195,41 @@ def test_an_error_in_the_display_stops_it_and_never_the_job(tmp_path, monkeypatc
     said = [r.getMessage() for r in caplog.records]
     assert said and all(m == "the progress display stopped: ZeroDivisionError: a figure that cannot be divided"
                         for m in said), said
+
+
+# A fresh interpreter, as a person's command starts: what it has imported when the display comes up
+# and when the job's stages are first announced (the bars and the job ETA appear then).
+LAUNCH_ORDER = """
+import json, sys
+from pipelines import cli, progress, progress_display
+
+seen = []
+announce = progress.announce_stages
+def announced(*args, **kwargs):
+    seen.append(("announced", "apache_beam" in sys.modules))
+    return announce(*args, **kwargs)
+progress.announce_stages = announced
+enter = progress_display.JobDisplay.__enter__
+def entered(self):
+    seen.append(("display", "apache_beam" in sys.modules))
+    return enter(self)
+progress_display.JobDisplay.__enter__ = entered
+code = cli.main(sys.argv[1:])
+print(json.dumps({"code": code, "seen": seen}))
+"""
+
+
+@pytest.mark.parametrize("job", ["bucketed", "scaffold"])
+def test_the_bars_come_before_beam_is_imported(job, tmp_path, gpt2_spec):
+    """Importing Beam takes a second of a ten-second run (issue 37: the bar then came at a fifth of a
+    two-worker run of the bench corpus): the input is planned and the bars announced before it."""
+    source = SAMPLE_PARQUET if job == "bucketed" else REPO / "tests" / "data" / "scaffold" / "por_annotated.jsonl"
+    argv = [job, "--input", str(source), "--output", str(tmp_path / "out"), "--runner=FnApiRunner",
+            "--tokenizer", gpt2_spec]
+    done = subprocess.run([sys.executable, "-c", LAUNCH_ORDER, *argv], cwd=REPO, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["code"] == 0, done.stderr
+    # the display, then the planned work, with no Beam; announced again once the output is claimed
+    assert result["seen"][:2] == [["display", False], ["announced", False]], result
+    assert result["seen"][2:] == [["announced", True]], result

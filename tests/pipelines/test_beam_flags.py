@@ -8,6 +8,7 @@ import sys
 import pytest
 from conftest import REPO, SAMPLE_PARQUET
 
+from pipelines import cli
 from pipelines.beam_flags import surely_unknown
 
 pytestmark = pytest.mark.unit
@@ -41,3 +42,17 @@ def test_only_flags_no_beam_source_spells_are_sure():
     args = ["--runner=FnApiRunner", "--temp_location", "/tmp/x", "--direct_num_workers=2", "--tokenzier", "gpt2",
             "--experiments=use_runner_v2", "--nonsense_flag=1", "--", "--after-the-end"]
     assert surely_unknown(args) == ["--tokenzier", "--nonsense_flag=1"]
+
+
+@pytest.mark.parametrize(("flag", "said"), [
+    ("--direct_num_workers=x", "argument --direct_num_workers: invalid int value: 'x'"),
+    ("--direct_running_mode=threads", "argument --direct_running_mode: invalid choice: 'threads' (choose from "
+                                      "'in_memory', 'multi_threading', 'multi_processing')"),
+])
+def test_a_value_beam_refuses_is_one_line(flag, said, tmp_path, capsys):
+    """Beam's parser judges these once the input is planned, when the bars may be up: its refusal is
+    the command's one line, not argparse's usage of every Beam flag and an exit."""
+    argv = ["bucketed", "--input", str(SAMPLE_PARQUET), "--output", str(tmp_path / "out"), "--runner=FnApiRunner", flag]
+    assert cli.main(argv) == 2
+    assert capsys.readouterr().err.strip() == f"pretokenize bucketed: {said}; see --help; nothing was published"
+    assert not (tmp_path / "out").exists()

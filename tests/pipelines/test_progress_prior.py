@@ -40,6 +40,24 @@ def test_the_estimate_is_the_rest_of_the_start_up_then_all_the_work_then_the_res
     assert prior.seconds_left(1_000_000, 4.0, 2.0) == pytest.approx(16.0 + 50.0)  # twice as slow a run
 
 
+def test_while_it_launches_the_estimate_is_the_kept_runs_with_the_rest_of_their_launch():
+    """The display is up before Beam is imported (the input planned): until the launch has ended,
+    the kept runs' times as they are, the rest of their launch first."""
+    prior = Prior(launch=1.5, startup=10.0, per_work=2e-5, tail=5e-6)
+    assert prior.launching_left(1_000_000, 0.5) == pytest.approx(1.0 + 10.0 + 25.0)
+    assert prior.launching_left(1_000_000, 3.0) == pytest.approx(10.0 + 25.0)  # late: no launch left
+    assert prior.launching_left(1_000_000, None) == pytest.approx(10.0 + 25.0)  # a run from Python
+
+
+def test_a_run_from_python_after_a_command_in_the_same_process_times_no_launch(capsys):
+    """A command's start is the process's until the command ends: a run from Python after it (a
+    notebook that ran the CLI's main first) must not be timed from it, as a launch many times too long."""
+    from pipelines import cli
+
+    assert cli.main(["--version"]) == 0
+    assert progress_prior.launch_seconds(time.monotonic()) is None
+
+
 def test_the_speed_is_the_launch_or_how_late_the_run_is_then_its_start_up():
     prior = Prior(launch=1.5, startup=10.0, per_work=2e-5, tail=5e-6)
     assert prior.speed(None, None, 4.0) == 1.0  # nothing says yet
@@ -171,21 +189,25 @@ def test_a_run_later_than_the_kept_ones_for_its_first_figure_is_taken_to_be_slow
 
 
 def test_a_command_launched_slower_than_the_kept_ones_is_taken_to_be_slower(tmp_path, cache, caplog):
-    """The kept runs' commands came to their display in 0.2 s; this one takes 0.4 s (a busier machine:
-    it imports the same modules and plans the same input): before any figure its ETA is the kept
-    runs' 50 s scaled by that, not 50 s. A run from Python, not timed from a command, is not scaled."""
+    """The kept runs' commands planned their input and imported Beam in 0.2 s; this one takes 0.4 s
+    (a busier machine: it imports the same modules and plans the same input): once launched, before
+    any figure, its ETA is the kept runs' 50 s scaled by that, not 50 s. A run from Python, not timed
+    from a command, is not scaled."""
     shared = str(tmp_path / "shared")
     announce_stages(shared, STAGES)
     save_prior(_full_kind(), Prior(0.2, 30.0, 2e-5, 0.0))
-    progress_prior.command_started()
-    time.sleep(0.4)
-    timed = JobDisplay(shared, stream=open(tmp_path / "log", "w"), interval=0, kind=KIND)
-    progress_prior._COMMAND_START.clear()
-    untimed = JobDisplay(shared, stream=open(tmp_path / "log2", "w"), interval=0, kind=KIND)
     etas = []
-    for display in (timed, untimed):
+    for timed in (True, False):
+        progress_prior.command_started()
+        if not timed:
+            progress_prior.command_ended()
+        display = JobDisplay(shared, stream=open(tmp_path / f"log-{timed}", "w"), interval=0, kind=KIND,
+                             launching=True)
         caplog.clear()
         with caplog.at_level(logging.INFO, logger="pretokenize.progress"), display:
+            time.sleep(0.4)
+            display.launched()
+            display.running()
             time.sleep(0.6)
         etas.append(_seconds(_job_etas(caplog.records)[-1].split(" ")[0].lstrip("~")))
     # twice as slow, believed as 2 ** SPEED_TRUST: 50 s become about 84 s; untimed, about 50 s
@@ -280,21 +302,25 @@ class _Log(TerminalStream):
 
 
 def _launch_then_fail(tmp_path, monkeypatch, stream, wait_for_text: str | None) -> list[str]:
-    """run_job of a job whose build announces STAGES then fails as a tokenizer that will not load
-    does; what ``stream`` (the display's) held while the build waited for ``wait_for_text``."""
+    """run_job of a job whose input's plan announces STAGES, then whose build fails as a tokenizer
+    that will not load does; what ``stream`` (the display's) held while the build waited for
+    ``wait_for_text``."""
     from types import SimpleNamespace
 
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from pipelines import job, progress_display
-    from pipelines import progress as job_progress
     from pipelines.errors import UsageError
+    from pipelines.flags import BeamArgs
 
     monkeypatch.setattr(progress_display.sys, "stderr", stream)
     seen = []
 
-    def build(pipeline, options, run_id, mode):
-        announce_stages(job_progress.progress_dir(pipeline.options, run_id), STAGES)
+    def plan_input(settings, shared):
+        announce_stages(shared, STAGES)
+        return []
+
+    def build(pipeline, options, run_id, mode, units):
         deadline = time.monotonic() + 5
         while wait_for_text and wait_for_text not in stream.text and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -303,8 +329,8 @@ def _launch_then_fail(tmp_path, monkeypatch, stream, wait_for_text: str | None) 
 
     settings = SimpleNamespace(output=str(tmp_path / "out"), tokenizer="gpt2")
     with pytest.raises(UsageError, match="would not load"):
-        job.run_job([], lambda argv: (settings, PipelineOptions(["--runner=FnApiRunner"])), build,
-                    lambda *a: "")
+        job.run_job([], lambda argv: (settings, BeamArgs(built=PipelineOptions(["--runner=FnApiRunner"]))),
+                    plan_input, build, lambda *a: "")
     return seen
 
 

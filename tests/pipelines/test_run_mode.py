@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import tempfile
 
+import pytest
+
 from pipelines import cli
-from pipelines.run_mode import RUN, RunMode, building
+from pipelines.run_mode import RUN, RunMode, Workers, building
 
 
 def test_a_dry_runs_scratch_exists_only_while_the_job_is_built():
@@ -39,3 +41,23 @@ def test_a_launch_that_fails_leaves_no_beam_temporary_directory(tmp_path, monkey
     assert code == 2, capsys.readouterr()
     assert "text" in capsys.readouterr().err
     assert [p.name for p in scratch.iterdir() if p.name.startswith("beam-pipeline-temp")] == []
+
+
+@pytest.mark.parametrize("args", [
+    [],
+    ["--runner=FnApiRunner"],
+    ["--runner", "DataflowRunner", "--project=p"],
+    ["--runner=FnApiRunner", "--direct_running_mode=multi_processing", "--direct_num_workers=3"],
+    ["--direct_running_mode", "multi_processing", "--direct_num_workers", "2"],
+    ["--direct_num_workers=2", "--direct_num_workers=4", "--direct_running_mode=multi_threading"],
+    ["--runner=PrismRunner", "--runner=apache_beam.runners.portability.fn_api_runner.FnApiRunner"],
+    ["--runner=FlinkRunner", "--flink_master=[local]"],
+    ["--job_name=--runner", "--direct_num_workers=0"],
+    ["--runner="],
+], ids=lambda args: " ".join(args) or "none")
+def test_where_the_workers_run_is_read_off_the_flags_as_beam_reads_them(args):
+    """The display comes up before Beam is imported (pipelines/job.py), from the flags as given: it
+    must see the runner and the workers Beam's options will."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    assert Workers.of_args(args) == Workers.of_options(PipelineOptions(args))

@@ -10,8 +10,9 @@
     fields.py        ReadConfig (which fields are read) and the check of one record's values
     arrow.py         Arrow columns normalized into DocBatches, and DocBatches of checked rows
     units.py         InputUnit (one piece of reading work), the file's fingerprint, planned work
-    read.py          plan_input, read_batches, ReadUnitFn and ReadDocuments (the Beam step)
+    plan.py          the input planned into units at launch, before Beam is imported (plan_input)
+    read.py          read_batches, ReadUnitFn and ReadDocuments (the Beam step)
 
-Only read.py imports Beam; discover.py, registry.py, units.py and fields.py import no Arrow either,
+Only read.py imports Beam; discover.py, registry.py, units.py, plan.py and fields.py import no Arrow either,
 so the CLI can say an input matches nothing before it loads either, or the tokenizer.
 """

@@ -1,20 +1,20 @@
 """ReadDocuments: the input's documents in DocBatches, from a file, a directory or a glob, local
 or on any fsspec filesystem.
 
-The input is planned when the pipeline is built (``plan_input``): the pattern is expanded
-(transforms.inputs.discover), and each file is planned by the format its name says
-(transforms.inputs.registry) into units of work, checked as far as a launch can check them: every
-parquet footer is read and its schema checked. So a missing column or a file that is not parquet
-fails the launch with a message naming the file, before any worker starts and before anything is
-written. Workers then stream their unit in record batches (``read_batches``), reading only the
-columns the job needs, and check before and after that the file is the one planned.
+The input is planned at launch (transforms.inputs.plan.plan_input, which imports no Beam: a job's
+bars appear before Beam is loaded): the pattern is expanded (transforms.inputs.discover), and each
+file is planned by the format its name says (transforms.inputs.registry) into units of work,
+checked as far as a launch can check them: every parquet footer is read and its schema checked.
+So a missing column or a file that is not parquet fails the launch with a message naming the file,
+before any worker starts and before anything is written. Workers then stream their unit in record
+batches (``read_batches``), reading only the columns the job needs, and check before and after that
+the file is the one planned.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 
 import apache_beam as beam
 import pyarrow.compute as pc
@@ -23,41 +23,17 @@ from shards import storage
 from transforms.core.batches import DocBatch
 from transforms.core.drops import Drops
 from transforms.core.progress import Planned, Progress
-from transforms.core.records import DROPPED, BadInputError, BadRecord, Document
+from transforms.core.records import DROPPED, BadRecord, Document
 from transforms.core.spread import SpreadEvenly
 from transforms.inputs.arrow import documents
-from transforms.inputs.discover import expand_pattern
 from transforms.inputs.fields import ReadConfig
-from transforms.inputs.registry import format_for, format_of, unknown_type
+from transforms.inputs.plan import plan_input
+from transforms.inputs.registry import format_of
 from transforms.inputs.units import InputUnit, check_unchanged, planned_work, unit_cost
 
 log = logging.getLogger(__name__)
 
 RECORDS = "records"
-
-
-def plan_file(path: str, config: ReadConfig) -> list[InputUnit]:
-    """The units of work of one input file, planned by its format."""
-    fmt = format_for(path, config)
-    if fmt is None:
-        raise BadInputError(path, unknown_type())
-    fs, fs_path = storage.filesystem(path)
-    return fmt.plan(path, fs.info(fs_path), config)
-
-
-def plan_input(config: ReadConfig, threads: int = 16) -> list[InputUnit]:
-    """Expand the glob and check every file; the units of work, in a deterministic order. A store
-    that cannot be reached (or refuses the credentials) is one storage.Unreachable naming the URL."""
-    with storage.reaching(config.pattern):
-        paths = expand_pattern(config.pattern)
-
-    def plan(path: str) -> list[InputUnit]:
-        with storage.reaching(path):
-            return plan_file(path, config)
-
-    with ThreadPoolExecutor(max_workers=min(threads, len(paths))) as pool:
-        planned = list(pool.map(plan, paths))
-    return [u for units in planned for u in units]
 
 
 def read_batches(unit: InputUnit, config: ReadConfig) -> Iterator[DocBatch | BadRecord]:
@@ -117,7 +93,8 @@ class ReadUnitFn(beam.DoFn):
 
 
 class ReadDocuments(beam.PTransform):
-    """DocBatches from ``config.pattern``, in units planned (and checked) at construction time.
+    """DocBatches from ``config.pattern``, in units planned (and checked) at construction time, or
+    the ``units`` the launcher planned from the same ``config`` (transforms.inputs.plan.plan_input).
 
     Outputs: ``docs`` (DocBatches), ``dropped`` (``(reason, n)`` of records skipped under
     ``on_bad_record="skip"``) and ``records`` (records read per unit: sum them for the raw count).
@@ -128,11 +105,11 @@ class ReadDocuments(beam.PTransform):
         batches, bad, records = read.docs, read.dropped, read.records
     """
 
-    def __init__(self, config: ReadConfig, progress_dir: str | None = None):
+    def __init__(self, config: ReadConfig, progress_dir: str | None = None, units: list[InputUnit] | None = None):
         super().__init__()
         self._config = config
         self._progress_dir = progress_dir  # Progress: a local directory all workers share, or None
-        self.units = plan_input(config)
+        self.units = plan_input(config) if units is None else units
         self.planned = planned_work(self.units)
 
     def log_planned(self) -> None:

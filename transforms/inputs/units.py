@@ -1,8 +1,8 @@
 """InputUnit: one piece of reading work, with the fingerprint of its file when the job was planned.
 
-The input is planned when the pipeline is built: the pattern is expanded, every file is planned by
-its format into units (a parquet row group, or a whole JSON file), and each unit records its
-file's size and version. A worker checks that the file is still that one before and after it
+The input is planned at launch (transforms/inputs/plan.py): the pattern is expanded, every file
+is planned by its format into units (a parquet row group, or a whole JSON file), and each unit
+records its file's size and version. A worker checks that the file is still that one before and after it
 reads the unit: a job never mixes versions. This module imports no Beam and no Arrow.
 """
 

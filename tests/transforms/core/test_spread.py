@@ -12,7 +12,7 @@ from conftest import SAMPLE_PARQUET
 
 from transforms.core.spread import SpreadEvenly, costliest_first
 from transforms.inputs.fields import ReadConfig
-from transforms.inputs.read import plan_input
+from transforms.inputs.plan import plan_input
 from transforms.inputs.units import unit_cost
 
 

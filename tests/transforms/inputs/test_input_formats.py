@@ -13,7 +13,7 @@ from transforms.core.records import BadInputError
 from transforms.inputs import registry
 from transforms.inputs.compression import COMPRESSIONS
 from transforms.inputs.fields import ReadConfig
-from transforms.inputs.read import plan_file
+from transforms.inputs.plan import plan_file
 
 
 @pytest.mark.parametrize("entry", registry.FORMATS, ids=lambda e: e.kind)

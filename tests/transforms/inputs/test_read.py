@@ -24,7 +24,8 @@ from transforms.inputs.arrow import column_values
 from transforms.inputs.compression import open_decompressed
 from transforms.inputs.discover import expand_pattern
 from transforms.inputs.fields import ReadConfig
-from transforms.inputs.read import CountRecords, ReadDocuments, plan_input, read_unit
+from transforms.inputs.plan import plan_input
+from transforms.inputs.read import CountRecords, ReadDocuments, read_unit
 from transforms.inputs.registry import JSON_VALUES_SUFFIXES, JSONL_SUFFIXES
 
 # The columns the default conditions read (shards.conditions), as a Document holds them.

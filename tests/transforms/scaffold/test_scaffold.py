@@ -16,7 +16,8 @@ from doc_batches import doc_batches, documents_of, sequences_of
 from shards import llmc
 from transforms.core.records import BadInputError, Document
 from transforms.inputs.fields import ReadConfig
-from transforms.inputs.read import ReadDocuments, plan_input, read_unit
+from transforms.inputs.plan import plan_input
+from transforms.inputs.read import ReadDocuments, read_unit
 from transforms.scaffold.encode import (
     COUNTS,
     DROPPED,
