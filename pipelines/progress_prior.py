@@ -208,6 +208,7 @@ def save_prior(kind: str, prior: Prior) -> None:
     path = cache_file()
     with contextlib.suppress(OSError):
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        _remove_orphans(os.path.dirname(path))
         # A new file of a random name (mkstemp: O_EXCL), never a predictable one a symlink planted
         # in a shared cache directory could send the write through.
         fd, tmp = tempfile.mkstemp(prefix=FILE_NAME + ".", suffix=".tmp", dir=os.path.dirname(path))
@@ -218,6 +219,29 @@ def save_prior(kind: str, prior: Prior) -> None:
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
+
+
+# A temporary file of save_prior older than this is an orphan (its process was killed before the
+# os.replace); a save in progress takes milliseconds.
+ORPHAN_SECONDS = 600.0
+
+
+def _remove_orphans(directory: str) -> None:
+    """Remove the temporary files (``job-rates.json.*.tmp``) that saves killed before their
+    os.replace left in ``directory``: regular files only, older than ORPHAN_SECONDS (another
+    process's save in progress is not one). A symlink of that name is left, and never followed
+    (os.unlink removes a name, never what it points to); an error leaves the rest as it is."""
+    prefix, suffix = FILE_NAME + ".", ".tmp"
+    old = time.time() - ORPHAN_SECONDS
+    with contextlib.suppress(OSError), os.scandir(directory) as entries:
+        for entry in entries:
+            if not (entry.name.startswith(prefix) and entry.name.endswith(suffix)
+                    and len(entry.name) > len(prefix) + len(suffix)):
+                continue
+            with contextlib.suppress(OSError):
+                st = entry.stat(follow_symlinks=False)
+                if stat.S_ISREG(st.st_mode) and st.st_mtime < old:
+                    os.unlink(entry.path)
 
 
 def measured_prior(launch: float | None, start: float, first: tuple[float, int] | None, stage_end: float | None,

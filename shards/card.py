@@ -79,11 +79,31 @@ def command(doc: dict) -> str:
             words.append(flag)
         elif isinstance(value, (list, tuple)):  # a repeatable flag (--keep), given once per value
             for v in value:
-                words += [flag, shlex.quote(str(v))]
+                words += [flag, _shell_word(str(v))]
         else:
-            words += [flag, shlex.quote(str(value))]
+            words += [flag, _shell_word(str(value))]
     words += ["--output", "DIR"]
     return " ".join(words)
+
+
+def _shell_word(text: str) -> str:
+    """``text`` as one word of the command, on its line: quoted as shlex does, or, when it is not
+    one line of text (conditions.one_line: an input file's name may hold a line break), in bash's
+    $'...' with each such character escaped, so the block still says it whole and exactly (a
+    carriage return, pasted from a rendered page, would otherwise come back as a line feed)."""
+    if conditions.one_line(text):
+        return shlex.quote(text)
+    return "$'" + "".join(_escaped(c) for c in text) + "'"
+
+
+def _escaped(c: str) -> str:
+    if c in "\\'":
+        return "\\" + c
+    if conditions.one_line(c):
+        return c
+    if 0xDC80 <= ord(c) <= 0xDCFF:  # a byte that is not UTF-8, as Python keeps it (surrogateescape)
+        return f"\\x{ord(c) - 0xDC00:02x}"
+    return f"\\x{ord(c):02x}" if ord(c) < 0x80 else f"\\u{ord(c):04x}"
 
 
 def _front_matter(doc: dict, pretty_name: str, tags: list[str]) -> list[str]:
@@ -173,8 +193,12 @@ def _kept_when(flags: dict, filt: dict) -> list[str]:
 
 def code(text: str) -> str:
     """Text a user gave (a path, a URL, a tokenizer's name) as inline code, shown literally whatever
-    backticks it holds (shards.conditions.code_span)."""
-    return conditions.code_span(str(text))
+    backticks it holds (shards.conditions.code_span). A text that is not one line (a file's name
+    may hold a line break, a carriage return, a direction override) is shown as Python's repr spells
+    it, quoted with its escapes visible: no code span or table row holds a line break, and the
+    others would show another text than the name."""
+    text = str(text)
+    return conditions.code_span(text if conditions.one_line(text) else repr(text))
 
 
 def fenced(language: str, lines: list[str]) -> list[str]:

@@ -107,7 +107,8 @@ class Condition(NamedTuple):
 _SYMBOLS = "|".join(re.escape(s) for s in sorted((o for o in OPERATORS if not o.isalpha()), key=len, reverse=True))
 # ASCII only: re's \d and \s are Unicode-wide, and int() reads '٣' or '３' as 3 (the name and the
 # card would say another text than the one given); a separator is a space or a tab.
-_TOKEN = re.compile(r"""[ \t]*(?:(?P<num>-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?)
+_NUMBER = r"-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?"
+_TOKEN = re.compile(r"""[ \t]*(?:(?P<num>""" + _NUMBER + r""")
     |(?P<str>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')
     |(?P<op>""" + _SYMBOLS + r"""|\[|\]|,)
     |(?P<word>@tokens|[A-Za-z_][A-Za-z0-9_.\-]*)
@@ -318,8 +319,23 @@ def describe(conds: Sequence[Condition]) -> list[str]:
 
 def _bare(value) -> str:
     """A value as the card says it: a string as it is, unless it is empty or blank, which is said
-    with its quotes (no code span can hold nothing, and a blank one would show as no value)."""
-    return value if isinstance(value, str) and value.strip() else _spell(value)
+    with its quotes (no code span can hold nothing, and a blank one would show as no value), or
+    unless it reads as another value: ``"null"``, ``"true"`` or ``"3"`` said bare would be the
+    null, a boolean or a number (``x == "null"`` and ``x == null`` keep other documents)."""
+    if isinstance(value, str) and value.strip() and not _reads_as_other_value(value):
+        return value
+    return _spell(value)
+
+
+def _reads_as_other_value(text: str) -> bool:
+    """Whether ``text``, unquoted, would be read as a value that is no string."""
+    bare = text.strip()
+    return bare in _WORDS or re.fullmatch(_NUMBER, bare) is not None
+
+def one_line(text: str) -> bool:
+    """Whether ``text`` is one line of text (no line break, control character, direction override
+    or byte that is not UTF-8; a tab is a space), as a table's row and a code span can show it."""
+    return _control(text, "") is None
 
 
 def code_span(text: str) -> str:

@@ -57,3 +57,35 @@ def _escaped(text: str) -> str:
     import html
 
     return html.escape(text, quote=False)
+
+
+BROKEN = "in\r\nx `y` | z.parquet"  # a file's name with a carriage return and a line feed
+
+
+def test_an_input_name_with_a_line_break_is_shown_escaped_on_one_line(tmp_path):
+    """A code span cannot hold a line break, nor a table's row: the name cut the Input row in two
+    and the command's word over two lines. It is shown as repr spells it, the command's word in
+    bash's $'...', which reads back as the name."""
+    import subprocess
+
+    from markdown_it import MarkdownIt
+
+    src = tmp_path / BROKEN
+    shutil.copy(SAMPLE_PARQUET, src)
+    out = tmp_path / "out"
+    assert cli.main(["bucketed", "--input", str(src), "--output", str(out), "--tokenizer", "gpt2",
+                     "--runner=FnApiRunner"]) == 0
+    card = (out / CARD_NAME).read_text()
+    html = MarkdownIt("commonmark").enable("table").render(card)
+    found = _Code()
+    found.feed(html)
+    shown = repr(BROKEN)  # the input as recorded: its name under its root
+    assert found.code.count(shown) >= 3, found.code  # the Input row, the Read step and the list of inputs
+    [row] = [line for line in html.split("<tr>") if "<strong>Input</strong>" in line]
+    assert row.count("<td>") == 2 and f"<code>{_escaped(shown)}</code>" in row, row
+    assert "<strong>Kept when</strong>" in html.split("<tr>")[html.split("<tr>").index(row) + 1]  # the next row
+    [command] = [b for b in found.blocks if "pretokenize bucketed" in b]
+    assert command.count("\n") == 1 and command.rstrip().endswith("--output DIR"), command  # one line
+    word = command.split(" --input ")[1].split(" --")[0]
+    said = subprocess.run(["bash", "-c", f"printf %s {word}"], capture_output=True, check=True).stdout
+    assert said == BROKEN.encode(), said

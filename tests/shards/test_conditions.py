@@ -136,6 +136,19 @@ def test_an_empty_or_blank_string_is_said_with_its_quotes():
     assert [t.content for t in tokens if t.type == "code_inline"] == ["url", '""', "dump", '""', "x", '""', '"  "']
 
 
+def test_a_string_that_reads_as_another_value_is_said_with_its_quotes():
+    """``x == "null"`` keeps the string null, ``x == null`` the missing values: the card said both
+    as `null`. A string that would read, bare, as null, a boolean or a number keeps its quotes."""
+    from markdown_it import MarkdownIt
+
+    said = conditions.describe([parse('a == "null"'), parse("b == null"), parse("c != 'true'"), parse("d != true"),
+                                parse('e == "3"'), parse("f == 3"), parse("g in ['null', null, '-1.5e3', 'n']")])
+    tokens = MarkdownIt("commonmark").parseInline(", ".join(said))[0].children
+    assert [t.content for t in tokens if t.type == "code_inline"] == [
+        "a", '"null"', "b", "null", "c", '"true"', "d", "true", "e", '"3"', "f", "3",
+        "g", '"null"', "null", '"-1.5e3"', "n"]
+
+
 def test_a_field_flag_naming_a_column_with_a_line_break_is_refused():
     with pytest.raises(ValueError, match="--lid-score-field .*line break"):
         conditions.conditions({"lid_score_field": "a\nb"})
