@@ -332,6 +332,7 @@ def _reads_as_other_value(text: str) -> bool:
     bare = text.strip()
     return bare in _WORDS or re.fullmatch(_NUMBER, bare) is not None
 
+
 def one_line(text: str) -> bool:
     """Whether ``text`` is one line of text (no line break, control character, direction override
     or byte that is not UTF-8; a tab is a space), as a table's row and a code span can show it."""
