@@ -54,6 +54,8 @@ def test_a_launch_that_fails_leaves_no_beam_temporary_directory(tmp_path, monkey
     ["--runner=FlinkRunner", "--flink_master=[local]"],
     ["--job_name=--runner", "--direct_num_workers=0"],
     ["--runner="],
+    ["--direct_num_workers=+2"],
+    ["--direct_num_workers", " 3 "],
 ], ids=lambda args: " ".join(args) or "none")
 def test_where_the_workers_run_is_read_off_the_flags_as_beam_reads_them(args):
     """The display comes up before Beam is imported (pipelines/job.py), from the flags as given: it
@@ -61,3 +63,10 @@ def test_where_the_workers_run_is_read_off_the_flags_as_beam_reads_them(args):
     from apache_beam.options.pipeline_options import PipelineOptions
 
     assert Workers.of_args(args) == Workers.of_options(PipelineOptions(args))
+
+
+@pytest.mark.parametrize("value", ["x", "\u00b2", "2.5", ""])
+def test_a_worker_count_beam_refuses_is_its_default_until_beam_refuses_it(value):
+    """Read before Beam parses the flags (the display comes up first): a value it will refuse in one
+    line (tests/pipelines/test_beam_flags.py) must not fail here with a traceback."""
+    assert Workers.of_args(["--direct_num_workers", value]).count == 1
