@@ -44,15 +44,22 @@ class Workers:
         """From Beam's flags as given (each the last given, as Beam's parser, which takes no
         abbreviation, reads them), without importing Beam; a value Beam would refuse counts as its
         default here, and is refused when Beam parses the flags."""
-        count = beam_flag(args, "direct_num_workers")
         return cls(beam_flag(args, "runner"), beam_flag(args, "direct_running_mode") == "multi_processing",
-                   int(count) if count is not None and count.strip().lstrip("+-").isdigit() else 1)
+                   _count(beam_flag(args, "direct_num_workers")))
 
     @classmethod
     def of_options(cls, pipeline_options: PipelineOptions) -> Workers:
         direct = view(pipeline_options, "DirectOptions")
         return cls(view(pipeline_options, "StandardOptions").runner, direct.direct_running_mode == "multi_processing",
                    direct.direct_num_workers)
+
+
+def _count(given: str | None) -> int:
+    """--direct_num_workers read by int(), as Beam's parser reads it (``1_6`` too); 1 for a value it refuses."""
+    try:
+        return 1 if given is None else int(given)
+    except ValueError:
+        return 1
 
 
 def workers_here(pipeline_options: PipelineOptions) -> bool:

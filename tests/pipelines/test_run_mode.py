@@ -54,6 +54,9 @@ def test_a_launch_that_fails_leaves_no_beam_temporary_directory(tmp_path, monkey
     ["--runner=FlinkRunner", "--flink_master=[local]"],
     ["--job_name=--runner", "--direct_num_workers=0"],
     ["--runner="],
+    # int() reads these as Beam's parser does; a str.isdigit() says otherwise of both
+    ["--direct_running_mode=multi_processing", "--direct_num_workers=1_6"],
+    ["--direct_running_mode=multi_processing", "--direct_num_workers= 2 "],
 ], ids=lambda args: " ".join(args) or "none")
 def test_where_the_workers_run_is_read_off_the_flags_as_beam_reads_them(args):
     """The display comes up before Beam is imported (pipelines/job.py), from the flags as given: it
@@ -61,3 +64,10 @@ def test_where_the_workers_run_is_read_off_the_flags_as_beam_reads_them(args):
     from apache_beam.options.pipeline_options import PipelineOptions
 
     assert Workers.of_args(args) == Workers.of_options(PipelineOptions(args))
+
+
+@pytest.mark.parametrize("count", ["²", "2.0", "", "two"])
+def test_a_worker_count_beam_refuses_counts_as_its_default_until_beam_refuses_it(count):
+    """Read before Beam is, outside the launch's error handling: a traceback here would come
+    before the one line Beam's check says (flags.BeamArgs.options)."""
+    assert Workers.of_args([f"--direct_num_workers={count}"]).count == 1
