@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from pipelines.beam_flags import beam_flag, beam_flag_names, beam_options, surely_unknown
 from pipelines.engines import engine_flags
 from pipelines.help_format import DefaultsHelpFormatter
-from pipelines.run_mode import Workers, is_local_runner
+from pipelines.run_mode import Workers, is_local_runner, runner_class
 from shards import lock
 from transforms.core.records import UsageError
 from transforms.core.settings import (
@@ -197,8 +197,8 @@ def worker_flags(workers: int | None, beam_args: list[str]) -> list[str]:
     for name in ("direct_num_workers", "direct_running_mode"):
         if beam_flag(beam_args, name) is not None:
             raise UsageError(f"--workers {workers} and --{name} both say how to run locally; give one")
-    flags = [] if runner is not None and runner.rsplit(".", 1)[-1] == "FnApiRunner" else ["--runner=FnApiRunner"]
-    if runner is not None and runner.rsplit(".", 1)[-1] not in ("FnApiRunner", "DirectRunner"):
+    flags = [] if runner is not None and runner_class(runner) == "FnApiRunner" else ["--runner=FnApiRunner"]
+    if runner is not None and runner_class(runner) not in ("FnApiRunner", "DirectRunner"):
         raise UsageError(f"--workers runs the FnApiRunner; --runner={runner} is another one")
     return flags + ["--direct_running_mode=multi_processing", f"--direct_num_workers={workers}"]
 

@@ -22,7 +22,17 @@ LOCAL_RUNNERS = ("DirectRunner", "FnApiRunner", "SwitchingDirectRunner", "Bundle
 
 
 def is_local_runner(runner: str | None) -> bool:
-    return runner is None or runner.rsplit(".", 1)[-1] in LOCAL_RUNNERS
+    return runner is None or runner_class(runner) in LOCAL_RUNNERS
+
+
+def runner_class(runner: str) -> str:
+    """The class Beam runs for ``--runner``: a dotted path's last part, or a local runner named in
+    any case, with or without its "Runner" (``direct``: Beam's runners/runner.py create_runner)."""
+    if "." in runner:
+        return runner.rsplit(".", 1)[-1]
+    lower = runner.lower()
+    return next((known for known in LOCAL_RUNNERS if lower in (known.lower(), known.lower()[:-len("runner")])),
+                runner)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,10 +64,10 @@ class Workers:
                    direct.direct_num_workers)
 
 
-def _count(value: str | None) -> int:
-    """--direct_num_workers's value as Beam's parser reads it (int), or its default for one it refuses."""
+def _count(given: str | None) -> int:
+    """--direct_num_workers read by int(), as Beam's parser reads it (``1_6`` too); 1 for a value it refuses."""
     try:
-        return 1 if value is None else int(value)
+        return 1 if given is None else int(given)
     except ValueError:
         return 1
 

@@ -101,9 +101,9 @@ def _escaped(c: str) -> str:
         return "\\" + c
     if conditions.one_line(c):
         return c
-    if 0xDC80 <= ord(c) <= 0xDCFF:  # a byte that is not UTF-8, as Python keeps it (surrogateescape)
-        return f"\\x{ord(c) - 0xDC00:02x}"
-    return f"\\x{ord(c):02x}" if ord(c) < 0x80 else f"\\u{ord(c):04x}"
+    # Its bytes, each as \xHH: bash's \uHHHH gives the character only in a locale that has it (under
+    # LC_ALL=C, the six characters). A byte that is not UTF-8 is kept by Python as a surrogate.
+    return "".join(f"\\x{b:02x}" for b in c.encode("utf-8", "surrogateescape"))
 
 
 def _front_matter(doc: dict, pretty_name: str, tags: list[str]) -> list[str]:

@@ -3,9 +3,11 @@ backticks or a '|' neither ends its code span or the command's block nor cuts a 
 
 from __future__ import annotations
 
+import os
 import shutil
 from html.parser import HTMLParser
 
+import pytest
 from conftest import SAMPLE_PARQUET
 
 from pipelines import cli
@@ -89,3 +91,19 @@ def test_an_input_name_with_a_line_break_is_shown_escaped_on_one_line(tmp_path):
     word = command.split(" --input ")[1].split(" --")[0]
     said = subprocess.run(["bash", "-c", f"printf %s {word}"], capture_output=True, check=True).stdout
     assert said == BROKEN.encode(), said
+
+
+@pytest.mark.parametrize("locale", ["C", "C.UTF-8"])
+def test_the_commands_word_reads_back_as_the_name_in_any_locale(locale):
+    """bash's \\uHHHH gives the character only in a locale that has it: under LC_ALL=C (a container,
+    cron) it stays the six characters. A byte escape (\\xHH) is the same bytes in any locale."""
+    import subprocess
+
+    from shards import card
+
+    name = "in\n\u202e\u2028\x85\u00e9 \udcff.parquet"  # a line break, a direction override, a C1 control, a bad byte
+    line = card.command({"job": "bucketed", "flags": {"input": name}})
+    word = line.split(" --input ")[1].split(" --output ")[0]
+    said = subprocess.run(["bash", "-c", f"printf %s {word}"], capture_output=True, check=True,
+                          env={**os.environ, "LC_ALL": locale}).stdout
+    assert said == name.encode("utf-8", "surrogateescape"), said

@@ -56,6 +56,9 @@ def test_a_launch_that_fails_leaves_no_beam_temporary_directory(tmp_path, monkey
     ["--runner="],
     ["--direct_num_workers=+2"],
     ["--direct_num_workers", " 3 "],
+    # int() reads these as Beam's parser does; a str.isdigit() says otherwise of both
+    ["--direct_running_mode=multi_processing", "--direct_num_workers=1_6"],
+    ["--direct_running_mode=multi_processing", "--direct_num_workers= 2 "],
 ], ids=lambda args: " ".join(args) or "none")
 def test_where_the_workers_run_is_read_off_the_flags_as_beam_reads_them(args):
     """The display comes up before Beam is imported (pipelines/job.py), from the flags as given: it
@@ -65,8 +68,33 @@ def test_where_the_workers_run_is_read_off_the_flags_as_beam_reads_them(args):
     assert Workers.of_args(args) == Workers.of_options(PipelineOptions(args))
 
 
-@pytest.mark.parametrize("value", ["x", "\u00b2", "2.5", ""])
-def test_a_worker_count_beam_refuses_is_its_default_until_beam_refuses_it(value):
-    """Read before Beam parses the flags (the display comes up first): a value it will refuse in one
-    line (tests/pipelines/test_beam_flags.py) must not fail here with a traceback."""
-    assert Workers.of_args(["--direct_num_workers", value]).count == 1
+@pytest.mark.parametrize("count", ["²", "2.0", "2.5", "", "two"])
+def test_a_worker_count_beam_refuses_counts_as_its_default_until_beam_refuses_it(count):
+    """Read before Beam is, outside the launch's error handling: a traceback here would come
+    before the one line Beam's check says (flags.BeamArgs.options)."""
+    assert Workers.of_args([f"--direct_num_workers={count}"]).count == 1
+
+
+@pytest.mark.parametrize("runner, local", [
+    ("direct", True), ("Direct", True), ("directrunner", True), ("fnapirunner", True), ("FnApi", True),
+    ("prism", True), ("DirectRunner", True), ("apache_beam.runners.direct.direct_runner.DirectRunner", True),
+    ("dataflow", False), ("Dataflow", False), ("flink", False), ("DataflowRunner", False),
+])
+def test_a_runner_is_named_as_beam_names_it(runner, local):
+    """Beam takes a runner's name in any case, with or without its "Runner" (runners/runner.py
+    create_runner): --runner=direct runs here, so it has the display, and refuses --dry_run."""
+    from pipelines.run_mode import is_local_runner
+
+    assert is_local_runner(runner) is local
+
+
+def test_a_dry_run_on_a_local_runner_named_in_lower_case_is_refused_and_writes_nothing(tmp_path, capsys):
+    """--runner=direct would ignore --dry_run and run the whole job, into an output never claimed."""
+    from conftest import SAMPLE_PARQUET
+
+    out = tmp_path / "out"
+    code = cli.main(["bucketed", "--input", str(SAMPLE_PARQUET), "--output", str(out), "--runner=direct",
+                     "--dry_run=True"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "--dry_run is for a remote runner" in err[0], err
+    assert not out.exists()
