@@ -25,6 +25,7 @@ import os
 import threading
 from pathlib import Path
 
+from pipelines.run_mode import runner_class
 from transforms.core.records import UsageError
 
 log = logging.getLogger("pipelines")
@@ -104,7 +105,7 @@ def engine_flags(runner: str | None, given: set[str]) -> list[str]:
     runner. Says in one line what it chose. A UsageError when the job server is needed and `make
     engines` has not assembled it. On any Java job server the end-of-job hang-up is filtered
     (quiet_end_of_job_hangup, below)."""
-    name = (runner or "").rsplit(".", 1)[-1]
+    name = runner_class(runner or "")
     if name in JOB_SERVER_RUNNERS:
         quiet_end_of_job_hangup()
     spec = EMBEDDED.get(name)

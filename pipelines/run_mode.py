@@ -18,7 +18,14 @@ if TYPE_CHECKING:
 
 
 # Runners that run the pipeline in this process or in processes it starts on this machine.
-LOCAL_RUNNERS = ("DirectRunner", "FnApiRunner", "SwitchingDirectRunner", "BundleBasedDirectRunner", "PrismRunner")
+LOCAL_RUNNERS = ("DirectRunner", "FnApiRunner", "SwitchingDirectRunner", "BundleBasedDirectRunner", "PrismRunner",
+                 "TestDirectRunner")
+
+
+# Every runner Beam knows by its class name alone (its StandardOptions.KNOWN_RUNNER_NAMES, and
+# LOCAL_RUNNERS its local ones: tests/pipelines/test_run_mode.py checks both): those runner_class resolves.
+KNOWN_RUNNERS = (*LOCAL_RUNNERS, "DataflowRunner", "FlinkRunner", "InteractiveRunner", "KafkaStreamsRunner",
+                 "PortableRunner", "SparkRunner", "TestDataflowRunner")
 
 
 def is_local_runner(runner: str | None) -> bool:
@@ -26,12 +33,12 @@ def is_local_runner(runner: str | None) -> bool:
 
 
 def runner_class(runner: str) -> str:
-    """The class Beam runs for ``--runner``: a dotted path's last part, or a local runner named in
-    any case, with or without its "Runner" (``direct``: Beam's runners/runner.py create_runner)."""
+    """The class Beam runs for ``--runner``: a dotted path's last part, or a runner it knows named in
+    any case, with or without its "Runner" (``direct``, ``flink``: Beam's runners/runner.py create_runner)."""
     if "." in runner:
         return runner.rsplit(".", 1)[-1]
     lower = runner.lower()
-    return next((known for known in LOCAL_RUNNERS if lower in (known.lower(), known.lower()[:-len("runner")])),
+    return next((known for known in KNOWN_RUNNERS if lower in (known.lower(), known.lower()[:-len("runner")])),
                 runner)
 
 

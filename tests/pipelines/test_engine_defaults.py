@@ -188,3 +188,11 @@ def test_verify_reports_to_this_machine_only_when_its_workers_run_here(flags, he
     else:
         with pytest.raises(UsageError, match="its workers cannot write this machine's temporary directory"):
             verify_graph._report_url(None, options)
+
+
+@pytest.mark.parametrize("runner", ["flink", "Flink", "flinkrunner", "FlinkRunner"])
+def test_flink_named_as_beam_takes_it_gets_its_defaults(runner, tmp_path, monkeypatch):
+    """Beam runs FlinkRunner for --runner=flink (any case, "Runner" or not): it gets Flink's defaults too."""
+    monkeypatch.setenv("ENGINES_DIR", str(tmp_path))
+    given = {"runner", "job_endpoint", "flink_master", "environment_type"}
+    assert engines.engine_flags(runner, given) == ["--flink_version=1.19"]

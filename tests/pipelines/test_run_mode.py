@@ -98,3 +98,12 @@ def test_a_dry_run_on_a_local_runner_named_in_lower_case_is_refused_and_writes_n
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "--dry_run is for a remote runner" in err[0], err
     assert not out.exists()
+
+
+def test_the_runners_named_are_those_beam_knows():
+    from apache_beam.options.pipeline_options import StandardOptions
+
+    from pipelines.run_mode import KNOWN_RUNNERS, LOCAL_RUNNERS
+
+    assert sorted(KNOWN_RUNNERS) == sorted(StandardOptions.KNOWN_RUNNER_NAMES)
+    assert set(StandardOptions.LOCAL_RUNNERS) <= set(LOCAL_RUNNERS)
