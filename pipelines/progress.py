@@ -36,9 +36,15 @@ def announce_write_stages(progress_dir: str | None, units, done: set[int], encod
     todo = [u for i, u in enumerate(units) if i not in done]
     planned = planned_work(todo)
     # The ETA goes by the text bytes read when every unit's are known (parquet): units are worked
-    # largest first, so the rows of the first take longer than the rest's.
+    # largest first, so the rows of the first take longer than the rest's. Files whose rows are
+    # not planned (JSON) go by their bytes as stored, read so far (transforms.inputs.read): a unit
+    # is a whole file, and one large file would show no share until it was done.
     text_bytes = sum(u.text_bytes for u in todo) if todo and all(u.text_bytes >= 0 for u in todo) else None
-    work = {"work_keys": ("bytes",), "work_total": text_bytes} if text_bytes and planned.what == "rows" else {}
+    work = {}
+    if text_bytes and planned.what == "rows":
+        work = {"work_keys": ("bytes",), "work_total": text_bytes}
+    elif text_bytes and all(u.rows < 0 for u in todo):
+        work = {"work_keys": ("stored_bytes",), "work_total": text_bytes}
     announce_stages(progress_dir, [
         Stage(f"read and {encoding}", "read", planned.keys, planned.what, total=planned.total, **work),
         Stage("write", "write", ("tokens",), "tokens", total_step=encode_step, total_keys=("tokens",)),

@@ -316,8 +316,9 @@ class JobDisplay:
         return self._start if self._launched is None else self._launched
 
     def _full_kind(self) -> str:
-        """The kind of run, as previous runs' figures are kept (pipelines.progress_prior)."""
-        return " / ".join([self.kind or "", *(f"{s.label} in {s.unit}" for s in self._stages)])
+        """The kind of run, as previous runs' figures are kept (pipelines.progress_prior): its stages,
+        each in its unit and what its time is measured by (Stage.work_keys)."""
+        return " / ".join([self.kind or "", *(stage_kind(s) for s in self._stages)])
 
     def _work_total(self) -> int:
         """The first stage's planned work, in what its time grows with (Stage.work_keys)."""
@@ -355,6 +356,12 @@ class JobDisplay:
         return tqdm(total=stage.total, desc=f"{stage.label:<17}", unit=f" {stage.unit}", unit_scale=_scaled(stage.unit),
                     position=position, file=self.stream, dynamic_ncols=sized, ncols=None if sized else 80,
                     nrows=None if sized else 24, leave=True, smoothing=0, postfix=postfix)
+
+
+def stage_kind(stage: Stage) -> str:
+    """A stage as the kind of run names it: its label, unit and what its time goes by."""
+    by = f" by {' and '.join(stage.work_keys)}" if stage.work_keys else ""
+    return f"{stage.label} in {stage.unit}{by}"
 
 
 @contextlib.contextmanager

@@ -77,3 +77,28 @@ def test_a_stage_goes_at_its_rate_from_its_first_work_not_from_the_launch():
     # Nothing seen yet, or not begun: as it was.
     assert from_first_work((0, 10_000), None, 0.0, 5.0) == ((0, 10_000), 5.0)
     assert from_first_work((0, None), None, None, 5.0) == ((0, None), None)
+
+
+def test_json_files_go_by_their_bytes_as_stored(tmp_path):
+    """A JSON file's rows are not planned, and a unit is a whole file: the stage counts files, and
+    its ETA goes by the bytes of the files as stored, read so far (transforms.inputs.read), so one
+    large file shows its share while it is read."""
+    from pipelines.progress import announce_write_stages
+    from pipelines.progress_display import work_figures
+    from transforms.core import progress
+    from transforms.core.progress import Progress, announced_stages
+    from transforms.inputs.units import InputUnit
+
+    units = [InputUnit(f"/in/{name}.jsonl.gz", "jsonl", -1, 0, text_bytes=size)
+             for name, size in (("big", 9_000), ("small", 1_000))]
+    announce_write_stages(str(tmp_path), units, set(), "tokenize", "tokenize")
+    stages = announced_stages(str(tmp_path))
+    assert (stages[0].unit, stages[0].total) == ("input units", 2)
+    assert (stages[0].work_keys, stages[0].work_total) == (("stored_bytes",), 10_000)
+    read = Progress("read", shared_dir=str(tmp_path))
+    read.add(documents=500, stored_bytes=4_500)  # half of the big file, no unit done
+    progress.flush_all()
+    assert work_figures(str(tmp_path), stages)[0] == (4_500, 10_000)
+    # Done units are not announced again: the files left, by their bytes.
+    announce_write_stages(str(tmp_path), units, {0}, "tokenize", "tokenize")
+    assert announced_stages(str(tmp_path))[0].work_total == 1_000

@@ -13,7 +13,7 @@ import pytest
 from conftest import TerminalStream
 
 from pipelines import progress_prior
-from pipelines.progress_display import JobDisplay
+from pipelines.progress_display import JobDisplay, stage_kind
 from pipelines.progress_prior import PRIOR_WEIGHT, SPEED_TRUST, Prior, load_prior, measured_prior, save_prior
 from transforms.core import progress
 from transforms.core.progress import Progress, Stage, announce_stages
@@ -219,7 +219,7 @@ def _seconds(shown: str) -> int:
 
 
 def _full_kind() -> str:
-    return " / ".join([KIND, *(f"{s.label} in {s.unit}" for s in STAGES)])
+    return " / ".join([KIND, *map(stage_kind, STAGES)])
 
 
 @pytest.mark.parametrize("entry", ["[[0, 1e308, 0, 0]]", "[[0, 0, 1e300, 0]]", "[[1e300, 0, 0, 0]]",
@@ -338,7 +338,7 @@ def test_the_bars_and_the_estimate_are_drawn_while_the_job_is_built(tmp_path, ca
     """The launcher loads the tokenizer and claims the output after the input is planned: seconds
     (a fifth of a two-worker run of the bench corpus) in which the display is already up, with the
     kept runs' estimate, once the build has announced the planned work (issue 37)."""
-    save_prior(" / ".join(["tokenizer gpt2, 1 worker", *(f"{s.label} in {s.unit}" for s in STAGES)]),
+    save_prior(" / ".join(["tokenizer gpt2, 1 worker", *map(stage_kind, STAGES)]),
                Prior(0.0, 3.0, 2e-5, 0.0))
     terminal = TerminalStream()
     (during,) = _launch_then_fail(tmp_path, monkeypatch, terminal, "job ETA ~")

@@ -94,9 +94,40 @@ def _is_decompression_error(error: Exception) -> bool:
     return isinstance(error, OSError) and error.errno is None
 
 
+class StoredPosition:
+    """How far into a file as it is stored (its compressed bytes, for a compressed file) a reader
+    of open_decompressed has come: ``bytes``, asked of the open file (a decompressor reads ahead of
+    what it has given, by a buffer), then where it was when the file closed."""
+
+    def __init__(self) -> None:
+        self._raw = None
+        self._last = 0
+
+    @property
+    def bytes(self) -> int:
+        self._note()
+        return self._last
+
+    @contextlib.contextmanager
+    def following(self, raw) -> Iterator[None]:
+        """Follows ``raw`` while it is open."""
+        self._raw = raw
+        try:
+            yield
+        finally:
+            self._note()
+            self._raw = None
+
+    def _note(self) -> None:
+        if self._raw is not None:
+            with contextlib.suppress(OSError, ValueError):  # a file that cannot say: where it last was
+                self._last = self._raw.tell()
+
+
 @contextlib.contextmanager
-def open_decompressed(path: str) -> Iterator[BinaryIO]:
-    """The bytes of an input file, decompressed as its suffix says.
+def open_decompressed(path: str, position: StoredPosition | None = None) -> Iterator[BinaryIO]:
+    """The bytes of an input file, decompressed as its suffix says; ``position`` follows how far
+    into the file as stored they have been read (a unit's progress: transforms.inputs.read).
 
     Data that cannot be decompressed (a truncated file, a file not in its suffix's format) raises
     a BadInputError naming the file. It has no reason: a damaged file is not a record to skip.
@@ -105,7 +136,7 @@ def open_decompressed(path: str) -> Iterator[BinaryIO]:
     """
     fs, fs_path = storage.filesystem(path)
     compression = compression_of(path)
-    with fs.open(fs_path, "rb") as raw:
+    with fs.open(fs_path, "rb") as raw, (position or StoredPosition()).following(raw):
         empty = not raw.read(1)
         raw.seek(0)
         if empty or not compression:

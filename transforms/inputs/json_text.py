@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 from shards import storage
 from transforms.core.records import BadInputError, BadRecord
-from transforms.inputs.compression import open_decompressed
+from transforms.inputs.compression import StoredPosition, open_decompressed
 from transforms.inputs.fields import ReadConfig, Row, object_row, skip_or_raise
 from transforms.inputs.formats import RecordFileFormat
 from transforms.inputs.units import InputUnit, RowCount
@@ -117,9 +117,10 @@ class _JsonText:
             index += 1
 
 
-def read_rows(unit: InputUnit, config: ReadConfig) -> Iterator[Row | BadRecord]:
-    """Records of a .json file: one object, an array of objects, or objects one after another."""
-    with open_decompressed(unit.path) as f:
+def read_rows(unit: InputUnit, config: ReadConfig, position: StoredPosition | None = None) -> Iterator[Row | BadRecord]:
+    """Records of a .json file: one object, an array of objects, or objects one after another;
+    ``position`` follows the file as stored."""
+    with open_decompressed(unit.path, position) as f:
         for index, obj in enumerate(_JsonText(f, unit.path).values()):
             try:
                 yield object_row(obj, config, index, f"{unit.path} record {index + 1}")
@@ -130,8 +131,9 @@ def read_rows(unit: InputUnit, config: ReadConfig) -> Iterator[Row | BadRecord]:
 class JsonTextFormat(RecordFileFormat):
     kind = "json"
 
-    def read_rows(self, unit: InputUnit, config: ReadConfig) -> Iterator[Row | BadRecord]:
-        return read_rows(unit, config)
+    def read_rows(self, unit: InputUnit, config: ReadConfig,
+                  position: StoredPosition | None = None) -> Iterator[Row | BadRecord]:
+        return read_rows(unit, config, position)
 
     def count_rows(self, unit: InputUnit, config: ReadConfig, sampled: bool) -> RowCount | None:
         """The records (bad ones too) of a file of at most COUNT_BYTES, read whole."""

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 from shards import storage
 from transforms.core.records import BadInputError, BadRecord
-from transforms.inputs.compression import DECOMPRESSORS, compression_of, open_decompressed
+from transforms.inputs.compression import DECOMPRESSORS, StoredPosition, compression_of, open_decompressed
 from transforms.inputs.fields import ReadConfig, Row, object_row, skip_or_raise
 from transforms.inputs.formats import RecordFileFormat
 from transforms.inputs.units import InputUnit, RowCount
@@ -38,9 +38,10 @@ def _line_row(raw: bytes, config: ReadConfig, line_no: int, where: str) -> Row:
     return object_row(obj, config, line_no - 1, where)
 
 
-def read_rows(unit: InputUnit, config: ReadConfig) -> Iterator[Row | BadRecord]:
-    """The file's records one at a time, and its bad records under on_bad_record="skip"."""
-    with open_decompressed(unit.path) as f:
+def read_rows(unit: InputUnit, config: ReadConfig, position: StoredPosition | None = None) -> Iterator[Row | BadRecord]:
+    """The file's records one at a time, and its bad records under on_bad_record="skip"; ``position``
+    follows the file as stored."""
+    with open_decompressed(unit.path, position) as f:
         for line_no, raw in enumerate(f, start=1):
             if line_no == 1 and raw.startswith(codecs.BOM_UTF8):
                 raw = raw[len(codecs.BOM_UTF8):]  # a byte order mark, as some Windows tools write
@@ -95,8 +96,9 @@ def line_density(unit: InputUnit, budget: int) -> tuple[int, int, bool]:
 class JsonLinesFormat(RecordFileFormat):
     kind = "jsonl"
 
-    def read_rows(self, unit: InputUnit, config: ReadConfig) -> Iterator[Row | BadRecord]:
-        return read_rows(unit, config)
+    def read_rows(self, unit: InputUnit, config: ReadConfig,
+                  position: StoredPosition | None = None) -> Iterator[Row | BadRecord]:
+        return read_rows(unit, config, position)
 
     def count_rows(self, unit: InputUnit, config: ReadConfig, sampled: bool) -> RowCount | None:
         """A sampled file's records in its first SAMPLE_BYTES (a line a record, bad ones too)."""

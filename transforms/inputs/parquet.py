@@ -61,7 +61,8 @@ class ParquetFormat:
             first += rows
         return units
 
-    def read(self, unit: InputUnit, config: ReadConfig) -> Iterator[DocBatch | BadRecord]:
+    def read(self, unit: InputUnit, config: ReadConfig, position=None) -> Iterator[DocBatch | BadRecord]:
+        """The row group's documents; its rows were planned, so ``position`` is not followed."""
         fs, fs_path = storage.filesystem(unit.path)
         columns = [f.name for f in config.fields()]
         row = unit.first_row

@@ -26,6 +26,7 @@ from transforms.core.progress import Planned, Progress
 from transforms.core.records import DROPPED, BadRecord, Document
 from transforms.core.spread import SpreadEvenly
 from transforms.inputs.arrow import documents
+from transforms.inputs.compression import StoredPosition
 from transforms.inputs.fields import ReadConfig
 from transforms.inputs.plan import plan_input
 from transforms.inputs.registry import format_of
@@ -36,9 +37,11 @@ log = logging.getLogger(__name__)
 RECORDS = "records"
 
 
-def read_batches(unit: InputUnit, config: ReadConfig) -> Iterator[DocBatch | BadRecord]:
-    """The unit's documents in DocBatches, and its bad records (only under on_bad_record="skip")."""
-    return format_of(unit.kind).read(unit, config)
+def read_batches(unit: InputUnit, config: ReadConfig,
+                 position: StoredPosition | None = None) -> Iterator[DocBatch | BadRecord]:
+    """The unit's documents in DocBatches, and its bad records (only under on_bad_record="skip");
+    ``position`` follows how far into the file as stored a unit whose rows were not planned is read."""
+    return format_of(unit.kind).read(unit, config, position)
 
 
 def read_unit(unit: InputUnit, config: ReadConfig) -> Iterator[Document | BadRecord]:
@@ -70,7 +73,8 @@ class ReadUnitFn(beam.DoFn):
         check_unchanged(unit)
         bad: dict[str, int] = {}
         records = 0
-        for item in read_batches(unit, self._config):
+        stored = _StoredProgress(unit)
+        for item in read_batches(unit, self._config, stored.position):
             if isinstance(item, BadRecord):
                 bad[item.reason] = bad.get(item.reason, 0) + 1
                 records += 1
@@ -82,14 +86,34 @@ class ReadUnitFn(beam.DoFn):
             n = item.size
             records += n
             self._docs.inc(n)
-            self._progress.add(documents=n, bytes=pc.sum(pc.binary_length(item.table.column("text"))).as_py() or 0)
+            self._progress.add(documents=n, bytes=pc.sum(pc.binary_length(item.table.column("text"))).as_py() or 0,
+                               **stored.since())
             yield item
         # Checked again at the end: a file rewritten while it was read must not go into the output.
         check_unchanged(unit)
-        self._progress.add(units=1)
+        self._progress.add(units=1, **stored.since(end=True))
         for reason, n in sorted(bad.items()):
             yield self._drops(reason, n)
         yield beam.pvalue.TaggedOutput(RECORDS, records)
+
+
+class _StoredProgress:
+    """A unit whose rows were not planned (a JSON file): its progress in ``stored_bytes``, the bytes
+    of the file as stored read since the last figure, which add up to its planned size
+    (``InputUnit.text_bytes``) once it is done: the display's ETA goes by them
+    (pipelines/progress.py announce_write_stages), and a file read for minutes shows its share."""
+
+    def __init__(self, unit: InputUnit):
+        self._size = unit.text_bytes if unit.rows < 0 else -1
+        self.position = StoredPosition() if self._size >= 0 else None
+        self._said = 0
+
+    def since(self, end: bool = False) -> dict[str, int]:
+        if self.position is None:
+            return {}
+        now = self._size if end else min(self.position.bytes, self._size)
+        added, self._said = now - self._said, max(now, self._said)
+        return {"stored_bytes": added} if added > 0 else {}
 
 
 class ReadDocuments(beam.PTransform):

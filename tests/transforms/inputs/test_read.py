@@ -19,6 +19,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from conftest import finepdfs_row, fnapi_pipeline
 from doc_batches import documents_of
 
+from transforms.core.batches import DocBatch
 from transforms.core.records import BadInputError, Document
 from transforms.inputs.arrow import column_values
 from transforms.inputs.compression import open_decompressed
@@ -355,3 +356,62 @@ def test_the_column_check_flags_exactly_the_ids_the_manifest_refuses():
     mismatched = [i for i, f, r in zip(ids, flagged.to_pylist(), refused, strict=True) if f != r]
     assert mismatched == []
     assert 500 < sum(refused) < len(ids) - 500  # both kinds are well represented
+
+
+class _Recorded:
+    """transforms.core.progress.Progress, recording what a step adds."""
+
+    adds: list[dict] = []
+
+    def __init__(self, step, planned=None, shared_dir=None):
+        pass
+
+    def add(self, **counts):
+        self.adds.append(counts)
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz", ".jsonl.zst"])
+def test_a_json_lines_file_shares_its_bytes_as_stored_while_it_is_read(suffix, tmp_path, monkeypatch):
+    """A JSON file is one unit and its rows are not planned: its share is the bytes of the file as
+    stored read so far, said with every batch (a file read for minutes shows its progress), adding
+    up to its planned size once read."""
+    import random
+
+    from transforms.inputs import read
+    from transforms.inputs.plan import plan_input
+
+    rng = random.Random(7)
+    lines = b"".join(json.dumps({"id": f"d{i}", "text": f"{rng.getrandbits(128):032x}" * 4}).encode() + b"\n"
+                     for i in range(3 * 4096 + 5))
+    path = tmp_path / f"in{suffix}"
+    opener = {".jsonl": lambda b: b, ".jsonl.gz": gzip.compress, ".jsonl.zst": zstandard.compress}[suffix]
+    path.write_bytes(opener(lines))
+    config = ReadConfig(str(path), with_lid=False)
+    [unit] = plan_input(config)
+    monkeypatch.setattr(read, "Progress", _Recorded)
+    _Recorded.adds = []
+    fn = read.ReadUnitFn(config)
+    fn.setup()
+    out = [x for x in fn.process(unit) if isinstance(x, DocBatch)]
+    assert len(out) == 4
+    stored = [add.get("stored_bytes", 0) for add in _Recorded.adds]
+    assert sum(stored) == path.stat().st_size == unit.text_bytes
+    # said batch by batch, before the unit is done: three batches of four say some of it
+    assert sum(1 for add in _Recorded.adds[:-1] if add.get("stored_bytes")) >= 2, _Recorded.adds
+    assert _Recorded.adds[-1].get("units") == 1
+
+
+def test_parquet_units_share_no_bytes_as_stored(tmp_path, monkeypatch):
+    """Their rows were planned: the display's share goes by rows and text bytes."""
+    from transforms.inputs import read
+    from transforms.inputs.plan import plan_input
+
+    _write_parquet(tmp_path / "a.parquet")
+    config = ReadConfig(str(tmp_path / "a.parquet"))
+    monkeypatch.setattr(read, "Progress", _Recorded)
+    _Recorded.adds = []
+    fn = read.ReadUnitFn(config)
+    fn.setup()
+    for unit in plan_input(config):
+        list(fn.process(unit))
+    assert _Recorded.adds and not [add for add in _Recorded.adds if "stored_bytes" in add]
