@@ -78,7 +78,7 @@ class ReadUnitFn(beam.DoFn):
             if isinstance(item, BadRecord):
                 bad[item.reason] = bad.get(item.reason, 0) + 1
                 records += 1
-                self._progress.add(bad_records=1)
+                self._progress.add(bad_records=1, **stored.since())
                 if self._reported < 20:
                     self._reported += 1
                     log.warning("skipping a bad record (%s): %s: %s", item.reason, item.where, item.problem)

@@ -415,3 +415,21 @@ def test_parquet_units_share_no_bytes_as_stored(tmp_path, monkeypatch):
     for unit in plan_input(config):
         list(fn.process(unit))
     assert _Recorded.adds and not [add for add in _Recorded.adds if "stored_bytes" in add]
+
+
+def test_a_file_of_bad_records_shares_its_bytes_as_stored_as_they_are_skipped(tmp_path, monkeypatch):
+    from transforms.inputs import read
+    from transforms.inputs.plan import plan_input
+
+    path = tmp_path / "in.jsonl.gz"
+    path.write_bytes(gzip.compress(b"".join(b"not json %d %s\n" % (i, b"x" * 200) for i in range(20_000))))
+    config = ReadConfig(str(path), with_lid=False, on_bad_record="skip")
+    [unit] = plan_input(config)
+    monkeypatch.setattr(read, "Progress", _Recorded)
+    _Recorded.adds = []
+    fn = read.ReadUnitFn(config)
+    fn.setup()
+    list(fn.process(unit))
+    stored = [add.get("stored_bytes", 0) for add in _Recorded.adds]
+    assert sum(stored) == unit.text_bytes
+    assert sum(1 for add in _Recorded.adds[:-1] if add.get("stored_bytes")) >= 2, _Recorded.adds[-3:]
