@@ -29,8 +29,9 @@ def test_a_tokenizer_file_rewritten_while_the_job_runs_fails_it_in_one_line(tmp_
 
     launch = bucketed.build
 
-    def build_then_rewrite(pipeline, options, run_id=None, *mode):
-        built = launch(pipeline, options, run_id, *mode)  # the launch has loaded the tokenizer and recorded its files
+    def build_then_rewrite(pipeline, options, run_id=None, *mode, **planned):
+        # the launch has loaded the tokenizer and recorded its files
+        built = launch(pipeline, options, run_id, *mode, **planned)
         swap_ranks(ranks, a, b)  # before any worker loads it
         return built
 
@@ -59,8 +60,8 @@ from tokenizer_swaps import swap_ranks
 from pipelines import bucketed, cli
 ranks, a, b = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 launch = bucketed.build
-def build_then_rewrite(pipeline, options, run_id=None, *mode):
-    built = launch(pipeline, options, run_id, *mode)
+def build_then_rewrite(pipeline, options, run_id=None, *mode, **planned):
+    built = launch(pipeline, options, run_id, *mode, **planned)
     swap_ranks(__import__("pathlib").Path(ranks), a, b)
     return built
 bucketed.build = build_then_rewrite
