@@ -36,18 +36,24 @@ class _Code(HTMLParser):
             (self.blocks if "pre" in self._open[:-1] else self.code)[-1] += data
 
 
-def test_an_odd_input_path_is_shown_whole_in_the_card(tmp_path):
+def _card_of_input(tmp_path, name: str) -> tuple[str, _Code]:
+    """The card of a run on the sample copied to an input file called ``name``, rendered as a Hub
+    page renders it (CommonMark with tables), and its code."""
     from markdown_it import MarkdownIt
 
-    src = tmp_path / ODD
+    src = tmp_path / name
     shutil.copy(SAMPLE_PARQUET, src)
     out = tmp_path / "out"
     assert cli.main(["bucketed", "--input", str(src), "--output", str(out), "--tokenizer", "gpt2",
                      "--runner=FnApiRunner"]) == 0
-    card = (out / CARD_NAME).read_text()
-    html = MarkdownIt("commonmark").enable("table").render(card)
+    html = MarkdownIt("commonmark").enable("table").render((out / CARD_NAME).read_text())
     found = _Code()
     found.feed(html)
+    return html, found
+
+
+def test_an_odd_input_path_is_shown_whole_in_the_card(tmp_path):
+    html, found = _card_of_input(tmp_path, ODD)
     assert found.code.count(ODD) >= 3, found.code  # the Input row, the Read step and the list of inputs
     [command] = [b for b in found.blocks if "pretokenize bucketed" in b]  # one block, whole
     assert ODD in command and command.rstrip().endswith("--output DIR"), command
@@ -70,17 +76,7 @@ def test_an_input_name_with_a_line_break_is_shown_escaped_on_one_line(tmp_path):
     bash's $'...', which reads back as the name."""
     import subprocess
 
-    from markdown_it import MarkdownIt
-
-    src = tmp_path / BROKEN
-    shutil.copy(SAMPLE_PARQUET, src)
-    out = tmp_path / "out"
-    assert cli.main(["bucketed", "--input", str(src), "--output", str(out), "--tokenizer", "gpt2",
-                     "--runner=FnApiRunner"]) == 0
-    card = (out / CARD_NAME).read_text()
-    html = MarkdownIt("commonmark").enable("table").render(card)
-    found = _Code()
-    found.feed(html)
+    html, found = _card_of_input(tmp_path, BROKEN)
     shown = repr(BROKEN)  # the input as recorded: its name under its root
     assert found.code.count(shown) >= 3, found.code  # the Input row, the Read step and the list of inputs
     [row] = [line for line in html.split("<tr>") if "<strong>Input</strong>" in line]
